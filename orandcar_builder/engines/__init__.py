@@ -1,0 +1,25 @@
+"""Engines: turn requests into generations. An engine never decides; rules and the judge do."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ..errors import UnknownNameError
+from .base import Engine, EngineUnavailable
+
+# name -> "module:factory"; imported lazily so heavy optional dependencies load only when used.
+ENGINES: dict[str, str] = {
+    "rapidocr": "orandcar_builder.engines.rapidocr:RapidOCREngine",
+}
+
+
+def create_engine(name: str, **options: Any) -> Engine:
+    if name not in ENGINES:
+        raise UnknownNameError("engine", name, ENGINES)
+    module_name, factory = ENGINES[name].split(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, factory)(**options)
+
+
+__all__ = ["Engine", "EngineUnavailable", "ENGINES", "create_engine"]

@@ -1,0 +1,150 @@
+"""Reading the native pool format: one JSON object per line.
+
+``{"id", "image", "question", "answer", "family"}`` are required; ``options`` and ``source`` are
+optional. ``image`` is a path relative to the pool file. A bad line never stops the read: it is
+yielded as a ``Dropped`` record naming file, line and reason, and the read goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterator, Optional, Union
+
+from ..errors import UnknownNameError
+from ..families import get_family
+from ..images import ImageError, ImageRef
+from ..records import Dropped, PoolItem, Source
+
+REQUIRED_FIELDS = ("id", "image", "question", "answer", "family")
+SOURCE_FIELDS = ("dataset", "split", "id", "origin", "image", "image_sha256")
+
+
+class PoolLineError(ValueError):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def _text(obj: dict, key: str, *, required: bool = True) -> Optional[str]:
+    value = obj.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise PoolLineError("bad_field", f"field {key!r} must be a string, got {type(value).__name__}")
+    if required and not value.strip():
+        raise PoolLineError("empty_field", f"field {key!r} is empty")
+    return value
+
+
+def parse_pool_line(obj: object) -> dict:
+    """Check one decoded line's shape and types; returns the normalised fields (no image I/O)."""
+    if not isinstance(obj, dict):
+        raise PoolLineError("malformed_line", f"a pool line must be a JSON object, got {type(obj).__name__}")
+    missing = [k for k in REQUIRED_FIELDS if k not in obj]
+    if missing:
+        raise PoolLineError("missing_field", f"missing required field(s): {', '.join(missing)}")
+    item_id = _text(obj, "id")
+    image = _text(obj, "image")
+    question = _text(obj, "question")
+    family = _text(obj, "family")
+    answer = obj["answer"]
+    if isinstance(answer, list):
+        if not answer or not all(isinstance(a, str) for a in answer):
+            raise PoolLineError("bad_field", "field 'answer' must be a string or a non-empty list of strings")
+        if not any(a.strip() for a in answer):
+            raise PoolLineError("empty_field", "field 'answer' holds only empty strings")
+        answer = tuple(answer)
+    elif isinstance(answer, str):
+        if not answer.strip():
+            raise PoolLineError("empty_field", "field 'answer' is empty")
+    else:
+        raise PoolLineError("bad_field", f"field 'answer' must be a string or a list of strings, got {type(answer).__name__}")
+    options = obj.get("options")
+    if options is not None:
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) < 2:
+            raise PoolLineError("bad_field", "field 'options' must be null or a list of at least two strings")
+        options = tuple(options)
+    source = obj.get("source") or {}
+    if not isinstance(source, dict):
+        raise PoolLineError("bad_field", "field 'source' must be an object")
+    unknown = sorted(set(source) - set(SOURCE_FIELDS))
+    if unknown:
+        raise PoolLineError("bad_field", f"unknown source field(s): {', '.join(unknown)}")
+    for key, value in source.items():
+        if value is not None and not isinstance(value, str):
+            raise PoolLineError("bad_field", f"source.{key} must be a string or null")
+    try:
+        get_family(family)
+    except UnknownNameError as exc:
+        raise PoolLineError("unknown_family", str(exc)) from None
+    return {
+        "id": item_id,
+        "image": image,
+        "question": question,
+        "answer": answer,
+        "family": family,
+        "options": options,
+        "source": Source(**{k: v for k, v in source.items() if v is not None}),
+    }
+
+
+def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None) -> Iterator[Union[PoolItem, Dropped]]:
+    """Yield a PoolItem for each good line and a Dropped for each bad one, in file order.
+
+    ``limit`` stops after that many lines have been read (good or bad).
+    """
+    path = Path(path)
+    base = path.parent
+    seen_ids: set[str] = set()
+    images: dict[str, ImageRef | ImageError] = {}  # one hash and decode check per image file
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if limit is not None and lineno > limit:
+                return
+            where = f"{path.name}:{lineno}"
+            if not raw.strip():
+                yield Dropped(where, "blank_line", "blank line")
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield Dropped(where, "not_utf8", f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})")
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield Dropped(where, "malformed_json", f"not valid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            item_id = obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
+            try:
+                fields = parse_pool_line(obj)
+            except PoolLineError as exc:
+                yield Dropped(where, exc.reason, exc.detail, item_id)
+                continue
+            if item_id in seen_ids:
+                yield Dropped(where, "duplicate_id", f"id {item_id!r} already used earlier in the pool", item_id)
+                continue
+            image_path = str((base / fields["image"]).resolve())
+            if image_path not in images:
+                try:
+                    images[image_path] = ImageRef.from_file(image_path)
+                except ImageError as exc:
+                    images[image_path] = exc
+            ref = images[image_path]
+            if isinstance(ref, ImageError):
+                reason = "image_missing" if "not found" in str(ref) else "image_undecodable"
+                yield Dropped(where, reason, f"image {fields['image']!r}: {ref}", item_id)
+                continue
+            seen_ids.add(item_id)
+            yield PoolItem(
+                id=fields["id"],
+                image=ref,
+                question=fields["question"],
+                answer=fields["answer"],
+                family=fields["family"],
+                options=fields["options"],
+                source=fields["source"],
+                where=where,
+            )

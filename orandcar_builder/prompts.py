@@ -1,0 +1,39 @@
+"""The exact question text a model receives.
+
+``question_text`` is the single place where the prompt is composed; the build stores its result
+in ``qa.question`` and hands the same string to the engine, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+from .families import get_family
+
+OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# A question already carrying a lettered block ("A. cat" / "(A) cat" on their own lines).
+_LETTERED_LINE = re.compile(r"^\s*\(?([A-Z])[.)]\s+\S", re.MULTILINE)
+INSTRUCTION_SEPARATOR = "\n"
+
+
+def option_block(options: Sequence[str]) -> str:
+    if len(options) > len(OPTION_LETTERS):
+        raise ValueError(f"{len(options)} options: at most {len(OPTION_LETTERS)} are supported")
+    return "\n".join(f"{OPTION_LETTERS[i]}. {opt}" for i, opt in enumerate(options))
+
+
+def has_lettered_block(question: str) -> bool:
+    letters = [m.group(1) for m in _LETTERED_LINE.finditer(question)]
+    return len(letters) >= 2 and letters[:2] == ["A", "B"]
+
+
+def question_text(question: str, family: str, options: Optional[Sequence[str]] = None) -> str:
+    """Source question, its options as a lettered block (when not already there), the instruction."""
+    parts = [question.rstrip()]
+    if options and not has_lettered_block(question):
+        parts.append(option_block(options))
+    instruction = get_family(family).instruction
+    if instruction:
+        parts.append(instruction)
+    return INSTRUCTION_SEPARATOR.join(parts)
