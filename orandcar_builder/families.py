@@ -17,9 +17,6 @@ class Family:
     rule: str
     instruction: str
     description: str
-    # Task signature for the purity check (clean/purity.py): a question that matches none of
-    # these lower-cased keywords is off-task for the family. Empty means "no purity check".
-    task_keywords: tuple[str, ...] = ()
 
 
 FAMILIES: dict[str, Family] = {}
@@ -45,6 +42,5 @@ register(
         rule="alnum",
         instruction="Reply with only the text shown in the image, exactly as written, and nothing else.",
         description="Scene-text recognition on word crops (IIIT5K, CUTE80, SVT, IC13/15, WordArt, Total-Text).",
-        task_keywords=("written", "text", "word", "read", "say", "spell", "recogni", "characters", "label", "sign"),
     )
 )
