@@ -1,0 +1,1 @@
+"""The dataset format: features, JSON Schemas, the Hub-layout writer and the validator."""

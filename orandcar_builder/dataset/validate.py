@@ -1,0 +1,189 @@
+"""``orandcar validate``: check a built dataset folder before anyone loads or pushes it.
+
+Checks, one problem line each (naming config, shard, row and field):
+- README.md's YAML ``configs:`` block equals the loading definition and matches the shards on disk;
+- shard names are ``train-XXXXX-of-YYYYY.parquet``, numbered without gaps;
+- each shard's arrow schema and datasets features metadata equal the config's features;
+- every row satisfies the config's JSON Schema (dataset/schemas/<config>.json);
+- ``sha256(image.bytes) == image_sha256``, one row per image per config;
+- ``qa`` and ``clean_meta.sources`` are aligned; families and verifiers are known names.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Iterator
+
+import jsonschema
+import pyarrow.parquet as pq
+import yaml
+
+from ..families import FAMILIES
+from ..verify import RULE_MODULES
+from .features import CONFIGS, SPLIT, configs_block, features
+
+SCHEMA_DIR = Path(__file__).with_name("schemas")
+_SHARD_NAME = re.compile(rf"^{SPLIT}-(\d{{5}})-of-(\d{{5}})\.parquet$")
+BATCH_ROWS = 64
+JUDGE_VERIFIER = "judge"
+
+
+@functools.lru_cache(maxsize=None)
+def json_schema(config: str) -> dict:
+    return json.loads((SCHEMA_DIR / f"{config}.json").read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def _validator(config: str) -> jsonschema.protocols.Validator:
+    schema = json_schema(config)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def read_card_yaml(readme: Path) -> dict:
+    """The YAML header of a dataset card (between the leading ``---`` lines)."""
+    text = readme.read_text(encoding="utf-8")
+    if not text.startswith("---\n"):
+        raise ValueError("README.md has no YAML header (it must start with a '---' line)")
+    end = text.find("\n---", 4)
+    if end < 0:
+        raise ValueError("README.md's YAML header is not closed by a '---' line")
+    data = yaml.safe_load(text[4:end]) or {}
+    if not isinstance(data, dict):
+        raise ValueError("README.md's YAML header is not a mapping")
+    return data
+
+
+def row_as_json(row: dict) -> dict:
+    """The JSON form of a row: image bytes as base64, as the JSON Schema describes them."""
+    image = row.get("image")
+    if isinstance(image, dict) and isinstance(image.get("bytes"), (bytes, bytearray)):
+        image = {**image, "bytes": base64.b64encode(image["bytes"]).decode("ascii")}
+    return {**row, "image": image}
+
+
+def _check_readme(folder: Path) -> Iterator[str]:
+    readme = folder / "README.md"
+    if not readme.is_file():
+        yield "README.md: missing"
+        return
+    try:
+        header = read_card_yaml(readme)
+    except (ValueError, yaml.YAMLError) as exc:
+        yield f"README.md: {exc}"
+        return
+    expected = configs_block()
+    if header.get("configs") != expected:
+        yield f"README.md: configs block differs from loading_script/orandcar.yaml (found {header.get('configs')!r})"
+
+
+def _check_shard_names(folder: Path, config: str) -> tuple[list[Path], list[str]]:
+    problems = []
+    directory = folder / config
+    if not directory.is_dir():
+        return [], [f"{config}: folder missing (README declares {config}/{SPLIT}-*)"]
+    shards = sorted(p for p in directory.iterdir() if p.name.startswith(f"{SPLIT}-"))
+    others = sorted(p.name for p in directory.iterdir() if not p.name.startswith(f"{SPLIT}-"))
+    for name in others:
+        problems.append(f"{config}/{name}: unexpected file in a config folder")
+    if not shards:
+        problems.append(f"{config}: no shard matches {config}/{SPLIT}-*")
+    totals = set()
+    for index, shard in enumerate(shards):
+        match = _SHARD_NAME.match(shard.name)
+        if not match:
+            problems.append(f"{config}/{shard.name}: shard name is not {SPLIT}-XXXXX-of-YYYYY.parquet")
+            continue
+        if int(match.group(1)) != index:
+            problems.append(f"{config}/{shard.name}: shard index {int(match.group(1))}, expected {index} (gap or duplicate)")
+        totals.add(int(match.group(2)))
+    if totals and totals != {len(shards)}:
+        problems.append(f"{config}: shard names announce {sorted(totals)} shards, {len(shards)} on disk")
+    return shards, problems
+
+
+def _check_schema(config: str, shard: Path, label: str) -> list[str]:
+    expected = features(config)
+    try:
+        schema = pq.read_schema(shard)
+    except Exception as exc:
+        return [f"{label}: not a readable parquet file ({exc})"]
+    problems = []
+    if not schema.remove_metadata().equals(expected.arrow_schema.remove_metadata()):
+        problems.append(f"{label}: arrow schema differs from the {config} features")
+    metadata = (schema.metadata or {}).get(b"huggingface")
+    if metadata is None:
+        problems.append(f"{label}: no datasets features metadata (schema key 'huggingface')")
+    else:
+        try:
+            found = json.loads(metadata)["info"]["features"]
+        except (ValueError, KeyError, TypeError):
+            problems.append(f"{label}: datasets features metadata is not readable")
+        else:
+            if found != expected.to_dict():
+                problems.append(f"{label}: datasets features metadata differs from the {config} features")
+    return problems
+
+
+def _check_row(config: str, row: dict, where: str) -> Iterator[str]:
+    validator = _validator(config)
+    for error in sorted(validator.iter_errors(row_as_json(row)), key=lambda e: list(e.absolute_path)):
+        field = ".".join(str(p) for p in error.absolute_path) or "(row)"
+        message = error.message if len(error.message) < 200 else error.message[:200] + "..."
+        yield f"{where} field {field}: {message}"
+    image = row.get("image") or {}
+    data = image.get("bytes") if isinstance(image, dict) else None
+    if isinstance(data, (bytes, bytearray)) and isinstance(row.get("image_sha256"), str):
+        if hashlib.sha256(data).hexdigest() != row["image_sha256"]:
+            yield f"{where} field image_sha256: does not match sha256(image.bytes)"
+    qa = row.get("qa") or []
+    meta = row.get("clean_meta") or {}
+    sources = meta.get("sources") or [] if isinstance(meta, dict) else []
+    if len(qa) != len(sources):
+        yield f"{where} field clean_meta.sources: {len(sources)} sources for {len(qa)} qa items (must be aligned)"
+    for i, source in enumerate(sources):
+        family = source.get("family") if isinstance(source, dict) else None
+        if family is not None and family not in FAMILIES:
+            yield f"{where} field clean_meta.sources.{i}.family: unknown family {family!r}"
+    if config != "rejected":
+        for i, item in enumerate(qa):
+            verifier = item.get("verifier") if isinstance(item, dict) else None
+            if verifier is not None and verifier != JUDGE_VERIFIER and verifier not in RULE_MODULES:
+                yield f"{where} field qa.{i}.verifier: unknown verifier {verifier!r}"
+
+
+def validate_folder(folder: Path) -> list[str]:
+    """Every problem found in a built dataset folder, one line each; empty when the folder is clean."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return [f"{folder}: not a folder"]
+    problems = list(_check_readme(folder))
+    for config in CONFIGS:
+        shards, name_problems = _check_shard_names(folder, config)
+        problems.extend(name_problems)
+        seen_images: dict[str, str] = {}
+        for shard in shards:
+            label = f"{config}/{shard.name}"
+            schema_problems = _check_schema(config, shard, label)
+            problems.extend(schema_problems)
+            if schema_problems:
+                continue
+            row_index = 0
+            for batch in pq.ParquetFile(shard).iter_batches(batch_size=BATCH_ROWS):
+                for row in batch.to_pylist():
+                    where = f"{label} row {row_index}"
+                    problems.extend(_check_row(config, row, where))
+                    sha = row.get("image_sha256")
+                    if isinstance(sha, str):
+                        if sha in seen_images:
+                            problems.append(f"{where} field image_sha256: image already has a row ({seen_images[sha]})")
+                        else:
+                            seen_images[sha] = where
+                    row_index += 1
+    return problems
