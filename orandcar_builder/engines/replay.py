@@ -1,0 +1,240 @@
+"""The replay engine: generations recorded earlier, read back from a JSON-lines file.
+
+One object per line: ``{"id": QA id, "text": raw model output, "finish_reason": "stop" |
+"length"}``. ``finish_reason`` may be left out (``"stop"``), which is how judge recordings
+(``{"id", "text"}``) are usually written. Optional keys written by ``export_generations`` are
+read back too: ``question`` (checked against the request, so a recording is never replayed for
+a different question), ``model``, ``revision``, ``prompt``, ``prompt_tokens``,
+``completion_tokens`` and ``unsupported``.
+
+``export_generations`` writes this format from any engine's output, so a GPU run can be
+replayed anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+from ..errors import OrandCarError
+from ..images import sha256_file
+from ..records import Generation, Request
+from .reasoning import load_reasoning_parser, make_generation
+
+FINISH_REASONS = ("stop", "length")
+DEFAULT_FINISH_REASON = "stop"
+REPLAY_MODEL = "replay"
+# Optional keys and the type each must have.
+OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "question": str,
+    "model": str,
+    "revision": str,
+    "prompt": str,
+    "prompt_tokens": int,
+    "completion_tokens": int,
+    "unsupported": str,
+}
+# How many missing ids an error message lists; the exception carries them all.
+MAX_LISTED_IDS = 100
+
+
+class ReplayFileError(OrandCarError):
+    """A replay file that cannot be used; the message names the file and every bad line."""
+
+
+class ReplayMissingError(OrandCarError):
+    """Requests with no recording in the replay file; ``missing`` holds all their ids."""
+
+    def __init__(self, path: str, missing: Sequence[str]):
+        self.path, self.missing = path, list(missing)
+        shown = ", ".join(self.missing[:MAX_LISTED_IDS])
+        more = len(self.missing) - MAX_LISTED_IDS
+        tail = f", ... and {more} more" if more > 0 else ""
+        super().__init__(
+            f"{path}: no recording for {len(self.missing)} request(s): {shown}{tail}; "
+            "record them (export a run of the engine that made this file) or drop them from the pool"
+        )
+
+
+class ReplayQuestionMismatch(OrandCarError):
+    """A recording made for a different question than the one now asked."""
+
+
+@dataclass(frozen=True)
+class Recording:
+    id: str
+    text: str
+    finish_reason: str
+    line: int
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def get(self, key: str) -> Any:
+        return dict(self.extra).get(key)
+
+
+def parse_recording(line: str, lineno: int) -> Recording:
+    """One replay line as a Recording; ValueError with the reason when it is malformed."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    for key in ("id", "text"):
+        if key not in obj:
+            raise ValueError(f"missing field {key!r}")
+        if not isinstance(obj[key], str):
+            raise ValueError(f"field {key!r} must be a string, got {type(obj[key]).__name__}")
+    if not obj["id"]:
+        raise ValueError("field 'id' is empty")
+    finish = obj.get("finish_reason", DEFAULT_FINISH_REASON)
+    if finish not in FINISH_REASONS:
+        raise ValueError(f"field 'finish_reason' must be one of {', '.join(FINISH_REASONS)}, got {finish!r}")
+    extra = []
+    for key, kind in OPTIONAL_FIELDS.items():
+        value = obj.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"field {key!r} must be {kind.__name__}, got {type(value).__name__}")
+        extra.append((key, value))
+    return Recording(id=obj["id"], text=obj["text"], finish_reason=finish, line=lineno, extra=tuple(extra))
+
+
+def read_recordings(path: str | os.PathLike) -> dict[str, Recording]:
+    """All recordings of a replay file by id. Raises ReplayFileError listing every malformed line
+    (with its number) and every id recorded twice with different content."""
+    path = str(path)
+    try:
+        handle = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise ReplayFileError(f"{path}: cannot read replay file ({exc.strerror or exc})") from None
+    recordings: dict[str, Recording] = {}
+    problems: list[str] = []
+    with handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = parse_recording(line, lineno)
+            except ValueError as exc:
+                problems.append(f"line {lineno}: {exc}")
+                continue
+            earlier = recordings.get(rec.id)
+            if earlier is None:
+                recordings[rec.id] = rec
+            elif (earlier.text, earlier.finish_reason, earlier.extra) != (rec.text, rec.finish_reason, rec.extra):
+                problems.append(f"line {lineno}: id {rec.id!r} already recorded differently on line {earlier.line}")
+    if problems:
+        raise ReplayFileError(f"{path}: {len(problems)} malformed line(s):\n  " + "\n  ".join(problems))
+    return recordings
+
+
+class ReplayEngine:
+    """Answers each request with its recording, by item id. Also serves the judge pass."""
+
+    kind = "replay"
+    can_judge = True
+
+    def __init__(
+        self,
+        replay: str | os.PathLike,
+        *,
+        reasoning_parser: Optional[str] = None,
+        tokenizer: Any = None,
+    ):
+        self.path = str(replay)
+        self.recordings = read_recordings(self.path)
+        self.sha256 = sha256_file(self.path)
+        self.reasoning_parser = reasoning_parser
+        self._parser = load_reasoning_parser(reasoning_parser, tokenizer) if reasoning_parser else None
+
+    def fingerprint(self) -> dict:
+        return {"kind": self.kind, "sha256": self.sha256, "reasoning_parser": self.reasoning_parser}
+
+    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+        missing = [r.item_id for r in requests if r.item_id not in self.recordings]
+        if missing:
+            raise ReplayMissingError(self.path, list(dict.fromkeys(missing)))
+        return [self._replay(r, self.recordings[r.item_id]) for r in requests]
+
+    def _replay(self, request: Request, rec: Recording) -> Generation:
+        question = rec.get("question")
+        if question is not None and question != request.question:
+            raise ReplayQuestionMismatch(
+                f"{self.path}:{rec.line}: recording for {request.item_id!r} answers a different "
+                f"question ({question!r}) than the one asked ({request.question!r}); re-record it"
+            )
+        gen = make_generation(
+            request,
+            rec.text,
+            rec.finish_reason,
+            model=rec.get("model") or REPLAY_MODEL,
+            revision=rec.get("revision") or "",
+            parser=self._parser,
+            prompt=rec.get("prompt"),
+            prompt_tokens=rec.get("prompt_tokens"),
+            completion_tokens=rec.get("completion_tokens"),
+        )
+        unsupported = rec.get("unsupported")
+        if unsupported is not None:
+            gen = replace(gen, unsupported=unsupported)
+        return gen
+
+
+def recording_line(generation: Generation, question: Optional[str] = None) -> dict:
+    """The replay-file object for one generation (None-valued optional keys left out)."""
+    obj: dict[str, Any] = {
+        "id": generation.item_id,
+        "text": generation.text,
+        "finish_reason": generation.finish_reason,
+    }
+    optional = {
+        "question": question,
+        "model": generation.model or None,
+        "revision": generation.revision or None,
+        "prompt": generation.prompt,
+        "prompt_tokens": generation.prompt_tokens,
+        "completion_tokens": generation.completion_tokens,
+        "unsupported": generation.unsupported,
+    }
+    obj.update({k: v for k, v in optional.items() if v is not None})
+    return obj
+
+
+def export_generations(
+    generations: Iterable[Generation],
+    path: str | os.PathLike,
+    *,
+    requests: Optional[Sequence[Request]] = None,
+) -> int:
+    """Write ``generations`` as a replay file at ``path`` (replaced atomically) and return how
+    many lines were written. With ``requests`` (aligned by item id) each line also records the
+    question, which replay then checks."""
+    questions = {r.item_id: r.question for r in requests} if requests is not None else {}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    count = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+            for gen in generations:
+                if gen.finish_reason not in FINISH_REASONS:
+                    raise ValueError(
+                        f"generation {gen.item_id!r} has finish_reason {gen.finish_reason!r}; "
+                        f"only {', '.join(FINISH_REASONS)} can be replayed"
+                    )
+                line = recording_line(gen, questions.get(gen.item_id))
+                out.write(json.dumps(line, ensure_ascii=False, sort_keys=False) + "\n")
+                count += 1
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return count
