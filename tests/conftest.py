@@ -1,0 +1,83 @@
+"""Shared fixtures: the sample build (built once per session) and small pool factories."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "samples"
+# ../shared/data beside the checkout: real scene-text crops (present in CI, optional locally).
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+class RecordingEngine:
+    """Wraps an engine and records every request it was given, in order."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.kind = inner.kind
+        self.can_judge = inner.can_judge
+        self.requests = []
+
+    def fingerprint(self):
+        return self.inner.fingerprint()
+
+    def generate(self, requests):
+        self.requests.extend(requests)
+        return self.inner.generate(requests)
+
+
+@pytest.fixture(scope="session")
+def ocr_engine():
+    from orandcar_builder.engines import create_engine
+
+    return create_engine("rapidocr", threads=1)
+
+
+@pytest.fixture(scope="session")
+def sample_build(tmp_path_factory, ocr_engine):
+    """The sample pool built once with the default engine: (result, recording engine)."""
+    from orandcar_builder.build import build
+
+    root = tmp_path_factory.mktemp("sample_build")
+    engine = RecordingEngine(ocr_engine)
+    result = build(SAMPLES / "pool.jsonl", root / "OrandCar", work=root / "work", engine=engine, progress=False)
+    assert result.ok, result.problems
+    return result, engine
+
+
+@pytest.fixture(scope="session")
+def built_sample(sample_build):
+    """Path of the built sample dataset folder (read-only: copy it before changing anything)."""
+    return sample_build[0].out
+
+
+@pytest.fixture
+def sample_copy(built_sample, tmp_path):
+    target = tmp_path / "OrandCar"
+    shutil.copytree(built_sample, target)
+    return target
+
+
+def write_png(path: Path, colour=(200, 30, 30), size=(24, 16)) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, colour).save(path)
+    return path
+
+
+def write_pool(path: Path, lines) -> Path:
+    """Write pool lines: dicts are JSON-encoded, str and bytes are written as they are."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        for line in lines:
+            if isinstance(line, (dict, list)):
+                line = json.dumps(line)
+            if isinstance(line, str):
+                line = line.encode("utf-8")
+            fh.write(line.rstrip(b"\n") + b"\n")
+    return path

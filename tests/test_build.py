@@ -1,0 +1,151 @@
+"""The end-to-end CPU slice: sample pool -> rapidocr -> alnum -> three configs -> validate -> load."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections import Counter
+from pathlib import Path
+
+import datasets
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from orandcar_builder.build import build
+from orandcar_builder.cli import main
+from orandcar_builder.dataset.features import CONFIGS, features
+
+from .conftest import SAMPLES, write_png, write_pool
+
+
+def _load(folder: Path, config: str) -> datasets.Dataset:
+    return datasets.load_dataset(str(folder), config, split="train")
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_load_dataset_features_rows_images(sample_build, config):
+    result, _ = sample_build
+    ds = _load(result.out, config)
+    assert ds.features == features(config)
+    assert ds.num_rows == result.report["configs"][config]["rows"] > 0
+    for row in ds.cast_column("image", datasets.Image(decode=False)):
+        assert hashlib.sha256(row["image"]["bytes"]).hexdigest() == row["image_sha256"]
+        assert len(row["qa"]) == len(row["clean_meta"]["sources"]) >= 1
+    first = ds[0]["image"]  # decoded by datasets
+    assert isinstance(first, Image.Image) and first.width > 0
+
+
+def test_images_are_the_original_files(sample_build):
+    result, _ = sample_build
+    originals = {hashlib.sha256(p.read_bytes()).hexdigest(): p.read_bytes() for p in (SAMPLES / "images").iterdir()}
+    ds = _load(result.out, "rejected").cast_column("image", datasets.Image(decode=False))
+    for row in ds:
+        assert row["image"]["bytes"] == originals[row["image_sha256"]]
+
+
+def test_question_is_byte_identical_to_what_the_engine_received(sample_build):
+    result, engine = sample_build
+    sent = Counter((r.image.sha256, r.question) for r in engine.requests)
+    stored = Counter()
+    for config in ("RS_nothink", "rejected"):  # RS_think holds the same accepted QA as RS_nothink
+        for row in _load(result.out, config):
+            for qa in row["qa"]:
+                stored[(row["image_sha256"], qa["question"])] += 1
+    assert stored == sent
+    assert all(q.endswith("nothing else.") for _, q in sent)  # the family's instruction is appended
+
+
+def test_accounting_and_demo_shape(sample_build):
+    report = sample_build[0].report
+    assert report["items"] == report["dropped"] + report["accepted"] + report["rejected"]
+    assert report["accepted"] > 0 and report["rejected"] > 0
+    configs = report["configs"]
+    assert configs["RS_think"]["qa"] == configs["RS_nothink"]["qa"] == report["accepted"]
+    assert configs["rejected"]["qa"] == report["rejected"]
+
+
+def test_accepted_answer_is_the_models_text_and_rejected_answer_the_reference(sample_build):
+    result, _ = sample_build
+    decisions = {r["id"]: r for r in datasets.Dataset.from_parquet(str(result.work / "decisions.parquet"))}
+    for row in _load(result.out, "RS_think"):
+        for qa, src in zip(row["qa"], row["clean_meta"]["sources"]):
+            assert qa["org_answer"] == src["references"][0]
+            assert qa["verifier"] == "alnum" and qa["think"] == ""
+    model_answers = {d["model_answer"] for d in decisions.values()}
+    for row in _load(result.out, "rejected"):
+        for qa, src in zip(row["qa"], row["clean_meta"]["sources"]):
+            assert qa["answer"] == src["references"][0]
+            assert qa["reason"] == "wrong_answer" and qa["wrong_vlm"] in model_answers
+
+
+def test_rows_group_qa_items_of_one_image(sample_build):
+    result, _ = sample_build
+    shas = [row["image_sha256"] for config in ("RS_nothink", "rejected") for row in _load(result.out, config)]
+    multi = [row for row in _load(result.out, "RS_nothink") if len(row["qa"]) > 1]
+    multi += [row for row in _load(result.out, "rejected") if len(row["qa"]) > 1]
+    assert multi, "the sample pool has images with two questions"
+    assert len(set(shas)) <= len(shas)
+
+
+def test_two_builds_are_byte_identical(tmp_path, ocr_engine, sample_build):
+    first = sample_build[0].out
+    second = build(SAMPLES / "pool.jsonl", tmp_path / "again", work=tmp_path / "work", engine=ocr_engine, progress=False)
+    files = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(second.out) for p in second.out.rglob("*") if p.is_file())
+    for rel in files:
+        assert (first / rel).read_bytes() == (second.out / rel).read_bytes(), rel
+
+
+def test_small_shards(tmp_path, ocr_engine):
+    result = build(SAMPLES / "pool.jsonl", tmp_path / "out", work=tmp_path / "work", engine=ocr_engine,
+                   max_shard_bytes=40_000, progress=False)
+    assert result.ok, result.problems
+    assert len(result.report["configs"]["RS_think"]["shards"]) > 1
+    assert _load(result.out, "RS_think").num_rows == result.report["configs"]["RS_think"]["rows"]
+
+
+def test_bad_pool_lines_are_dropped_with_file_line_and_reason(tmp_path, ocr_engine):
+    good = write_png(tmp_path / "img" / "good.png")
+    (tmp_path / "img" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really a png")
+    base = {"image": "img/good.png", "question": "What is written?", "answer": "x", "family": "scene_text"}
+    pool = write_pool(tmp_path / "pool.jsonl", [
+        {**base, "id": "ok-1"},
+        '{"id": "half", "image": ',
+        {**base, "id": "missing", "image": "img/nope.png"},
+        {**base, "id": "corrupt", "image": "img/broken.png"},
+        {**base, "id": "fam", "family": "scene_txt"},
+        {**base, "id": "ok-1"},
+        {**base, "id": "empty", "question": "  "},
+        b"\xff\xfe not utf-8",
+        ["not", "an", "object"],
+        {**base, "id": "noanswer", "answer": None},
+    ])
+    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine=ocr_engine, progress=False)
+    assert result.ok, result.problems
+    dropped = [json.loads(line) for line in (tmp_path / "work" / "dropped.jsonl").read_text().splitlines()]
+    by_line = {d["where"]: d["reason"] for d in dropped}
+    assert by_line == {
+        "pool.jsonl:2": "malformed_json", "pool.jsonl:3": "image_missing", "pool.jsonl:4": "image_undecodable",
+        "pool.jsonl:5": "unknown_family", "pool.jsonl:6": "duplicate_id", "pool.jsonl:7": "empty_field",
+        "pool.jsonl:8": "not_utf8", "pool.jsonl:9": "malformed_line", "pool.jsonl:10": "bad_field",
+    }
+    assert "did you mean 'scene_text'" in next(d["detail"] for d in dropped if d["reason"] == "unknown_family")
+    report = result.report
+    assert report["items"] == 10 and report["dropped"] == 9 and report["admitted"] == 1
+    assert report["dropped_by_reason"]["image_missing"] == 1
+    assert good.exists()
+
+
+def test_cli_build_and_validate(tmp_path):
+    runner = CliRunner()
+    out, work = tmp_path / "OrandCar", tmp_path / "work"
+    res = runner.invoke(main, ["build", str(SAMPLES / "pool.jsonl"), "-o", str(out), "--work", str(work),
+                               "--limit", "6", "--no-progress", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    assert "validation: ok" in res.output and "pool pool.jsonl: 6 items" in res.output
+    res = runner.invoke(main, ["validate", str(out)])
+    assert res.exit_code == 0 and res.output.strip().endswith(": ok")
+    res = runner.invoke(main, ["build", str(tmp_path / "nope.jsonl"), "-o", str(out)])
+    assert res.exit_code == 2 and "pool file not found" in res.output

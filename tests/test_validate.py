@@ -1,0 +1,164 @@
+"""`orandcar validate` must catch each planted corruption, naming config, shard, row and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from orandcar_builder.cli import main
+from orandcar_builder.dataset.features import CONFIGS, features
+from orandcar_builder.dataset.validate import json_schema, validate_folder
+
+
+def _shard(folder: Path, config: str) -> Path:
+    return sorted((folder / config).glob("train-*.parquet"))[0]
+
+
+def _rewrite_rows(folder: Path, config: str, change) -> Path:
+    """Apply ``change(rows)`` to the first shard's rows, keeping the schema and its metadata."""
+    shard = _shard(folder, config)
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    change(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
+    return shard
+
+
+def _set_qa(index, field, value):
+    def change(rows):
+        rows[0]["qa"][index][field] = value
+    return change
+
+
+def corrupt_sha(folder):
+    _rewrite_rows(folder, "rejected", lambda rows: rows[0].update(image_sha256="0" * 64))
+
+
+def corrupt_image_bytes(folder):
+    def change(rows):
+        data = bytearray(rows[0]["image"]["bytes"])
+        data[-10] ^= 0xFF
+        rows[0]["image"]["bytes"] = bytes(data)
+    _rewrite_rows(folder, "RS_think", change)
+
+
+def misalign_sources(folder):
+    _rewrite_rows(folder, "RS_nothink", lambda rows: rows[0]["clean_meta"]["sources"].append(
+        dict(rows[0]["clean_meta"]["sources"][0])))
+
+
+def bad_reason(folder):
+    _rewrite_rows(folder, "rejected", _set_qa(0, "reason", "looked_wrong"))
+
+
+def empty_question(folder):
+    _rewrite_rows(folder, "RS_think", _set_qa(0, "question", ""))
+
+
+def unknown_verifier(folder):
+    _rewrite_rows(folder, "RS_nothink", _set_qa(0, "verifier", "vibes"))
+
+
+def duplicate_image_row(folder):
+    _rewrite_rows(folder, "rejected", lambda rows: rows.append(rows[0]))
+
+
+def strip_features_metadata(folder):
+    shard = _shard(folder, "RS_think")
+    table = pq.read_table(shard)
+    pq.write_table(table.replace_schema_metadata({}), shard)
+
+
+def drop_column(folder):
+    shard = _shard(folder, "rejected")
+    pq.write_table(pq.read_table(shard).drop_columns(["image_sha256"]), shard)
+
+
+def rename_shard(folder):
+    shard = _shard(folder, "RS_think")
+    shard.rename(shard.with_name("train-00001-of-00001.parquet"))
+
+
+def remove_config(folder):
+    for p in (folder / "rejected").iterdir():
+        p.unlink()
+    (folder / "rejected").rmdir()
+
+
+def stray_file(folder):
+    (folder / "RS_think" / "notes.txt").write_text("x")
+
+
+def edit_readme_configs(folder):
+    readme = folder / "README.md"
+    readme.write_text(readme.read_text().replace("path: rejected/train-*", "path: rejected/*.parquet"))
+
+
+def remove_readme(folder):
+    (folder / "README.md").unlink()
+
+
+def not_parquet(folder):
+    _shard(folder, "RS_nothink").write_bytes(b"PAR1 garbage")
+
+
+CORRUPTIONS = {
+    corrupt_sha: "rejected/train-00000-of-00001.parquet row 0 field image_sha256",
+    corrupt_image_bytes: "RS_think/train-00000-of-00001.parquet row 0 field image_sha256",
+    misalign_sources: "RS_nothink/train-00000-of-00001.parquet row 0 field clean_meta.sources",
+    bad_reason: "rejected/train-00000-of-00001.parquet row 0 field qa.0.reason",
+    empty_question: "RS_think/train-00000-of-00001.parquet row 0 field qa.0.question",
+    unknown_verifier: "RS_nothink/train-00000-of-00001.parquet row 0 field qa.0.verifier",
+    strip_features_metadata: "RS_think/train-00000-of-00001.parquet: no datasets features metadata",
+    drop_column: "rejected/train-00000-of-00001.parquet: arrow schema differs",
+    rename_shard: "RS_think/train-00001-of-00001.parquet: shard index 1, expected 0",
+    remove_config: "rejected: folder missing",
+    stray_file: "RS_think/notes.txt: unexpected file",
+    edit_readme_configs: "README.md: configs block differs",
+    remove_readme: "README.md: missing",
+    not_parquet: "RS_nothink/train-00000-of-00001.parquet: not a readable parquet file",
+}
+
+
+def test_clean_sample_validates(built_sample):
+    assert validate_folder(built_sample) == []
+
+
+@pytest.mark.parametrize("corrupt", list(CORRUPTIONS), ids=lambda f: f.__name__)
+def test_each_corruption_is_caught(sample_copy, corrupt):
+    corrupt(sample_copy)
+    problems = validate_folder(sample_copy)
+    assert any(p.startswith(CORRUPTIONS[corrupt]) for p in problems), problems
+
+
+def test_duplicate_image_row_is_caught(sample_copy):
+    duplicate_image_row(sample_copy)
+    problems = validate_folder(sample_copy)
+    assert any("image already has a row" in p for p in problems), problems
+
+
+def test_cli_exit_codes(sample_copy):
+    runner = CliRunner()
+    assert runner.invoke(main, ["validate", str(sample_copy)]).exit_code == 0
+    corrupt_sha(sample_copy)
+    res = runner.invoke(main, ["validate", str(sample_copy)])
+    assert res.exit_code == 1
+    assert "rejected/train-00000-of-00001.parquet row 0 field image_sha256" in res.output
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_json_schema_and_features_describe_the_same_rows(config):
+    """One source of truth: the JSON Schema's fields are exactly the features' fields."""
+    schema = json_schema(config)
+    feats = features(config)
+    assert set(schema["properties"]) == set(feats) == set(schema["required"])
+    qa_schema = schema["properties"]["qa"]["items"]
+    assert set(qa_schema["properties"]) == set(feats["qa"].feature) == set(qa_schema["required"])
+    meta = schema["properties"]["clean_meta"]
+    assert set(meta["properties"]) == set(feats["clean_meta"])
+    assert set(meta["properties"]["sources"]["items"]["properties"]) == set(feats["clean_meta"]["sources"].feature)
+    assert set(schema["properties"]["image"]["properties"]) == {"bytes", "path"}
