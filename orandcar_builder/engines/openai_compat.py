@@ -1,0 +1,312 @@
+"""The openai_compat engine: any OpenAI-compatible chat endpoint, such as ``vllm serve``.
+
+Requests go out concurrently (asyncio, at most ``concurrency`` in flight) spread over one or more
+base URLs. Transient failures (connection errors, timeouts, HTTP 429 and 5xx) are retried with
+exponential backoff, honouring ``Retry-After``; any other error (a 400 for a prompt too long,
+say) fails at once. Reasoning is read from ``message.reasoning`` (``reasoning_content`` on older
+servers) when the server runs a reasoning parser, otherwise split from the text by
+``<think>...</think>``. ``chat_template_kwargs`` travel in the request body, as the OpenAI
+client's ``extra_body`` would put them.
+
+The chat-message helpers here are shared with the vllm engine: an image is sent as a data URL of
+its original bytes with the MIME type of its format, never re-encoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from ..errors import OrandCarError
+from ..images import ImageRef
+from ..records import Generation, Request
+from .base import EngineUnavailable
+from .reasoning import THINK_CLOSE, THINK_OPEN, make_generation
+
+# Large enough for a reasoning model's thinking; the server's own default may be tiny.
+DEFAULT_MAX_TOKENS = 16384
+DEFAULT_SEED = 0
+DEFAULT_CHAT_TEMPLATE_KWARGS = {"enable_thinking": True}
+DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+DEFAULT_CONCURRENCY = 16
+DEFAULT_MAX_RETRIES = 6
+DEFAULT_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 60.0
+DEFAULT_TIMEOUT_S = 1800.0
+TRANSIENT_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
+
+# Leading bytes of each format a VLM server accepts -> MIME type.
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"BM", "image/bmp"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
+)
+
+
+class EngineRequestError(OrandCarError):
+    """Requests a server refused or that kept failing; ``failures`` maps item id -> reason."""
+
+    def __init__(self, failures: dict[str, str]):
+        self.failures = dict(failures)
+        lines = [f"{item_id}: {reason}" for item_id, reason in self.failures.items()]
+        super().__init__(f"{len(lines)} request(s) failed:\n  " + "\n  ".join(lines[:20])
+                         + (f"\n  ... and {len(lines) - 20} more" if len(lines) > 20 else ""))
+
+
+def image_mime(data: bytes, name: str = "<bytes>") -> str:
+    """The MIME type of encoded image bytes, from their leading bytes."""
+    for magic, mime in _MAGIC:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    raise ValueError(f"{name}: unknown image format (not PNG, JPEG, GIF, WebP, BMP or TIFF)")
+
+
+def image_data_url(image: ImageRef) -> str:
+    """``data:<mime>;base64,...`` of the image's original bytes (hash re-checked on read)."""
+    data = image.read()
+    return f"data:{image_mime(data, image.path)};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def image_part(image: ImageRef) -> dict:
+    return {"type": "image_url", "image_url": {"url": image_data_url(image)}}
+
+
+def chat_messages(request: Request, image: Optional[dict] = None) -> list[dict]:
+    """The one-turn conversation for ``request``: the image part (``image``, or a data URL of the
+    original bytes) then the exact question; a text-only request sends the question alone."""
+    if request.image is None:
+        return [{"role": "user", "content": request.question}]
+    part = image if image is not None else image_part(request.image)
+    return [{"role": "user", "content": [part, {"type": "text", "text": request.question}]}]
+
+
+def _import_httpx() -> Any:
+    try:
+        import httpx2 as httpx  # what huggingface_hub >= 2 ships
+    except ImportError:
+        try:
+            import httpx  # type: ignore[no-redef]
+        except ImportError:
+            raise EngineUnavailable(
+                "the openai_compat engine needs an HTTP client: `pip install httpx2` (or httpx)"
+            ) from None
+    return httpx
+
+
+@dataclass(frozen=True)
+class ServerReply:
+    text: str
+    finish_reason: str
+    prompt_tokens: Optional[int]
+    completion_tokens: Optional[int]
+
+
+def reply_from_response(body: dict) -> ServerReply:
+    """The parts of a chat-completion response we keep. Reasoning the server parsed out is put
+    back in front of the answer as ``<think>R</think>`` so the raw text keeps it and replays."""
+    try:
+        choice = body["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(f"response has no choices[0].message: {str(body)[:300]}") from None
+    content = message.get("content")
+    reasoning = message.get("reasoning")
+    if reasoning is None:
+        reasoning = message.get("reasoning_content")
+    text = content or ""
+    if reasoning is not None:
+        # content None: the thinking never ended; leave the block open so the split says so.
+        text = f"{THINK_OPEN}{reasoning}" + (f"{THINK_CLOSE}{content}" if content is not None else "")
+    usage = body.get("usage") or {}
+    return ServerReply(
+        text=text,
+        finish_reason=choice.get("finish_reason") or "",
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+    )
+
+
+def _retry_after(headers: Any) -> Optional[float]:
+    value = headers.get("retry-after") if headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date; fall back to our own backoff
+
+
+def backoff_delay(attempt: int, base: float, cap: float = MAX_BACKOFF_S) -> float:
+    """Seconds to wait before retry number ``attempt`` (0-based): ``base * 2**attempt``, capped."""
+    return min(cap, base * (2 ** attempt))
+
+
+class OpenAICompatEngine:
+    """Chat completions from one or more OpenAI-compatible servers serving the same model."""
+
+    kind = "openai_compat"
+    can_judge = True
+
+    def __init__(
+        self,
+        model: str,
+        base_urls: str | Sequence[str] = DEFAULT_BASE_URL,
+        *,
+        revision: str = "",
+        api_key: Optional[str] = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        seed: Optional[int] = DEFAULT_SEED,
+        chat_template_kwargs: Optional[dict] = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        backoff_s: float = DEFAULT_BACKOFF_S,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        extra_body: Optional[dict] = None,
+    ):
+        if not model:
+            raise ValueError("openai_compat needs the served model name (--model)")
+        urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        if not urls:
+            raise ValueError("openai_compat needs at least one base URL")
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"base URL {url!r} must start with http:// or https://")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        self.model = model
+        self.revision = revision
+        self.base_urls = [u.rstrip("/") for u in urls]
+        self.api_key = api_key
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.chat_template_kwargs = dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs)
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        self.extra_body = dict(extra_body or {})
+        self._httpx = _import_httpx()
+
+    def fingerprint(self) -> dict:
+        # Base URLs and concurrency do not shape an answer; the sampling and template settings do.
+        return {
+            "kind": self.kind,
+            "model": self.model,
+            "revision": self.revision,
+            "sampling": {"temperature": 0.0, "max_tokens": self.max_tokens, "seed": self.seed},
+            "chat_template_kwargs": self.chat_template_kwargs,
+            "extra_body": self.extra_body,
+            "reasoning_split": "server field, else <think> tags",
+        }
+
+    def request_body(self, request: Request) -> dict:
+        """The JSON body sent for ``request``."""
+        body = {
+            "model": self.model,
+            "messages": chat_messages(request),
+            "temperature": 0.0,
+            "max_tokens": self.max_tokens,
+        }
+        if self.seed is not None:
+            body["seed"] = self.seed
+        if self.chat_template_kwargs:
+            body["chat_template_kwargs"] = self.chat_template_kwargs
+        body.update(self.extra_body)
+        return body
+
+    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+        if not requests:
+            return []
+        coro = self._generate_all(list(requests))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        # Called from inside an event loop (a notebook): run ours on a thread of its own.
+        result: dict[str, Any] = {}
+
+        def runner() -> None:
+            try:
+                result["value"] = asyncio.run(coro)
+            except BaseException as exc:  # re-raised in the caller's thread
+                result["error"] = exc
+
+        thread = threading.Thread(target=runner)
+        thread.start()
+        thread.join()
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
+
+    async def _generate_all(self, requests: list[Request]) -> list[Generation]:
+        httpx = self._httpx
+        semaphore = asyncio.Semaphore(self.concurrency)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits, headers=headers) as client:
+
+            async def one(index: int, request: Request) -> Generation:
+                async with semaphore:
+                    return await self._generate_one(client, index, request)
+
+            outcomes = await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)), return_exceptions=True)
+        failures = {}
+        for request, outcome in zip(requests, outcomes):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, (_RequestFailed, ValueError, OrandCarError)):
+                    raise outcome
+                failures[request.item_id] = str(outcome)
+        if failures:
+            raise EngineRequestError(failures)
+        return list(outcomes)  # type: ignore[arg-type]
+
+    async def _generate_one(self, client: Any, index: int, request: Request) -> Generation:
+        httpx = self._httpx
+        body = self.request_body(request)
+        last_error = ""
+        for attempt in range(self.max_retries + 1):
+            # Spread requests over the servers; a retry moves on to the next one.
+            url = f"{self.base_urls[(index + attempt) % len(self.base_urls)]}/chat/completions"
+            delay: Optional[float] = None
+            try:
+                response = await client.post(url, json=body)
+            except httpx.TransportError as exc:
+                last_error = f"{url}: {type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 200:
+                    return self._generation(request, response, url)
+                last_error = f"{url}: HTTP {response.status_code}: {response.text[:500]}"
+                if response.status_code not in TRANSIENT_STATUS:
+                    raise _RequestFailed(last_error + " (not retried)")
+                delay = _retry_after(response.headers)
+            if attempt < self.max_retries:
+                await asyncio.sleep(delay if delay is not None else backoff_delay(attempt, self.backoff_s))
+        raise _RequestFailed(f"{last_error} (gave up after {self.max_retries + 1} attempts)")
+
+    def _generation(self, request: Request, response: Any, url: str) -> Generation:
+        try:
+            reply = reply_from_response(response.json())
+        except ValueError as exc:
+            raise _RequestFailed(f"{url}: unreadable response: {exc}") from None
+        return make_generation(
+            request,
+            reply.text,
+            reply.finish_reason,
+            model=self.model,
+            revision=self.revision,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+        )
+
+
+class _RequestFailed(Exception):
+    """One request failed for good; collected into EngineRequestError."""
