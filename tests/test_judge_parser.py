@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,8 +22,10 @@ REPLIES = [
     ("The reference is 12, the candidate says 12.5.\n\nVerdict: WRONG", (WRONG, True)),
     ("The reference reads 'N/A ???' and cannot be compared.\nVerdict: UNSURE", (UNSURE, True)),
     # reasoning blocks, closed or stray
-    ("<think>\nThe candidate says 7, the reference 7. Verdict: WRONG? no, same.\n</think>\n\nVerdict: CORRECT", (CORRECT, True)),
-    ("Compare 3 and 4, they differ, so it is wrong... wait the reference is 3.\n</think>\nVerdict: CORRECT", (CORRECT, True)),
+    ("<think>\nThe candidate says 7, the reference 7. Verdict: WRONG? no, same.\n</think>\n\nVerdict: CORRECT",
+     (CORRECT, True)),
+    ("Compare 3 and 4, they differ, so it is wrong... wait the reference is 3.\n</think>\nVerdict: CORRECT",
+     (CORRECT, True)),
     ("<think>They match, CORRECT.</think>", U),  # nothing after the reasoning
     ("<think>Reference 5, candidate 5, so Verdict: CORRECT", U),  # thinking never ended
     ("<think>first</think>\n<think>second</think>\nVerdict: WRONG", (WRONG, True)),
@@ -37,6 +41,8 @@ REPLIES = [
     ("`Verdict: CORRECT`", (CORRECT, True)),
     ("> **Judgment:** Correct", (CORRECT, True)),
     ("- Verdict: WRONG", (WRONG, True)),
+    ("So the verdict is: **UNSURE**.", (UNSURE, True)),
+    ("Verdict: CORRECT (units do not matter)", (CORRECT, True)),
     ("$\\boxed{CORRECT}$", (CORRECT, True)),
     ("Final answer: \\boxed{\\text{WRONG}}", (WRONG, True)),
     # negation and incorrect
@@ -47,8 +53,11 @@ REPLIES = [
     ("The candidate gives Paris, the reference Lyon, so the candidate is not correct.", (WRONG, True)),
     ("The candidate isn't correct.", (WRONG, True)),
     ("The candidate is not the correct answer.", U),  # the negation is elsewhere: never CORRECT
+    ("The candidate's 8 does not match the reference 7, which is correct.", U),
+    ("Verdict: the candidate does not match; the reference is correct", U),
     ("Verdict: not wrong", U),
     ("Verdict: partially correct", U),
+    ("Verdict: not entirely correct", U),
     ("The answer is mostly correct but misses the unit.", U),
     # a standalone verdict word, a trailing verdict word
     ("Both say 'bridgestone'; only the case differs.\n\nCORRECT", (CORRECT, True)),
@@ -56,6 +65,7 @@ REPLIES = [
     ("[UNSURE]", (UNSURE, True)),
     ("Same number, written as 1,000 versus 1000, so the candidate is correct.", (CORRECT, True)),
     ("CORRECT\n\nThe candidate matches the reference apart from spacing.", (CORRECT, True)),
+    ("Reference 5 km, candidate 5000 m: the same distance. Hence, CORRECT.", (CORRECT, True)),
     # two verdicts
     ("Verdict: CORRECT or WRONG", U),
     ("Verdict: CORRECT / WRONG / UNSURE", U),
@@ -70,6 +80,8 @@ REPLIES = [
     ("Final answer: 42", U),
     ("I cannot see the image, so I cannot tell.", U),
     ("The question asks for the total area.", U),
+    ("Is the candidate correct? Yes.", U),
+    ("I think it is correct, but not sure", U),
     ("Verdict:", U),
     ("Correctness depends on the reference.", U),
 ]
@@ -84,9 +96,13 @@ def test_parse_verdict(reply, expected):
     assert parse_verdict(reply) == expected
 
 
-@pytest.mark.parametrize("reply", [r for r, _ in REPLIES if "not" in r.lower() or "n't" in r.lower()])
-def test_a_negated_reply_never_reads_correct(reply):
+_NEGATED_CORRECT = re.compile(r"(?:\bnot|n't)\s+(?:\w+\s+){0,2}correct", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("reply", [r for r, _ in REPLIES if _NEGATED_CORRECT.search(r)])
+def test_a_negated_correct_never_reads_correct(reply):
     assert parse_verdict(reply)[0] != CORRECT
+    assert parse_verdict(reply.replace("\n", " ")) != (CORRECT, True)
 
 
 @settings(max_examples=200, deadline=None)
