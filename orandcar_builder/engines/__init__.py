@@ -11,6 +11,9 @@ from .base import Engine, EngineUnavailable
 # name -> "module:factory"; imported lazily so heavy optional dependencies load only when used.
 ENGINES: dict[str, str] = {
     "rapidocr": "orandcar_builder.engines.rapidocr:RapidOCREngine",
+    "replay": "orandcar_builder.engines.replay:ReplayEngine",
+    "openai_compat": "orandcar_builder.engines.openai_compat:OpenAICompatEngine",
+    "vllm": "orandcar_builder.engines.vllm:VLLMEngine",
 }
 
 

