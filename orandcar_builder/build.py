@@ -16,7 +16,7 @@ import platform
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
@@ -32,9 +32,13 @@ from .errors import OrandCarError
 from .families import get_family
 from .pool import read_pool
 from .prompts import question_text
-from .records import Admitted, Dropped, Generation, PoolItem, Request
+from .records import Admitted, Dropped, Generation, PoolItem, Request, Verdict
 from .route import ACCEPTED, REJECTED, Outcome, route
 from .verify import get_rule, verify
+from . import judge as judging
+from .cache import CacheStats, GenerationCache, generate_cached
+from .engines.reasoning import STATUS_OK, answer_status
+from .records import Decision
 
 GENERATION_BATCH = 32
 
@@ -83,27 +87,41 @@ def make_request(admitted: Admitted) -> Request:
     )
 
 
-def _generate_all(engine: Engine, requests: Sequence[Request], generate: Callable, progress: bool) -> list[Generation]:
+def _generate_all(engine: Engine, requests: Sequence[Request], cache: Optional[GenerationCache],
+                  progress: bool, desc: str, stats: CacheStats) -> list[Generation]:
+    """Generations for ``requests`` in order, from the cache where present (see cache.py)."""
     from tqdm import tqdm
 
-    generations: list[Generation] = []
-    with tqdm(total=len(requests), desc="generate", unit="qa", disable=not progress, file=sys.stderr) as bar:
-        for start in range(0, len(requests), GENERATION_BATCH):
-            batch = list(requests[start:start + GENERATION_BATCH])
-            out = generate(engine, batch)
-            if len(out) != len(batch) or any(g.item_id != r.item_id for g, r in zip(out, batch)):
-                raise BuildError(f"engine {engine.kind} returned generations out of order or incomplete")
-            generations.extend(out)
-            bar.update(len(batch))
+    with tqdm(total=len(requests), desc=desc, unit="qa", disable=not progress, file=sys.stderr) as bar:
+        def advance(s: CacheStats) -> None:
+            bar.n = s.done
+            bar.refresh()
+
+        if cache is None:
+            generations = []
+            for start in range(0, len(requests), GENERATION_BATCH):
+                batch = list(requests[start:start + GENERATION_BATCH])
+                out = list(engine.generate(batch))
+                if len(out) != len(batch) or any(g.item_id != r.item_id for g, r in zip(out, batch)):
+                    raise BuildError(f"engine {engine.kind} returned generations out of order or incomplete")
+                generations.extend(out)
+                stats.total += len(batch)
+                stats.asked += len(batch)
+                advance(stats)
+        else:
+            generations = generate_cached(engine, requests, cache, batch_size=GENERATION_BATCH,
+                                          on_batch=advance, stats=stats)
+        bar.n = len(requests)
+        bar.refresh()
     return generations
 
 
-def _plain_generate(engine: Engine, requests: Sequence[Request]) -> list[Generation]:
-    return engine.generate(requests)
+def decide(admitted: Admitted, request: Request, generation: Generation) -> tuple[Outcome, Optional[Decision]]:
+    """The string-rule outcome for one QA item, and the rule's decision where one was made.
 
-
-def decide(admitted: Admitted, request: Request, generation: Generation) -> Outcome:
-    """The string-rule decision for one QA item, as an outcome ready for routing."""
+    An engine that could not answer, a reasoning that never ended (``truncated``) and an empty
+    final answer (``no_answer``) are rejected without a rule decision; they never go to the judge.
+    """
     item = admitted.item
     family = get_family(item.family)
     common = dict(
@@ -115,16 +133,25 @@ def decide(admitted: Admitted, request: Request, generation: Generation) -> Outc
     )
     answer = generation.answer
     if generation.unsupported:
-        return Outcome(route=REJECTED, wrong_vlm="", reason="no_answer", **common)
-    if generation.finish_reason == "length" and not answer.strip():
-        return Outcome(route=REJECTED, wrong_vlm=answer, reason="truncated", **common)
-    if not answer.strip():
-        return Outcome(route=REJECTED, wrong_vlm=answer, reason="no_answer", **common)
+        return Outcome(route=REJECTED, wrong_vlm="", reason="no_answer", **common), None
+    status = answer_status(answer, generation.finish_reason)
+    if status != STATUS_OK:
+        return Outcome(route=REJECTED, wrong_vlm=answer, reason=status, **common), None
     decision = verify(family.rule, answer, item.references, item.options)
     if decision.passed:
         return Outcome(route=ACCEPTED, think=generation.think, answer=decision.text,
-                       verifier=decision.rule, **common)
-    return Outcome(route=REJECTED, wrong_vlm=answer, reason="wrong_answer", **common)
+                       verifier=decision.rule, **common), decision
+    return Outcome(route=REJECTED, wrong_vlm=answer, reason="wrong_answer", **common), decision
+
+
+def apply_verdict(outcome: Outcome, generation: Generation, verdict: Verdict) -> Outcome:
+    """The outcome after the judge: only CORRECT promotes, with the model's whole final answer."""
+    route_to, reason = judging.promotion(verdict)
+    if route_to == ACCEPTED:
+        return replace(outcome, route=ACCEPTED, think=generation.think,
+                       answer=judging.candidate_answer(generation), verifier=judging.JUDGE_VERIFIER,
+                       wrong_vlm="", reason=None)
+    return replace(outcome, reason=reason)
 
 
 def _write_jsonl(path: Path, records: Iterable[dict]) -> None:
@@ -152,15 +179,24 @@ def _admitted_row(a: Admitted) -> dict:
     }
 
 
-def _decision_row(outcome: Outcome, generation: Generation) -> dict:
+def _decision_row(outcome: Outcome, generation: Generation, decision: Optional[Decision],
+                  verdict: Optional[Verdict]) -> dict:
     return {
         "order": outcome.order, "id": outcome.item_id, "family": outcome.family,
         "image_sha256": outcome.image.sha256, "question": outcome.question,
         "references": list(outcome.references), "text": generation.text, "think": generation.think,
         "model_answer": generation.answer, "finish_reason": generation.finish_reason,
         "unsupported": generation.unsupported, "model": generation.model,
-        "revision": generation.revision, "prompt": generation.prompt, "route": outcome.route,
-        "answer": outcome.answer, "verifier": outcome.verifier, "reason": outcome.reason,
+        "revision": generation.revision, "prompt": generation.prompt,
+        "rule": decision.rule if decision else None,
+        "rule_version": decision.rule_version if decision else None,
+        "candidate": decision.candidate if decision else None,
+        "score": decision.score if decision else None,
+        "rule_passed": decision.passed if decision else None,
+        "verdict": verdict.label if verdict else None,
+        "verdict_raw": verdict.raw if verdict else None,
+        "route": outcome.route, "answer": outcome.answer, "verifier": outcome.verifier,
+        "reason": outcome.reason,
     }
 
 
@@ -177,12 +213,24 @@ def build(
     engine: Optional[Engine] = None,
     engine_name: str = "rapidocr",
     engine_options: Optional[dict] = None,
+    judge_engine: Optional[Engine] = None,
+    judge: str = "none",
+    judge_options: Optional[dict] = None,
+    calibrate: int = 0,
     limit: Optional[int] = None,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     progress: bool = True,
-    generate: Optional[Callable[[Engine, Sequence[Request]], list[Generation]]] = None,
+    use_cache: bool = True,
+    export_generations: Optional[Path] = None,
 ) -> BuildResult:
-    """Build the dataset folder ``out`` from ``pool``; state and reports go to ``work``."""
+    """Build the dataset folder ``out`` from ``pool``; state and reports go to ``work``.
+
+    ``judge`` names the second-pass engine: ``"none"`` (no second pass), ``"same"`` (the
+    generation engine, text only) or an engine name built with ``judge_options``; or pass
+    ``judge_engine``. ``calibrate`` runs the judge over that many rule-accepted items.
+    Generations and verdicts are cached in ``work/cache``: a rerun (after a crash too) asks the
+    engines only for what is missing and ends with the same dataset bytes.
+    """
     pool, out = Path(pool), Path(out)
     work = Path(work) if work is not None else Path("work")
     if not pool.is_file():
@@ -199,40 +247,111 @@ def build(
 
     if engine is None:
         engine = create_engine(engine_name, **(engine_options or {}))
-    requests = [make_request(a) for a in admitted]
-    t1 = time.perf_counter()
-    generations = _generate_all(engine, requests, generate or _plain_generate, progress)
-    timings["generate"] = time.perf_counter() - t1
+    if judge_engine is None and judge != "none":
+        judge_engine = engine if judge == "same" else create_engine(judge, **(judge_options or {}))
+    if judge_engine is not None and not judge_engine.can_judge:
+        raise BuildError(f"engine {judge_engine.kind!r} cannot run the text-only judge pass; use --judge none")
 
-    t2 = time.perf_counter()
-    outcomes = [decide(a, r, g) for a, r, g in zip(admitted, requests, generations)]
-    _write_parquet(work / "decisions.parquet", [_decision_row(o, g) for o, g in zip(outcomes, generations)])
+    cache = GenerationCache(work / "cache" / "generations.sqlite") if use_cache else None
+    try:
+        requests = [make_request(a) for a in admitted]
+        t1 = time.perf_counter()
+        gen_stats = CacheStats()
+        generations = _generate_all(engine, requests, cache, progress, "generate", gen_stats)
+        timings["generate"] = time.perf_counter() - t1
+        if export_generations is not None:
+            from .engines.replay import export_generations as export
+
+            export(generations, export_generations, requests=requests)
+        _write_jsonl(work / "prompts.jsonl", (
+            {"id": r.item_id, "question": r.question, "prompt": g.prompt} for r, g in zip(requests, generations)))
+
+        t2 = time.perf_counter()
+        decided = [decide(a, r, g) for a, r, g in zip(admitted, requests, generations)]
+        outcomes = [o for o, _ in decided]
+        timings["verify"] = time.perf_counter() - t2
+
+        verdicts: dict[int, Verdict] = {}
+        judge_report = None
+        if judge_engine is not None:
+            t3 = time.perf_counter()
+            outcomes, verdicts, judge_report = _judge_pass(
+                judge_engine, admitted, requests, generations, decided, cache, calibrate, progress)
+            timings["judge"] = time.perf_counter() - t3
+    finally:
+        if cache is not None:
+            cache.close()
+
+    _write_parquet(work / "decisions.parquet", [
+        _decision_row(o, g, d, verdicts.get(i)) for i, (o, g, (_, d)) in enumerate(zip(outcomes, generations, decided))])
     _write_jsonl(work / "unsupported.jsonl", (
         {"id": g.item_id, "family": r.family, "explanation": g.unsupported}
         for r, g in zip(requests, generations) if g.unsupported))
-    timings["verify"] = time.perf_counter() - t2
 
-    t3 = time.perf_counter()
+    t4 = time.perf_counter()
     plans = route(outcomes)
     summary = write_dataset(out, {c: _rows(p) for c, p in plans.items()}, max_shard_bytes=max_shard_bytes)
-    report = _report(pool, dropped, outcomes, summary, clean_report, engine, limit)
+    report = _report(pool, dropped, outcomes, summary, clean_report, engine, limit, judge_report, generations)
     from .card import write_card
 
     write_card(out, report)
-    timings["write"] = time.perf_counter() - t3
+    timings["write"] = time.perf_counter() - t4
 
-    t4 = time.perf_counter()
+    t5 = time.perf_counter()
     problems = validate_folder(out)
-    timings["validate"] = time.perf_counter() - t4
+    timings["validate"] = time.perf_counter() - t5
     timings["total"] = time.perf_counter() - t0
 
-    _write_json(work / "report.json", {**report, "timings_s": {k: round(v, 3) for k, v in timings.items()},
-                                        "validation_problems": problems})
-    _write_json(work / "manifest.json", _manifest(pool, out, engine, limit, max_shard_bytes, outcomes))
+    _write_json(work / "report.json", {
+        **report, "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "cache": {"generate": vars(gen_stats), "judge": (judge_report or {}).get("_cache")},
+        "validation_problems": problems})
+    if judge_report:
+        judge_report.pop("_cache", None)
+    _write_json(work / "manifest.json", _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes, report["rules"]))
     return BuildResult(out=out, work=work, report=report, problems=problems)
 
 
-def _report(pool, dropped, outcomes, summary, clean_report, engine, limit) -> dict:
+def _judge_pass(judge_engine, admitted, requests, generations, decided, cache, calibrate, progress):
+    """Second pass over rule rejects with a final answer; optional calibration on rule accepts."""
+    stats = CacheStats()
+
+    def generate(engine, reqs):
+        return _generate_all(engine, reqs, cache, progress, "judge", stats)
+
+    def item(i: int) -> judging.JudgeItem:
+        a = admitted[i].item
+        return judging.JudgeItem(a.id, requests[i].question, tuple(a.references),
+                                 judging.candidate_answer(generations[i]), a.family)
+
+    outcomes = [o for o, _ in decided]
+    to_judge = [i for i, (o, d) in enumerate(decided)
+                if d is not None and judging.needs_judge(generations[i], d)]
+    verdict_list = judging.judge(judge_engine, [item(i) for i in to_judge], generate=generate)
+    verdicts = dict(zip(to_judge, verdict_list))
+    for i, verdict in verdicts.items():
+        outcomes[i] = apply_verdict(outcomes[i], generations[i], verdict)
+
+    calibration = None
+    if calibrate:
+        accepted_by_rule = [item(i) for i, (o, d) in enumerate(decided) if d is not None and d.passed]
+        calibration = judging.calibrate(judge_engine, accepted_by_rule, calibrate, generate=generate).to_dict()
+    labels = Counter(v.label for v in verdicts.values())
+    return outcomes, verdicts, {
+        "engine": judge_engine.fingerprint(),
+        "prompt_version": judging.JUDGE_PROMPT_VERSION,
+        "judged": len(verdicts),
+        "verdicts": {label: labels.get(label, 0) for label in judging.LABELS},
+        "unparseable": sum(1 for v in verdicts.values() if not getattr(v, "parseable", True)),
+        "promoted": labels.get(judging.CORRECT, 0),
+        "overturns_by_family": judging.overturns_by_family(
+            (admitted[i].item.family, v) for i, v in verdicts.items()),
+        "calibration": calibration,
+        "_cache": vars(stats),
+    }
+
+
+def _report(pool, dropped, outcomes, summary, clean_report, engine, limit, judge_report, generations) -> dict:
     """The build's figures; everything here is deterministic (the card renders from it)."""
     accepted = [o for o in outcomes if o.route == ACCEPTED]
     rejected = [o for o in outcomes if o.route == REJECTED]
@@ -263,11 +382,30 @@ def _report(pool, dropped, outcomes, summary, clean_report, engine, limit) -> di
         "configs": summary,
         "cleaning": clean_report,
         "engine": engine.fingerprint(),
-        "judge": None,
+        "generation": _generation_settings(engine, generations),
+        "judge": {k: v for k, v in judge_report.items() if not k.startswith("_")} if judge_report else None,
     }
 
 
-def _manifest(pool, out, engine, limit, max_shard_bytes, outcomes) -> dict:
+def _generation_settings(engine: Engine, generations: Sequence[Generation]) -> dict:
+    """How the answers were produced, for the card: from the engine's fingerprint and outputs."""
+    fp = engine.fingerprint()
+    sampling = fp.get("sampling") or {}
+    models = sorted({g.model for g in generations if g.model})
+    revisions = sorted({g.revision for g in generations if g.revision})
+    template = fp.get("chat_template_kwargs") or {}
+    reasoning = template.get("enable_thinking") if "enable_thinking" in template else fp.get("reasoning")
+    return {
+        "engine": engine.kind,
+        "model": fp.get("model") or (models[0] if len(models) == 1 else models) or None,
+        "revision": fp.get("revision") or (revisions[0] if len(revisions) == 1 else revisions) or None,
+        "temperature": sampling.get("temperature", fp.get("temperature")),
+        "max_tokens": sampling.get("max_tokens", fp.get("max_tokens")),
+        "reasoning": reasoning if reasoning is not None else "n/a",
+    }
+
+
+def _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes, rules) -> dict:
     import datasets
     import huggingface_hub
 
@@ -278,6 +416,8 @@ def _manifest(pool, out, engine, limit, max_shard_bytes, outcomes) -> dict:
         "limit": limit,
         "max_shard_bytes": max_shard_bytes,
         "engine": engine.fingerprint(),
+        "judge_engine": judge_engine.fingerprint() if judge_engine is not None else None,
+        "rules": rules,
         "versions": {"python": platform.python_version(), "datasets": datasets.__version__,
                      "huggingface_hub": huggingface_hub.__version__, "pyarrow": pa.__version__},
     }
@@ -301,6 +441,17 @@ def format_summary(result: BuildResult) -> str:
         lines.append(f"  rejected  {reason:<22} {n}")
     for verifier, n in r["accepted_by_verifier"].items():
         lines.append(f"  accepted  by {verifier:<19} {n}")
+    judge = r.get("judge")
+    if judge:
+        v = judge["verdicts"]
+        lines.append(f"  judge: {judge['judged']} judged, {judge['promoted']} promoted "
+                     f"(CORRECT {v['CORRECT']}, WRONG {v['WRONG']}, UNSURE {v['UNSURE']}, "
+                     f"unparseable {judge['unparseable']})")
+        cal = judge.get("calibration")
+        if cal:
+            lines.append(f"  judge calibration: agreed on {cal['agreed']}/{cal['n']} rule-accepted items")
+    else:
+        lines.append("  judge: no second pass ran")
     for config, s in r["configs"].items():
         lines.append(f"  {config:<11} {s['rows']} rows in {len(s['shards'])} shard(s), {s['bytes']} bytes")
     lines.append(f"dataset: {result.out}   work dir: {result.work}")
