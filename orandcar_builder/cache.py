@@ -1,0 +1,286 @@
+"""The generation cache: completed generations in SQLite, keyed by what shaped them.
+
+The key is the sha256 of the engine fingerprint (kind, model id and revision, sampling and
+template settings), the exact question text and the image sha256. Nothing else is in it, so a
+changed rule or judge never triggers regeneration, and two QA items that ask the same question
+of the same image share one generation.
+
+Writes are atomic: each batch is one transaction in a write-ahead-logged database, so a process
+killed at any point (SIGKILL included) leaves every earlier batch intact and none of its
+current one; the next run asks the engine only for what is missing. The judge pass uses the
+same cache with the judge engine's fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+from .engines.base import Engine
+from .errors import OrandCarError
+from .records import Generation, Request
+
+SCHEMA_VERSION = 1
+KEY_SCHEME = "orandcar-generation/1"
+# Fingerprint keys recorded in the manifest but left out of the key: where a job ran (hardware,
+# batch-invariance switch, vLLM version) must not throw away finished work when it resumes elsewhere.
+RECORD_ONLY_KEYS = ("reproducibility",)
+COMPLETE_FINISH_REASONS = ("stop", "length")
+# SQLite's default limit on bound parameters is 999 in old builds; stay under it.
+_LOOKUP_CHUNK = 500
+_GENERATION_FIELDS = {f.name for f in fields(Generation)}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS generations (
+    key TEXT PRIMARY KEY,
+    item_id TEXT NOT NULL,
+    engine TEXT NOT NULL,
+    generation TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS engines (
+    hash TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL
+);
+"""
+
+
+class CacheError(OrandCarError):
+    """A cache file that cannot be used; the message names it."""
+
+
+class EngineContractError(OrandCarError):
+    """An engine answered with the wrong number of generations or out of order."""
+
+
+def _canonical(obj: object) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def cache_fingerprint(fingerprint: dict) -> dict:
+    """The part of an engine fingerprint that shapes its output (RECORD_ONLY_KEYS removed)."""
+    return {k: v for k, v in fingerprint.items() if k not in RECORD_ONLY_KEYS}
+
+
+def engine_hash(fingerprint: dict) -> str:
+    return hashlib.sha256(_canonical(cache_fingerprint(fingerprint)).encode("utf-8")).hexdigest()
+
+
+def request_key(fingerprint: dict, request: Request) -> str:
+    """The cache key of ``request`` for an engine with ``fingerprint``: hex sha256 of the
+    fingerprint (less RECORD_ONLY_KEYS), the exact question text and the image sha256."""
+    payload = {
+        "scheme": KEY_SCHEME,
+        "engine": cache_fingerprint(fingerprint),
+        "question": request.question,
+        "image_sha256": request.image.sha256 if request.image is not None else None,
+    }
+    return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
+
+
+def is_complete(generation: Generation) -> bool:
+    """Whether a generation may be cached: the engine finished it (``stop`` or ``length``), or
+    declared the request unsupported, which is deterministic too."""
+    return generation.unsupported is not None or generation.finish_reason in COMPLETE_FINISH_REASONS
+
+
+def generation_to_json(generation: Generation) -> str:
+    return _canonical(asdict(generation))
+
+
+def generation_from_json(blob: str) -> Generation:
+    data = json.loads(blob)
+    return Generation(**{k: v for k, v in data.items() if k in _GENERATION_FIELDS})
+
+
+@dataclass
+class CacheStats:
+    """Counts for one ``generate_cached`` call: ``hits`` requests answered from the cache,
+    ``asked`` requests sent to the engine (one per distinct key), ``shared`` requests answered
+    by another request of the same call with the same key, ``stored`` generations written,
+    ``uncached`` incomplete generations returned but not written."""
+
+    total: int = 0
+    hits: int = 0
+    asked: int = 0
+    shared: int = 0
+    stored: int = 0
+    uncached: int = 0
+    batches: int = 0
+
+    @property
+    def misses(self) -> int:
+        return self.total - self.hits
+
+    @property
+    def done(self) -> int:
+        """Requests answered so far."""
+        return self.hits + self.asked + self.shared
+
+
+class GenerationCache:
+    """A SQLite file of completed generations. Use as a context manager, or call ``close()``."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT).
+            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL under WAL survives a killed process; only a power loss may lose the last batch.
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise CacheError(
+                    f"{self.path}: cache schema version {version}, this version reads {SCHEMA_VERSION}; "
+                    "use a new work dir or delete the cache file"
+                )
+            self._conn.executescript(_SCHEMA)
+            self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise CacheError(f"{self.path}: not a usable generation cache ({exc})") from None
+
+    def __enter__(self) -> "GenerationCache":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None  # type: ignore[assignment]
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise CacheError(f"{self.path}: cache is closed")
+        return self._conn
+
+    def __len__(self) -> int:
+        return self.connection.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+
+    def __contains__(self, key: str) -> bool:
+        row = self.connection.execute("SELECT 1 FROM generations WHERE key = ?", (key,)).fetchone()
+        return row is not None
+
+    def keys(self) -> set[str]:
+        return {row[0] for row in self.connection.execute("SELECT key FROM generations")}
+
+    def get(self, key: str) -> Optional[Generation]:
+        return self.get_many([key]).get(key)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
+        """The cached generations among ``keys``, by key."""
+        keys = list(dict.fromkeys(keys))
+        found: dict[str, Generation] = {}
+        for start in range(0, len(keys), _LOOKUP_CHUNK):
+            chunk = keys[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self.connection.execute(
+                f"SELECT key, generation FROM generations WHERE key IN ({marks})", chunk
+            )
+            for key, blob in rows:
+                found[key] = generation_from_json(blob)
+        return found
+
+    def put_many(self, fingerprint: dict, entries: Sequence[tuple[str, Generation]]) -> int:
+        """Store complete generations under their keys in one transaction; returns how many were
+        given. An incomplete one is a ValueError (nothing is written)."""
+        for key, gen in entries:
+            if not is_complete(gen):
+                raise ValueError(f"generation {gen.item_id!r} is incomplete (finish_reason {gen.finish_reason!r})")
+        ehash = engine_hash(fingerprint)
+        conn = self.connection
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "INSERT OR IGNORE INTO engines (hash, fingerprint) VALUES (?, ?)",
+                (ehash, _canonical(cache_fingerprint(fingerprint))),
+            )
+            conn.executemany(
+                "INSERT OR REPLACE INTO generations (key, item_id, engine, generation) VALUES (?, ?, ?, ?)",
+                [(key, gen.item_id, ehash, generation_to_json(gen)) for key, gen in entries],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return len(entries)
+
+    def put(self, fingerprint: dict, key: str, generation: Generation) -> None:
+        self.put_many(fingerprint, [(key, generation)])
+
+
+def _check_batch(batch: Sequence[Request], generations: Sequence[Generation], engine: Engine) -> None:
+    if len(generations) != len(batch):
+        raise EngineContractError(
+            f"engine {engine.kind!r} returned {len(generations)} generations for {len(batch)} requests"
+        )
+    for req, gen in zip(batch, generations):
+        if gen.item_id != req.item_id:
+            raise EngineContractError(
+                f"engine {engine.kind!r} answered {gen.item_id!r} where {req.item_id!r} was asked: order not kept"
+            )
+
+
+def generate_cached(
+    engine: Engine,
+    requests: Sequence[Request],
+    cache: GenerationCache,
+    *,
+    batch_size: int = 64,
+    on_batch: Optional[Callable[[CacheStats], None]] = None,
+    stats: Optional[CacheStats] = None,
+) -> list[Generation]:
+    """One generation per request, in the order of ``requests``, asking ``engine`` only for keys
+    the cache lacks (each distinct key once, in batches of ``batch_size``).
+
+    Each batch's complete generations are committed before the next batch is asked, so an
+    interrupted call loses at most the batch in flight. A cached generation answering another
+    item carries the asking request's item id. ``on_batch(stats)`` is called after each batch;
+    pass ``stats`` to read the counts afterwards.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    stats = stats if stats is not None else CacheStats()
+    stats.total += len(requests)
+    fingerprint = engine.fingerprint()
+    keys = [request_key(fingerprint, r) for r in requests]
+    known = cache.get_many(keys)
+    results: dict[str, Generation] = dict(known)
+    stats.hits += sum(1 for k in keys if k in known)
+
+    # Distinct missing keys in order of first appearance, each asked once.
+    first_request: dict[str, Request] = {}
+    for key, req in zip(keys, requests):
+        if key not in known and key not in first_request:
+            first_request[key] = req
+    stats.shared += sum(1 for k in keys if k not in known) - len(first_request)
+
+    pending = list(first_request.items())
+    for start in range(0, len(pending), batch_size):
+        chunk = pending[start : start + batch_size]
+        batch = [req for _, req in chunk]
+        generations = engine.generate(batch)
+        _check_batch(batch, generations, engine)
+        stats.asked += len(batch)
+        complete = [(key, gen) for (key, _), gen in zip(chunk, generations) if is_complete(gen)]
+        stats.uncached += len(chunk) - len(complete)
+        if complete:
+            stats.stored += cache.put_many(fingerprint, complete)
+        results.update({key: gen for (key, _), gen in zip(chunk, generations)})
+        stats.batches += 1
+        if on_batch is not None:
+            on_batch(stats)
+
+    out = []
+    for key, req in zip(keys, requests):
+        gen = results[key]
+        out.append(gen if gen.item_id == req.item_id else replace(gen, item_id=req.item_id))
+    return out
