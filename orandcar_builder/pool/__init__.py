@@ -1,5 +1,83 @@
-"""The pool: QA items in the native JSONL format, and importers that produce it."""
+"""The pool: QA items in the native JSONL format, and importers that produce it.
 
-from .jsonl import read_pool, parse_pool_line, PoolLineError
+``import_source(fmt, source, out, **options)`` runs one importer and returns its report; each
+importer streams its source and writes ``out`` through ``PoolWriter``, so every line it writes
+reads back with ``read_pool`` and every record it cannot convert is a counted problem.
+"""
 
-__all__ = ["read_pool", "parse_pool_line", "PoolLineError"]
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+from typing import Callable
+
+from ..errors import OrandCarError, UnknownNameError
+from ..families import get_family
+from .jsonl import PoolLineError, encode_pool_line, parse_pool_line, pool_line, read_pool
+from .report import ImportProblem, ImportReport, format_import_report
+from .writer import PoolWriter
+
+# format name -> "module:function"; imported on use so `hf` pulls in `datasets` only when asked.
+IMPORTERS: dict[str, str] = {
+    "llava": "orandcar_builder.pool.llava:import_llava",
+    "folder": "orandcar_builder.pool.folder:import_folder",
+    "hf": "orandcar_builder.pool.hf:import_hf",
+    "jsonl": "orandcar_builder.pool.jsonl:import_jsonl",
+}
+
+
+def get_importer(fmt: str) -> Callable:
+    """The importer function for ``fmt``; an unknown name says which one was meant."""
+    if fmt not in IMPORTERS:
+        raise UnknownNameError("import format", fmt, IMPORTERS)
+    module, function = IMPORTERS[fmt].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _check_options(fmt: str, importer: Callable, options: dict) -> None:
+    accepted = [name for name, p in inspect.signature(importer).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    for name in options:
+        if name not in accepted:
+            raise UnknownNameError(f"option for the {fmt} importer", name, accepted)
+    families = [options.get("family")] + list((options.get("family_map") or {}).values())
+    for family in families:
+        if family is not None:
+            get_family(family)  # fail once, up front, rather than once per line
+
+
+def import_source(fmt: str, source: Path, out: Path, **options) -> ImportReport:
+    """Convert ``source`` (format ``fmt``) to the native pool file ``out``.
+
+    Returns the counts and problems; the full problem list also goes to ``<out stem>.problems.jsonl``
+    beside ``out``. ``out`` is replaced only when the import finishes. Raises ``OrandCarError``
+    (with a did-you-mean for names) for an unknown format or option, or a source that cannot be
+    read at all; a bad record never raises.
+    """
+    importer = get_importer(fmt)
+    # None means "not given": the importer's own default applies (CLI options arrive this way).
+    options = {name: value for name, value in options.items() if value is not None}
+    _check_options(fmt, importer, options)
+    source, out = Path(source), Path(out)
+    if not source.exists():
+        raise OrandCarError(f"{source}: no such file or folder to import")
+    report = ImportReport(format=fmt, source=str(source), out=str(out))
+    with PoolWriter(out, report) as writer:
+        importer(source, writer, **options)
+    return report
+
+
+__all__ = [
+    "IMPORTERS",
+    "ImportProblem",
+    "ImportReport",
+    "PoolLineError",
+    "PoolWriter",
+    "encode_pool_line",
+    "format_import_report",
+    "get_importer",
+    "import_source",
+    "parse_pool_line",
+    "pool_line",
+    "read_pool",
+]

@@ -1,14 +1,18 @@
-"""Reading the native pool format: one JSON object per line.
+"""The native pool format: one JSON object per line.
 
 ``{"id", "image", "question", "answer", "family"}`` are required; ``options`` and ``source`` are
 optional. ``image`` is a path relative to the pool file. A bad line never stops the read: it is
 yielded as a ``Dropped`` record naming file, line and reason, and the read goes on.
+
+``import_jsonl`` is the ``jsonl`` importer: it checks a native pool line by line, reports bad
+lines, and writes the good ones in canonical form with paths relative to the new pool file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
@@ -90,6 +94,30 @@ def parse_pool_line(obj: object) -> dict:
     }
 
 
+def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]]:
+    """Yield ``(where, value)`` per line of a JSONL file: the decoded JSON value, or a ``Dropped``
+    for a blank, non-UTF-8 or malformed line. ``where`` is ``"name:line"``."""
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            where = f"{path.name}:{lineno}"
+            if not raw.strip():
+                yield where, Dropped(where, "blank_line", "blank line")
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield where, Dropped(where, "not_utf8", f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})")
+                continue
+            try:
+                yield where, json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield where, Dropped(where, "malformed_json", f"not valid JSON ({exc.msg} at column {exc.colno})")
+
+
+def _line_id(obj: object) -> Optional[str]:
+    return obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
+
+
 def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None) -> Iterator[Union[PoolItem, Dropped]]:
     """Yield a PoolItem for each good line and a Dropped for each bad one, in file order.
 
@@ -99,52 +127,97 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None) -> 
     base = path.parent
     seen_ids: set[str] = set()
     images: dict[str, ImageRef | ImageError] = {}  # one hash and decode check per image file
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if limit is not None and lineno > limit:
-                return
-            where = f"{path.name}:{lineno}"
-            if not raw.strip():
-                yield Dropped(where, "blank_line", "blank line")
-                continue
+    for lineno, (where, obj) in enumerate(decode_json_lines(path), 1):
+        if limit is not None and lineno > limit:
+            return
+        if isinstance(obj, Dropped):
+            yield obj
+            continue
+        item_id = _line_id(obj)
+        try:
+            fields = parse_pool_line(obj)
+        except PoolLineError as exc:
+            yield Dropped(where, exc.reason, exc.detail, item_id)
+            continue
+        if item_id in seen_ids:
+            yield Dropped(where, "duplicate_id", f"id {item_id!r} already used earlier in the pool", item_id)
+            continue
+        image_path = str((base / fields["image"]).resolve())
+        if image_path not in images:
             try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield Dropped(where, "not_utf8", f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})")
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield Dropped(where, "malformed_json", f"not valid JSON ({exc.msg} at column {exc.colno})")
-                continue
-            item_id = obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
-            try:
-                fields = parse_pool_line(obj)
-            except PoolLineError as exc:
-                yield Dropped(where, exc.reason, exc.detail, item_id)
-                continue
-            if item_id in seen_ids:
-                yield Dropped(where, "duplicate_id", f"id {item_id!r} already used earlier in the pool", item_id)
-                continue
-            image_path = str((base / fields["image"]).resolve())
-            if image_path not in images:
-                try:
-                    images[image_path] = ImageRef.from_file(image_path)
-                except ImageError as exc:
-                    images[image_path] = exc
-            ref = images[image_path]
-            if isinstance(ref, ImageError):
-                reason = "image_missing" if "not found" in str(ref) else "image_undecodable"
-                yield Dropped(where, reason, f"image {fields['image']!r}: {ref}", item_id)
-                continue
-            seen_ids.add(item_id)
-            yield PoolItem(
-                id=fields["id"],
-                image=ref,
-                question=fields["question"],
-                answer=fields["answer"],
-                family=fields["family"],
-                options=fields["options"],
-                source=fields["source"],
-                where=where,
-            )
+                images[image_path] = ImageRef.from_file(image_path)
+            except ImageError as exc:
+                images[image_path] = exc
+        ref = images[image_path]
+        if isinstance(ref, ImageError):
+            reason = "image_missing" if "not found" in str(ref) else "image_undecodable"
+            yield Dropped(where, reason, f"image {fields['image']!r}: {ref}", item_id)
+            continue
+        seen_ids.add(item_id)
+        yield PoolItem(
+            id=fields["id"],
+            image=ref,
+            question=fields["question"],
+            answer=fields["answer"],
+            family=fields["family"],
+            options=fields["options"],
+            source=fields["source"],
+            where=where,
+        )
+
+
+def pool_line(fields: dict, extra: Optional[dict] = None) -> dict:
+    """A native pool line as a dict in canonical key order, from ``parse_pool_line``-shaped fields;
+    ``source`` keeps only the values it records; ``extra`` keys are appended as given."""
+    line: dict = {
+        "id": fields["id"],
+        "image": fields["image"],
+        "question": fields["question"],
+        "answer": fields["answer"] if isinstance(fields["answer"], str) else list(fields["answer"]),
+        "family": fields["family"],
+    }
+    if fields.get("options") is not None:
+        line["options"] = list(fields["options"])
+    source = fields.get("source")
+    if isinstance(source, Source):
+        source = source.to_dict()
+    source = {k: source[k] for k in SOURCE_FIELDS if source and source.get(k) not in (None, "")}
+    if source:
+        line["source"] = source
+    line.update(extra or {})
+    return line
+
+
+def encode_pool_line(fields: dict, extra: Optional[dict] = None) -> str:
+    """``pool_line`` as one line of JSON text (UTF-8 kept as is, no trailing newline)."""
+    return json.dumps(pool_line(fields, extra), ensure_ascii=False)
+
+
+def _rebase(path: str, old_base: Path, writer) -> str:
+    """A path recorded relative to ``old_base`` (or absolute), rewritten relative to the new pool."""
+    return writer.relative(old_base / path)
+
+
+def import_jsonl(source: Path, writer) -> None:
+    """The ``jsonl`` importer: check each native pool line, report bad ones, write the good ones
+    in canonical form with ``image`` and ``source.image`` relative to the new pool file."""
+    base = Path(source).parent
+    report = writer.report
+    for where, obj in decode_json_lines(Path(source)):
+        report.read += 1
+        if isinstance(obj, Dropped):
+            writer.problem(where, obj.reason, obj.detail)
+            continue
+        item_id = _line_id(obj)
+        try:
+            fields = parse_pool_line(obj)
+        except PoolLineError as exc:
+            writer.problem(where, exc.reason, exc.detail, item_id)
+            continue
+        if not writer.check_image(base / fields["image"], where, item_id):
+            continue
+        fields["image"] = _rebase(fields["image"], base, writer)
+        src = fields["source"]
+        if src.image is not None:
+            fields["source"] = replace(src, image=_rebase(src.image, base, writer))
+        writer.write(pool_line(fields), where)

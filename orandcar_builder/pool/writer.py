@@ -1,0 +1,73 @@
+"""Writing the native pool format: the one place importers turn a record into a pool line.
+
+Every line goes through ``parse_pool_line`` before it is written, so whatever an importer writes
+reads back with ``read_pool`` (image files aside, which the cleaning stage checks). The pool is
+written to ``<out>.partial`` and renamed over ``out`` only when the import finishes, so an
+interrupted import never leaves a truncated pool behind.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from .jsonl import PoolLineError, encode_pool_line, parse_pool_line
+from .report import ImportProblem, ImportReport, problems_path_for
+
+
+class PoolWriter:
+    """A context manager that writes checked pool lines to ``out`` and records problems in ``report``."""
+
+    def __init__(self, out: Path, report: ImportReport):
+        self.out = Path(out)
+        self.base = os.path.abspath(self.out.parent)
+        self.report = report
+        self._partial = self.out.with_name(self.out.name + ".partial")
+        self._ids: set[str] = set()  # ids only: memory grows by one short string per line
+        self._fh = None
+
+    def __enter__(self) -> "PoolWriter":
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.report.problems_path = str(problems_path_for(self.out))
+        self._fh = open(self._partial, "w", encoding="utf-8", newline="\n")
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._fh.close()
+        self.report.close()
+        if exc_type is None:
+            os.replace(self._partial, self.out)
+        else:
+            self._partial.unlink(missing_ok=True)
+
+    def relative(self, path: str | os.PathLike) -> str:
+        """``path`` as the pool records it: relative to the pool file's directory, with '/'."""
+        # abspath, not resolve(): no syscall per line, and a symlinked image keeps its own name
+        return Path(os.path.relpath(os.path.abspath(path), self.base)).as_posix()
+
+    def problem(self, where: str, reason: str, detail: str, id: Optional[str] = None) -> None:
+        self.report.add_problem(ImportProblem(where, reason, detail, id))
+
+    def write(self, line: dict, where: str) -> bool:
+        """Check ``line`` (native pool fields) and write it; a bad line becomes a problem instead."""
+        item_id = line.get("id") if isinstance(line.get("id"), str) else None
+        try:
+            fields = parse_pool_line(line)
+        except PoolLineError as exc:
+            self.problem(where, exc.reason, exc.detail, item_id)
+            return False
+        if fields["id"] in self._ids:
+            self.problem(where, "duplicate_id", f"id {fields['id']!r} already written earlier in this import", item_id)
+            return False
+        self._ids.add(fields["id"])
+        self._fh.write(encode_pool_line(fields) + "\n")
+        self.report.written += 1
+        return True
+
+    def check_image(self, path: Path, where: str, item_id: Optional[str] = None) -> bool:
+        """True when ``path`` is a regular file; otherwise records ``image_missing`` and returns False."""
+        if path.is_file():
+            return True
+        self.problem(where, "image_missing", f"image file {str(path)!r} not found", item_id)
+        return False
