@@ -11,6 +11,7 @@ rewrites the same files. Run from the repository root:
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -102,10 +103,115 @@ def scene_text_items(rng: random.Random) -> list[dict]:
     return items
 
 
+def _item(item_id: str, name: str, question: str, answer, family: str, options=None) -> dict:
+    return {
+        "id": item_id, "image": f"images/{name}", "question": question, "answer": answer,
+        "family": family, "options": options,
+        "source": {"dataset": "orandcar-samples", "split": "test", "id": item_id, "origin": "benchmark",
+                   "image": f"images/{name}", "image_sha256": None},
+    }
+
+
+def render_bar_chart(values: dict[str, int]) -> Image.Image:
+    """A small labelled bar chart, values printed above the bars."""
+    font = ImageFont.load_default(size=14)
+    img = Image.new("RGB", (320, 220), "white")
+    draw = ImageDraw.Draw(img)
+    draw.line([(30, 190), (310, 190)], fill="black", width=2)
+    draw.line([(30, 20), (30, 190)], fill="black", width=2)
+    top = max(values.values())
+    for i, (label, value) in enumerate(values.items()):
+        x0 = 45 + i * 65
+        height = int(150 * value / top)
+        draw.rectangle([x0, 190 - height, x0 + 40, 190], fill=(60 + 40 * i, 110, 200 - 30 * i))
+        draw.text((x0 + 8, 190 - height - 18), str(value), font=font, fill="black")
+        draw.text((x0 + 2, 195), label, font=font, fill="black")
+    draw.text((90, 2), "Visitors per day", font=font, fill="black")
+    return img
+
+
+def render_document(lines: list[str]) -> Image.Image:
+    font = ImageFont.load_default(size=16)
+    img = Image.new("RGB", (360, 30 + 26 * len(lines)), (250, 248, 240))
+    draw = ImageDraw.Draw(img)
+    for i, line in enumerate(lines):
+        draw.text((16, 14 + 26 * i), line, font=font, fill=(20, 20, 40))
+    return img
+
+
+def render_expression(text: str) -> Image.Image:
+    font = ImageFont.load_default(size=36)
+    left, top, right, bottom = font.getbbox(text)
+    img = Image.new("RGB", (right - left + 40, bottom - top + 30), "white")
+    ImageDraw.Draw(img).text((20 - left, 15 - top), text, font=font, fill="black")
+    return img
+
+
+def render_shapes() -> Image.Image:
+    img = Image.new("RGB", (240, 160), (235, 235, 235))
+    draw = ImageDraw.Draw(img)
+    draw.ellipse([20, 40, 100, 120], fill=(210, 30, 30))
+    draw.rectangle([140, 40, 220, 120], fill=(30, 80, 200))
+    return img
+
+
+def render_stars(count: int) -> Image.Image:
+    img = Image.new("RGB", (70 * count + 20, 90), (20, 20, 60))
+    draw = ImageDraw.Draw(img)
+    for i in range(count):
+        cx, cy = 45 + 70 * i, 45
+        points = []
+        for k in range(10):
+            radius = 28 if k % 2 == 0 else 12
+            angle = -90 + 36 * k
+            points.append((cx + radius * math.cos(math.radians(angle)), cy + radius * math.sin(math.radians(angle))))
+        draw.polygon(points, fill=(250, 210, 40))
+    return img
+
+
+def other_family_items(rng: random.Random) -> list[dict]:
+    """One or more items for every family other than scene_text, each on an image made here."""
+    items = []
+    images = {
+        "chart_visitors.png": render_bar_chart({"Mon": 42, "Tue": 35, "Wed": 58, "Thu": 27}),
+        "doc_invoice.png": render_document(["ACME Supplies Ltd.", "Invoice no. INV-2041",
+                                            "Date: 12 March 2026", "Total due: 318.50 EUR"]),
+        "math_product.png": render_expression("7 x 8 = ?"),
+        "vqa_shapes.png": render_shapes(),
+        "generic_stars.png": render_stars(3),
+    }
+    for name, img in images.items():
+        img.save(HERE / "images" / name, optimize=False)
+    items.append(_item("chart-00", "chart_visitors.png", "How many visitors came on Wednesday?", "58", "chart_qa"))
+    items.append(_item("chart-01", "chart_visitors.png", "Which day had the fewest visitors?", "Thu", "chart_qa"))
+    items.append(_item("doc-00", "doc_invoice.png", "What is the invoice number?", "INV-2041", "doc_vqa"))
+    items.append(_item("doc-01", "doc_invoice.png", "What is the total due?", ["318.50 EUR", "318.50"], "doc_vqa"))
+    items.append(_item("math-00", "math_product.png", "Compute the value of the expression in the image.", "56", "math"))
+    items.append(_item("vqa-00", "vqa_shapes.png", "What colour is the circle?",
+                       ["red"] * 8 + ["dark red", "crimson"], "vqa"))
+    items.append(_item("generic-00", "generic_stars.png", "How many stars are in the picture?", "3", "generic"))
+    # Multiple choice whose options are words in the image: the OCR engine can answer these.
+    for index, (word, options, difficulty) in enumerate([
+        ("GARDEN", ["market", "garden", "bridge", "river"], 0.1),
+        ("Bakery", ["Bakery", "Butcher", "Barber"], 0.3),
+        ("HARBOR", ["Harbour", "Harvest", "Arbor", "Harbor"], 0.5),
+        ("river", ["rover", "liver", "river", "giver"], 0.97),
+    ]):
+        name = f"choice_{index:02d}.png"
+        render_word(word, rng, difficulty).save(HERE / "images" / name, optimize=False)
+        same = [i for i, option in enumerate(options) if option.lower() == word.lower()]
+        assert len(same) == 1, (word, options)
+        letter = "ABCDEFGH"[same[0]]
+        items.append(_item(f"choice-{index:02d}", name, "Which word is shown on the sign?", letter,
+                           "multiple_choice", options))
+    return items
+
+
 def main() -> None:
     (HERE / "images").mkdir(exist_ok=True)
     rng = random.Random(SEED)
     items = scene_text_items(rng)
+    items += other_family_items(rng)
     with open(HERE / "pool.jsonl", "w", encoding="utf-8") as fh:
         for item in items:
             fh.write(json.dumps(item, ensure_ascii=False) + "\n")

@@ -8,6 +8,10 @@ whole-image OCR for the other families: reading a chart or a document is not ans
 about it, so for any family other than ``scene_text`` it answers ``unsupported`` with the reason,
 and the build rejects those items as ``no_answer`` instead of feeding OCR noise to a verifier.
 
+For ``multiple_choice`` items whose options are words (a sign showing one of them), it reads the
+word and answers the letter of the one option whose letters and digits match what it read; if
+none or several match it answers what it read, which the ``choice`` rule then rejects.
+
 It produces no reasoning: ``think`` is always empty.
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -22,7 +27,8 @@ from ..images import ImageError
 from ..records import Generation, Request
 from .base import EngineUnavailable
 
-SUPPORTED_FAMILIES = ("scene_text",)
+SUPPORTED_FAMILIES = ("scene_text", "multiple_choice")
+_OPTION_LINE = re.compile(r"^([A-Z])\. (.+)$", re.MULTILINE)  # the block prompts.option_block renders
 # Recognition scores below this are still returned: a low-confidence reading is still the
 # model's answer, and the verifier (not the engine) decides whether it is right.
 TEXT_SCORE = 0.0
@@ -85,10 +91,11 @@ class RapidOCREngine:
     def _one(self, request: Request) -> Generation:
         base = dict(item_id=request.item_id, think="", finish_reason="stop", model=self.model_id,
                     revision=self._model_sha256[:12])
-        if request.family not in SUPPORTED_FAMILIES:
+        options = _options(request.question) if request.family == "multiple_choice" else {}
+        if request.family not in SUPPORTED_FAMILIES or (request.family == "multiple_choice" and not options):
             return Generation(text="", answer="", unsupported=(
-                f"the rapidocr engine only reads words in scene-text crops; it cannot answer a "
-                f"{request.family!r} question"), **base)
+                f"the rapidocr engine only reads words in scene-text crops (and picks the option whose "
+                f"word it read); it cannot answer a {request.family!r} question"), **base)
         if request.image is None:
             return Generation(text="", answer="", unsupported="the rapidocr engine needs an image", **base)
         try:
@@ -97,7 +104,25 @@ class RapidOCREngine:
             raise ImageError(f"item {request.item_id}: {exc}") from None
         result = self._ocr(image)
         text = "".join(result.txts or ()) if getattr(result, "txts", None) else ""
+        if options:
+            read = _alnum(text)
+            letters = [letter for letter, option in options.items() if read and _alnum(option) == read]
+            answer = letters[0] if len(letters) == 1 else text
+            return Generation(text=answer, answer=answer, **base)
         return Generation(text=text, answer=text, **base)
+
+
+def _alnum(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def _options(question: str) -> dict[str, str]:
+    """The lettered options of a question (``A. word`` lines), when they run A, B, C... in order."""
+    found = _OPTION_LINE.findall(question)
+    letters = [letter for letter, _ in found]
+    if len(found) < 2 or letters != [chr(ord("A") + i) for i in range(len(found))]:
+        return {}
+    return dict(found)
 
 
 def _package_version(name: str) -> str:
