@@ -54,11 +54,20 @@ def test_question_is_byte_identical_to_what_the_engine_received(sample_build):
             for qa in row["qa"]:
                 stored[(row["image_sha256"], qa["question"])] += 1
     assert stored == sent
-    assert all(q.endswith("nothing else.") for _, q in sent)  # the family's instruction is appended
+    from orandcar_builder.families import get_family
+
+    for request in engine.requests:  # the family's instruction is appended, options rendered as a block
+        assert request.question.endswith("\n" + get_family(request.family).instruction)
+        if request.family == "multiple_choice":
+            assert "\nA. " in request.question and "\nB. " in request.question
 
 
 def test_accounting_and_demo_shape(sample_build):
     report = sample_build[0].report
+    assert set(report["rules"]) == {"alnum", "anls", "vqa", "relaxed", "choice", "math", "exact"}
+    assert report["accepted_by_verifier"].get("choice", 0) > 0
+    unsupported = (sample_build[0].work / "unsupported.jsonl").read_text().splitlines()
+    assert len(unsupported) == report["rejected_by_reason"]["no_answer"]
     assert report["items"] == report["dropped"] + report["accepted"] + report["rejected"]
     assert report["accepted"] > 0 and report["rejected"] > 0
     configs = report["configs"]
@@ -69,15 +78,22 @@ def test_accounting_and_demo_shape(sample_build):
 def test_accepted_answer_is_the_models_text_and_rejected_answer_the_reference(sample_build):
     result, _ = sample_build
     decisions = {r["id"]: r for r in datasets.Dataset.from_parquet(str(result.work / "decisions.parquet"))}
+    from orandcar_builder.families import get_family
+
     for row in _load(result.out, "RS_think"):
         for qa, src in zip(row["qa"], row["clean_meta"]["sources"]):
             assert qa["org_answer"] == src["references"][0]
-            assert qa["verifier"] == "alnum" and qa["think"] == ""
+            assert qa["verifier"] == get_family(src["family"]).rule and qa["think"] == ""
     model_answers = {d["model_answer"] for d in decisions.values()}
+    reasons = Counter()
     for row in _load(result.out, "rejected"):
         for qa, src in zip(row["qa"], row["clean_meta"]["sources"]):
             assert qa["answer"] == src["references"][0]
-            assert qa["reason"] == "wrong_answer" and qa["wrong_vlm"] in model_answers
+            assert qa["wrong_vlm"] in model_answers
+            reasons[qa["reason"]] += 1
+            if qa["reason"] == "no_answer":  # the OCR engine cannot answer these families
+                assert src["family"] not in ("scene_text", "multiple_choice") and qa["wrong_vlm"] == ""
+    assert reasons["wrong_answer"] > 0 and reasons["no_answer"] > 0
 
 
 def test_rows_group_qa_items_of_one_image(sample_build):
