@@ -30,6 +30,7 @@ def register(family: Family) -> Family:
 
 
 def get_family(name: str) -> Family:
+    """The registered family ``name``; UnknownNameError (with "did you mean") otherwise."""
     try:
         return FAMILIES[name]
     except KeyError:
@@ -42,5 +43,56 @@ register(
         rule="alnum",
         instruction="Reply with only the text shown in the image, exactly as written, and nothing else.",
         description="Scene-text recognition on word crops (IIIT5K, CUTE80, SVT, IC13/15, WordArt, Total-Text).",
+    )
+)
+register(
+    Family(
+        name="doc_vqa",
+        rule="anls",
+        instruction="Answer with the words or number exactly as they appear in the document, and nothing else.",
+        description="Questions about documents, infographics and scene text (DocVQA, InfographicVQA, ST-VQA).",
+    )
+)
+register(
+    Family(
+        name="vqa",
+        rule="vqa",
+        instruction="Answer with a single word or a short phrase, and nothing else.",
+        description="Open-ended questions about photographs (VQAv2, TextVQA, VizWiz, OK-VQA).",
+    )
+)
+register(
+    Family(
+        name="chart_qa",
+        rule="relaxed",
+        instruction=(
+            "Answer with only the value or label read from the chart; write a number as plain digits, "
+            "without units, currency signs or thousands separators."
+        ),
+        description="Questions about charts and plots (ChartQA, PlotQA).",
+    )
+)
+register(
+    Family(
+        name="multiple_choice",
+        rule="choice",
+        instruction="Reply with only the letter of the correct option.",
+        description="Multiple-choice questions with lettered options (MMBench, MMMU, ScienceQA, AI2D, SEED).",
+    )
+)
+register(
+    Family(
+        name="math",
+        rule="math",
+        instruction="Give only the final answer, as a number or a LaTeX expression, without any working.",
+        description="Mathematical reasoning over figures (MathVista, MathVerse, MATH-V).",
+    )
+)
+register(
+    Family(
+        name="generic",
+        rule="exact",
+        instruction="Reply with only the answer, as briefly as possible.",
+        description="Any other question with a short answer that must match the reference exactly.",
     )
 )

@@ -9,6 +9,12 @@ A rule module defines:
 - ``reference_score(prediction, references, options) -> float``: a short, readable reference
   implementation, rendered into the card and tested against ``score``.
 
+A rule whose pass criterion is not a function of the score alone (``vqa``: the score is the
+leave-one-out accuracy, the pass needs min(3, n) matching references) also defines
+``decide(prediction, references, options) -> (score, passed)`` and ``reference_decide``; the
+decision then comes from ``decide``. Rules may define ``detail(...) -> str``, one line that
+``explain`` shows (the normalised text, the extracted letter).
+
 ``verify`` applies the rule to the answer as a whole, its first line and its first paragraph
 (after removing a leaked reasoning block) and records which candidate decided.
 """
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from ..errors import UnknownNameError
 from ..records import Decision
@@ -27,6 +33,12 @@ from .candidates import candidates, strip_reasoning
 # costs nothing to builds that never use its rule.
 RULE_MODULES: dict[str, str] = {
     "alnum": "orandcar_builder.verify.alnum",
+    "anls": "orandcar_builder.verify.anls",
+    "vqa": "orandcar_builder.verify.vqa",
+    "relaxed": "orandcar_builder.verify.relaxed",
+    "choice": "orandcar_builder.verify.choice",
+    "math": "orandcar_builder.verify.math_answer",
+    "exact": "orandcar_builder.verify.exact",
 }
 
 _loaded: dict[str, ModuleType] = {}
@@ -50,6 +62,43 @@ def get_rule(name: str) -> ModuleType:
     return _loaded[name]
 
 
+def decide(rule: ModuleType, text: str, references: Sequence[str], options: Optional[Sequence[str]]) -> tuple[float, bool]:
+    """(score, passed) of one candidate text under a loaded rule module."""
+    if hasattr(rule, "decide"):
+        value, passed = rule.decide(text, references, options)
+        return float(value), bool(passed)
+    value = float(rule.score(text, references, options))
+    return value, bool(rule.passes(value))
+
+
+def reference_decide(rule: ModuleType, text: str, references: Sequence[str], options: Optional[Sequence[str]]) -> tuple[float, bool]:
+    """The same decision by the rule's reference implementation."""
+    if hasattr(rule, "reference_decide"):
+        value, passed = rule.reference_decide(text, references, options)
+        return float(value), bool(passed)
+    value = float(rule.reference_score(text, references, options))
+    return value, bool(rule.passes(value))
+
+
+def _strings(what: str, value: object) -> list[str]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be a list of strings, got {value!r}")
+    items = list(value)
+    bad = [item for item in items if not isinstance(item, str)]
+    if bad:
+        raise TypeError(f"{what} must be a list of strings; {bad[0]!r} is a {type(bad[0]).__name__}")
+    return items
+
+
+def check_inputs(answer: object, references: object, options: object) -> tuple[list[str], Optional[list[str]]]:
+    """References and options as lists of strings (no options: None); TypeError naming the bad input."""
+    if not isinstance(answer, str):
+        raise TypeError(f"answer must be a string, got {type(answer).__name__}")
+    refs = _strings("references", references)
+    opts = None if options is None else _strings("options", options)
+    return refs, (opts or None)
+
+
 def verify(
     rule_name: str,
     answer: str,
@@ -60,13 +109,14 @@ def verify(
 
     Candidates are tried in order (full answer, first line, first paragraph); the first that
     passes decides. When none passes, the best-scoring candidate is recorded (earliest on ties).
+    Empty ``options`` count as none.
     """
     rule = get_rule(rule_name)
-    refs = list(references)
+    refs, opts = check_inputs(answer, references, options)
     best: Optional[Decision] = None
     for label, text in candidates(answer):
-        s = float(rule.score(text, refs, options))
-        decision = Decision(rule.NAME, rule.VERSION, label, text, s, bool(rule.passes(s)))
+        s, passed = decide(rule, text, refs, opts)
+        decision = Decision(rule.NAME, rule.VERSION, label, text, s, passed)
         if decision.passed:
             return decision
         if best is None or s > best.score:
@@ -76,4 +126,5 @@ def verify(
     return best
 
 
-__all__ = ["verify", "get_rule", "register_rule", "RULE_MODULES", "candidates", "strip_reasoning"]
+__all__ = ["verify", "decide", "reference_decide", "get_rule", "register_rule", "RULE_MODULES", "candidates",
+           "strip_reasoning"]

@@ -1,0 +1,151 @@
+"""``math``: mathematical answers (MathVista, MathVerse, MATH-V), decided by math-verify.
+
+An answer passes when
+
+1. it is the reference text itself, once white space is collapsed (math-verify alone rejects
+   identical answers it cannot parse, such as a word or an option letter), or
+2. ``math_verify.verify(parse(reference), parse(answer))`` holds (reference first: the call is
+   not symmetric), with ``FLOAT_ROUNDING`` and ``NUMERIC_PRECISION`` as given below.
+
+Before parsing, text without a math delimiter (``MATH_DELIMITERS``) is wrapped in ``$...$`` when
+it carries LaTeX markup (``LATEX_MARKUP``), or when it is a formula: only
+``FORMULA_CHARACTERS``, no word of two or more letters, and not a plain number. math-verify
+extracts nothing from bare LaTeX such as ``\\frac{1}{2}``, reads ``50\\%`` bare as 50 but
+``$50\\%$`` as 0.5, and reads a bare ``(1, 2)`` as its last number, 2, where ``$(1, 2)$`` is an
+open interval. Prose and plain numbers are parsed as they are (math-verify finds the number in
+"The answer is 5"; ``$1e3$`` would read as e times 3).
+
+math-verify's timeouts use ``signal.alarm``, which only works in the main thread; elsewhere this
+rule passes ``parsing_timeout=None`` and ``timeout_seconds=None`` (no time limit) instead of
+failing. Parse results are cached per text.
+
+Known leniencies (math-verify's behaviour; tests pin each one):
+
+- symbols are lower-cased: ``\\frac{L}{n}`` equals ``\\frac{l}{n}``; ``\\frac{L}{n}`` still
+  differs from ``\\frac{L}{n-1}``;
+- numbers in prose are extracted: "The answer is 5" equals 5, "12 and 13" equals 13;
+- an equation's right-hand side is compared with a bare value: "x = 2" equals 2;
+- units, degree signs and thousands separators are dropped: "10 cm" equals 10, "45^\\circ"
+  equals 45, "1,000" equals 1000;
+- a float answer equals a closed form it rounds to at ``FLOAT_ROUNDING`` places: 1.414214
+  equals ``\\sqrt{2}``; 1/2 equals 0.5; ``50\\%`` equals 0.5;
+- expressions are compared symbolically: ``2x`` equals ``x2``; sets ignore order.
+
+Score 1.0 or 0.0; the rule passes at 1.0.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from typing import Optional, Sequence
+
+NAME = "math"
+VERSION = "1"
+PARSING_TIMEOUT_SECONDS = 5
+COMPARISON_TIMEOUT_SECONDS = 5
+FLOAT_ROUNDING = 6
+NUMERIC_PRECISION = 15
+MATH_DELIMITERS = ("$", "\\(", "\\[", "\\boxed")
+LATEX_MARKUP = ("\\", "^", "_", "{", "π", "×", "÷")
+FORMULA_CHARACTERS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ +-*/=<>()[],.!|"
+CONSTANTS = ("FLOAT_ROUNDING", "NUMERIC_PRECISION", "MATH_DELIMITERS", "LATEX_MARKUP", "FORMULA_CHARACTERS",
+             "PARSING_TIMEOUT_SECONDS", "COMPARISON_TIMEOUT_SECONDS")
+PARSE_CACHE_SIZE = 1 << 14
+
+
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:,\d{3})*)?(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_WORD = re.compile(r"[A-Za-z]{2,}")
+_FORMULA = frozenset(FORMULA_CHARACTERS)
+
+
+def is_formula(text: str) -> bool:
+    """Formula characters only, no word, not a plain number: "(1, 2)", "2x", "x = 2"."""
+    return (set(text) <= _FORMULA and not _WORD.search(text)
+            and _PLAIN_NUMBER.fullmatch(text) is None)
+
+
+def parsable(text: str) -> str:
+    """``text`` as math-verify should see it: bare LaTeX and bare formulas wrapped in ``$...$``."""
+    stripped = text.strip()
+    if any(d in stripped for d in MATH_DELIMITERS):
+        return stripped
+    if any(m in stripped for m in LATEX_MARKUP) or is_formula(stripped):
+        return f"${stripped}$"
+    return stripped
+
+
+def timeouts() -> tuple[Optional[int], Optional[int]]:
+    """(parsing, comparison) timeouts usable in the calling thread."""
+    if threading.current_thread() is threading.main_thread():
+        return PARSING_TIMEOUT_SECONDS, COMPARISON_TIMEOUT_SECONDS
+    return None, None  # signal.alarm raises outside the main thread
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _parse(text: str, parsing_timeout: Optional[int]) -> tuple:
+    from math_verify import parse  # imported on first use: it pulls in sympy
+
+    return tuple(parse(parsable(text), parsing_timeout=parsing_timeout))
+
+
+def same_text(prediction: str, reference: str) -> bool:
+    return " ".join(prediction.split()) == " ".join(reference.split())
+
+
+def equivalent(prediction: str, reference: str) -> bool:
+    """Whether math-verify accepts ``prediction`` for ``reference`` (clause 2 alone)."""
+    from math_verify import verify
+
+    parsing_timeout, comparison_timeout = timeouts()
+    gold = _parse(reference, parsing_timeout)
+    answer = _parse(prediction, parsing_timeout)
+    if not gold or not answer:
+        return False  # math-verify compares nothing with an empty extraction
+    return bool(verify(list(gold), list(answer), float_rounding=FLOAT_ROUNDING,
+                       numeric_precision=NUMERIC_PRECISION, timeout_seconds=comparison_timeout))
+
+
+def score(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> float:
+    for ref in references:
+        if same_text(prediction, ref) or equivalent(prediction, ref):
+            return 1.0
+    return 0.0
+
+
+def passes(value: float) -> bool:
+    return value == 1.0
+
+
+def detail(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> str:
+    parsing_timeout, _ = timeouts()
+    answer = [str(x) for x in _parse(prediction, parsing_timeout)[:1]]
+    gold = [str(x) for ref in references for x in _parse(ref, parsing_timeout)[:1]]
+    return f"parsed {parsable(prediction)!r} as {answer or 'nothing'}; references as {gold or 'nothing'}"
+
+
+def reference_score(prediction, references, options=None):
+    from math_verify import parse, verify
+
+    parsing_timeout, comparison_timeout = timeouts()
+
+    def wrap(text):
+        text = text.strip()
+        if any(d in text for d in MATH_DELIMITERS):
+            return text
+        has_markup = any(m in text for m in LATEX_MARKUP)
+        plain_number = re.fullmatch(r"[+-]?(\d+(,\d\d\d)*)?(\.\d+)?([eE][+-]?\d+)?", text)
+        formula = (all(c in FORMULA_CHARACTERS for c in text) and not plain_number
+                   and not any(a.isalpha() and b.isalpha() for a, b in zip(text, text[1:])))
+        return "$" + text + "$" if has_markup or formula else text
+
+    for ref in references:
+        if prediction.split() == ref.split():
+            return 1.0
+        gold = parse(wrap(ref), parsing_timeout=parsing_timeout)
+        answer = parse(wrap(prediction), parsing_timeout=parsing_timeout)
+        if verify(gold, answer, float_rounding=FLOAT_ROUNDING, numeric_precision=NUMERIC_PRECISION,
+                  timeout_seconds=comparison_timeout):
+            return 1.0
+    return 0.0
