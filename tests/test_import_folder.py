@@ -1,0 +1,102 @@
+"""The folder importer: IMG/N.ext + label/N.txt to pool lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from orandcar_builder.errors import OrandCarError
+from orandcar_builder.pool import import_source, read_pool
+from orandcar_builder.pool.folder import DEFAULT_QUESTION, natural_key, strip_label_newline
+from orandcar_builder.records import PoolItem
+
+SHARED_SCENE_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scene-text"
+
+
+def make_png(path: Path, color: str = "red") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (4, 4), color).save(path, "PNG")
+    return path
+
+
+def make_folder(root: Path, labels: dict[str, bytes], images: list[str]) -> Path:
+    (root / "IMG").mkdir(parents=True, exist_ok=True)
+    (root / "label").mkdir(parents=True, exist_ok=True)
+    for name in images:
+        make_png(root / "IMG" / name, "green")
+    for stem, data in labels.items():
+        (root / "label" / f"{stem}.txt").write_bytes(data)
+    return root
+
+
+def read_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_pairs_become_lines_in_natural_order(tmp_path):
+    src = make_folder(tmp_path / "cute_test", {"1": b"HELLO", "2": b"F I N I S H\n", "10": b"SINGH'S"}, ["1.png", "2.png", "10.png"])
+    out = tmp_path / "pool.jsonl"
+    report = import_source("folder", src, out)
+    assert (report.read, report.written, report.problems_total) == (3, 3, 0)
+    lines = read_lines(out)
+    assert [l["answer"] for l in lines] == ["HELLO", "F I N I S H", "SINGH'S"]
+    assert lines[0] == {
+        "id": "cute_test/test/1", "image": "cute_test/IMG/1.png", "question": DEFAULT_QUESTION, "answer": "HELLO",
+        "family": "scene_text",
+        "source": {"dataset": "cute_test", "split": "test", "id": "1", "origin": "benchmark", "image": "cute_test/IMG/1.png"},
+    }
+    assert all(isinstance(r, PoolItem) for r in read_pool(out))
+
+
+def test_options_set_dataset_split_question_family(tmp_path):
+    src = make_folder(tmp_path / "x", {"1": b"A"}, ["1.png"])
+    import_source("folder", src, tmp_path / "pool.jsonl", dataset="SVT", split="val", question="Read the word.", family="scene_text")
+    [line] = read_lines(tmp_path / "pool.jsonl")
+    assert line["id"] == "SVT/val/1" and line["question"] == "Read the word."
+    assert line["source"]["dataset"] == "SVT" and line["source"]["split"] == "val"
+
+
+@pytest.mark.parametrize(
+    "labels, images, reason, where",
+    [
+        ({"1": b"OK", "2": b"X"}, ["1.png"], "image_missing", "label/2.txt"),
+        ({"1": b"OK"}, ["1.png", "2.png"], "label_missing", "IMG/2.png"),
+        ({"1": b"OK", "2": b"\xff\xfe"}, ["1.png", "2.png"], "not_utf8", "label/2.txt"),
+        ({"1": b"OK", "2": b"  \n"}, ["1.png", "2.png"], "empty_answer", "label/2.txt"),
+        ({"1": b"OK", "2": b"X"}, ["1.png", "2.png", "2.jpg"], "ambiguous_image", "IMG/2.jpg"),
+        ({"1": b"OK"}, ["1.png", "notes.md"], "not_an_image", "IMG/notes.md"),
+    ],
+)
+def test_unpaired_or_bad_files_are_problems(tmp_path, labels, images, reason, where):
+    src = make_folder(tmp_path / "src", labels, images)
+    report = import_source("folder", src, tmp_path / "pool.jsonl")
+    assert report.written == 1
+    assert [(p.reason, p.where) for p in report.problems] == [(reason, where)]
+    assert report.read == report.written + report.problems_total
+
+
+def test_missing_subfolder_is_an_error_naming_it(tmp_path):
+    (tmp_path / "src" / "IMG").mkdir(parents=True)
+    with pytest.raises(OrandCarError, match="label/ is missing"):
+        import_source("folder", tmp_path / "src", tmp_path / "pool.jsonl")
+
+
+@pytest.mark.parametrize("text, label", [("A\n", "A"), ("A\r\n", "A"), ("A", "A"), ("A\n\n", "A\n"), (" A ", " A ")])
+def test_only_one_trailing_line_break_is_removed(text, label):
+    assert strip_label_newline(text) == label
+
+
+def test_natural_key_sorts_numbers_by_value():
+    assert sorted(["10", "2", "b", "1", "a"], key=natural_key) == ["1", "2", "10", "a", "b"]
+
+
+@pytest.mark.skipif(not SHARED_SCENE_TEXT.is_dir(), reason="../shared/data not present")
+def test_shared_cute80_imports_whole(tmp_path):
+    report = import_source("folder", SHARED_SCENE_TEXT / "cute80_test", tmp_path / "pool.jsonl", dataset="CUTE80")
+    assert (report.read, report.written, report.problems_total) == (288, 288, 0)
+    lines = read_lines(tmp_path / "pool.jsonl")
+    assert lines[0]["id"] == "CUTE80/test/1" and lines[0]["answer"] == "RONALDO"
+    assert not any(l["answer"].endswith("\n") for l in lines)
