@@ -120,5 +120,166 @@ def validate(folder):
     click.echo(f"{folder}: ok")
 
 
+@main.command("check-answer")
+@click.option("--family", required=True, help="Family of the item (selects the rule).")
+@click.option("--answer", required=True, help="The model's answer.")
+@click.option("--reference", "references", multiple=True, required=True, help="A reference answer (repeatable).")
+@click.option("--option", "options", multiple=True, help="A multiple-choice option text, in letter order (repeatable).")
+def check_answer(family, answer, references, options):
+    """Show how the family's rule decides ANSWER against the references.
+
+    Prints the rule, each candidate tried (whole answer, first line, first paragraph), its score
+    and decision. Exits 0 when the answer passes and 1 when it is rejected.
+
+    \b
+    Example:
+        orandcar check-answer --family scene_text --answer "Hello!" --reference HELLO
+    """
+    from .verify.explain import explain, format_explanation
+
+    try:
+        result = explain(family, answer, list(references), list(options) or None)
+    except OrandCarError as exc:
+        _fail(str(exc))
+    click.echo(format_explanation(result))
+    sys.exit(0 if result["decision"]["passed"] else 1)
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
+def recheck(folder):
+    """Recompute every decision of a built dataset FOLDER from its stored rows alone.
+
+    Reports, per config and family, how many decisions agree; exits 1 on any disagreement.
+    """
+    from .verify.recheck import format_recheck, recheck as run_recheck
+
+    report = run_recheck(folder)
+    click.echo(format_recheck(report))
+    sys.exit(0 if report.ok else 1)
+
+
+@main.command("import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["llava", "folder", "hf", "jsonl"]))
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Pool file to write (JSONL).")
+@click.option("--family", default=None, help="Family of every imported item.")
+@click.option("--dataset", default=None, help="source.dataset of every item.")
+@click.option("--split", default=None, help="source.split of every item.")
+@click.option("--question", default=None, help="The question (folder format) or a fallback question.")
+@click.option("--origin", default=None, help="source.origin: 'benchmark' or the name of a mixed pool.")
+@click.option("--column", "columns", multiple=True, metavar="FIELD=COLUMN",
+              help="hf format: map a pool field to a dataset column (repeatable).")
+@click.option("--family-map", "family_map", multiple=True, metavar="SOURCE=FAMILY",
+              help="llava format: map a record's source/origin to a family (repeatable).")
+def import_cmd(fmt, source, out, family, dataset, split, question, origin, columns, family_map):
+    """Convert SOURCE in FORMAT (llava, folder, hf, jsonl) to the native pool file OUT.
+
+    \b
+    Example:
+        orandcar import folder ../shared/data/scene-text/cute80_test -o cute80.jsonl \\
+            --family scene_text --dataset CUTE80 --split test
+    """
+    from .pool import format_import_report, import_source
+
+    options = dict(family=family, dataset=dataset, split=split, question=question, origin=origin)
+    if columns:
+        options["columns"] = dict(_pairs(columns, "--column"))
+    if family_map:
+        options["family_map"] = dict(_pairs(family_map, "--family-map"))
+    try:
+        report = import_source(fmt, source, out, **options)
+    except OrandCarError as exc:
+        _fail(str(exc))
+    click.echo(format_import_report(report))
+
+
+def _pairs(values, option):
+    for value in values:
+        key, sep, target = value.partition("=")
+        if not sep or not key or not target:
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE", param_hint=option)
+        yield key, target
+
+
+@main.command("clean")
+@click.argument("pool", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Cleaned pool file to write.")
+def clean_cmd(pool, out):
+    """Apply the cleaning policy to POOL on its own: write the admitted items to OUT and every
+    dropped item, with its reason, beside it; print the measured figures."""
+    import json
+
+    from .clean import clean_pool
+
+    try:
+        report = clean_pool(pool, out)
+    except OrandCarError as exc:
+        _fail(str(exc))
+    click.echo(json.dumps(report, indent=2, ensure_ascii=False))
+
+
+@main.command()
+@click.option("--work", type=click.Path(path_type=Path, exists=True, file_okay=False), default=Path("work"),
+              show_default=True, help="Work dir of a finished build (reads decisions.parquet).")
+@click.option("-n", "--n", "n", type=int, default=60, show_default=True, help="Items to sample.")
+@click.option("--judge", "judge_name", required=True, help="Judge engine: replay, vllm, openai_compat.")
+@click.option("--judge-replay", type=click.Path(path_type=Path), default=None, help="Recorded judge replies.")
+@click.option("--judge-option", "judge_option", multiple=True, metavar="KEY=VALUE", help="Judge engine setting.")
+def calibrate(work, n, judge_name, judge_replay, judge_option):
+    """Run the judge over N items the string rule accepted and report agreement (k/N), the
+    disagreements, and the judge's agreement per family. Verdicts are cached in the work dir."""
+    import json
+
+    from . import judge as judging
+    from .cache import GenerationCache, generate_cached
+    from .engines import create_engine
+
+    options = _engine_options(judge_option)
+    if judge_replay is not None:
+        options["replay"] = judge_replay
+    decisions = work / "decisions.parquet"
+    if not decisions.is_file():
+        _fail(f"{decisions}: not found; run orandcar build with this work dir first")
+    try:
+        engine = create_engine(judge_name, **options)
+        items = judging.accepted_items_from_decisions(decisions)
+        with GenerationCache(work / "cache" / "generations.sqlite") as cache:
+            report = judging.calibrate(engine, items, n, generate=lambda e, r: generate_cached(e, r, cache))
+    except OrandCarError as exc:
+        _fail(str(exc))
+    (work / "calibration.json").write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    click.echo(judging.format_calibration(report))
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--repo", "repo_id", required=True, help="Dataset repo on the Hub, ORG/NAME.")
+@click.option("--revision", default=None, help="Branch to push to (created from main when missing).")
+@click.option("--tag", default=None, help="Tag the pushed commit, e.g. v1.0.")
+@click.option("--gated", type=click.Choice(["auto", "manual"]), default="auto", show_default=True,
+              help="Access requests approved automatically or by hand.")
+@click.option("--private", is_flag=True, help="Create the repo private.")
+@click.option("--dry-run", is_flag=True, help="List what would be uploaded and changed; touch nothing.")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def push(folder, repo_id, revision, tag, gated, private, dry_run, progress):
+    """Validate FOLDER and publish it to the gated dataset repo REPO.
+
+    The token comes from HF_TOKEN or the huggingface_hub login; it is never printed.
+
+    \b
+    Example:
+        orandcar push OrandCar --repo my-org/OrandCar --tag v1.0
+    """
+    from .publish import format_push_result, push as run_push
+
+    try:
+        result = run_push(folder, repo_id, revision=revision, tag=tag, gated=gated, private=private,
+                          dry_run=dry_run, progress=progress)
+    except OrandCarError as exc:
+        _fail(str(exc))
+    click.echo(format_push_result(result))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

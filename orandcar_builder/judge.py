@@ -497,3 +497,18 @@ def format_calibration(
                 f"(wrong {counts['wrong']}, unsure {counts['unsure']})"
             )
     return "\n".join(lines)
+
+
+def accepted_items_from_decisions(path) -> list[JudgeItem]:
+    """The items a build's string rule accepted, read from its ``work/decisions.parquet``: what
+    ``orandcar calibrate`` samples from after the fact."""
+    import pyarrow.parquet as pq
+
+    columns = ["id", "question", "references", "model_answer", "family", "rule_passed"]
+    table = pq.read_table(path, columns=columns)
+    items = []
+    for row in table.to_pylist():
+        if row["rule_passed"]:
+            candidate = strip_reasoning(row["model_answer"] or "").strip()
+            items.append(JudgeItem(row["id"], row["question"], tuple(row["references"]), candidate, row["family"]))
+    return items
