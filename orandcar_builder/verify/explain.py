@@ -1,0 +1,65 @@
+"""What ``orandcar check-answer`` shows: how a family's rule decides one answer, candidate by candidate."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Optional, Sequence
+
+from ..families import get_family
+from . import check_inputs, decide, get_rule, verify
+from .candidates import candidates
+
+PASS_MARK, REJECT_MARK = "PASS", "REJECT"
+
+
+def explain(family: str, answer: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> dict:
+    """Every candidate of ``answer`` scored by the rule of ``family``, and the final decision.
+
+    Returns ``{"family", "rule", "rule_version", "answer", "references", "options",
+    "candidates": [{"candidate", "text", "score", "passed", "detail"}], "decision": {Decision
+    fields}}``. Unlike ``verify``, which stops at the first passing candidate, every candidate
+    is listed; ``decision`` is exactly what ``verify`` returns. Raises UnknownNameError for an
+    unknown family or rule.
+    """
+    rule_name = get_family(family).rule
+    rule = get_rule(rule_name)
+    refs, opts = check_inputs(answer, references, options)
+    tried = []
+    for label, text in candidates(answer):
+        value, passed = decide(rule, text, refs, opts)
+        detail = rule.detail(text, refs, opts) if hasattr(rule, "detail") else ""
+        tried.append({"candidate": label, "text": text, "score": value, "passed": passed, "detail": detail})
+    return {
+        "family": family,
+        "rule": rule.NAME,
+        "rule_version": rule.VERSION,
+        "answer": answer,
+        "references": refs,
+        "options": opts,
+        "candidates": tried,
+        "decision": asdict(verify(rule_name, answer, refs, opts)),
+    }
+
+
+def format_explanation(result: dict) -> str:
+    """``explain``'s result as the text ``check-answer`` prints."""
+    from ..prompts import OPTION_LETTERS
+
+    lines = [
+        f"family:     {result['family']}",
+        f"rule:       {result['rule']} (version {result['rule_version']})",
+        f"references: " + " | ".join(repr(r) for r in result["references"]),
+    ]
+    if result["options"]:
+        lines.append("options:    " + "  ".join(f"{OPTION_LETTERS[i]}. {o}" for i, o in enumerate(result["options"])))
+    if not result["candidates"]:
+        lines.append("candidates: none (the answer is empty once reasoning is removed)")
+    for c in result["candidates"]:
+        mark = PASS_MARK if c["passed"] else REJECT_MARK
+        lines.append(f"  {c['candidate']:<16} {mark:<6} score {c['score']:.4f}  {c['text']!r}")
+        if c["detail"]:
+            lines.append(f"  {'':<16} {c['detail']}")
+    d = result["decision"]
+    mark = PASS_MARK if d["passed"] else REJECT_MARK
+    lines.append(f"decision:   {mark} (candidate {d['candidate']}, score {d['score']:.4f})")
+    return "\n".join(lines)
