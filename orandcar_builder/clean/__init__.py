@@ -1,25 +1,135 @@
 """Cleaning: what decides that a pool item is admitted, and the policy id that names those rules.
 
-``clean`` takes pool items in pool order and yields ``Admitted`` or ``Dropped`` records, one per
-item, in the same order. ``report`` (a dict the caller passes) receives the measured figures
-(counts per action, shares) for the build report and the card.
+``clean`` takes pool items in pool order and yields one ``Admitted`` or ``Dropped`` record per
+item, in the same order. Rules, in the order they apply (the first that drops an item names it):
+
+1. provenance (``clean/provenance.py``): the source's recorded image resolves to the attached
+   image; else ``provenance_unresolved`` / ``provenance_mismatch``;
+2. task purity (``clean/purity.py``): in a family whose mixed-collection items are off-task
+   over the threshold, only benchmark QA is kept; else ``task_purity``;
+3. multiple-choice normalisation (``clean/choices.py``): prose options become a lettered block
+   and the reference a bare letter; else ``mc_unresolvable``;
+4. exact duplicates: a later item with the same image sha256, question and reference (after
+   normalisation) as an admitted one is merged into it: ``duplicate_qa``, naming that item.
+
+Purity needs every share measured before any decision, so ``clean`` reads all items first and
+decides afterwards. It keeps the items (text, paths, hashes), never image bytes.
+
+``report`` (a dict the caller passes) receives the measured figures: counts per reason and
+action, provenance counts, the purity shares per family, and the number of merged duplicates.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+from collections import Counter, deque
+from dataclasses import replace
+from pathlib import Path
 from typing import Iterable, Iterator, Optional, Union
 
 from ..records import Admitted, Dropped, PoolItem
+from . import choices, provenance, purity
 
 # Bumped whenever a cleaning rule changes what is admitted.
-POLICY_ID = "orandcar-clean/0.1"
+POLICY_ID = "orandcar-clean/0.2"
+DUPLICATE = "duplicate_qa"
+DROP_REASONS = (provenance.UNRESOLVED, provenance.MISMATCH, purity.REASON, choices.REASON, DUPLICATE)
+ACTIONS = (provenance.UNCHECKED, choices.ACTION_NORMALISED, choices.ACTION_REFERENCE_LETTERED)
+
+
+def qa_key(item: PoolItem) -> bytes:
+    """What makes two QA items exact duplicates: image sha256, question, references (16-byte digest)."""
+    text = json.dumps([item.image.sha256, item.question, item.references], ensure_ascii=False)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+class _Cleaner:
+    """The per-item decisions, once purity has been measured over the whole pool."""
+
+    def __init__(self, meter: purity.PurityMeter, base_dir: Optional[Path]):
+        self.meter = meter
+        self.hashes = provenance.SourceImageHashes(base_dir)
+        self.kept: dict[bytes, str] = {}  # qa_key -> id of the admitted item it belongs to
+        self.dropped: Counter = Counter()
+        self.actions: Counter = Counter()
+        self.provenance: Counter = Counter()
+        self.admitted = 0
+
+    def decide(self, item: PoolItem, order: int) -> Union[Admitted, Dropped]:
+        actions: list[str] = []
+        checked = provenance.check_provenance(item, self.hashes)
+        if checked.reason is not None:
+            return self._drop(item, checked.reason, checked.detail)
+        self.provenance["checked" if checked.checked else "unchecked"] += 1
+        if not checked.checked:
+            actions.append(provenance.UNCHECKED)
+        if self.meter.drops(item.family, item.source.origin):
+            self.meter.families[item.family].dropped += 1
+            return self._drop(item, purity.REASON, self.meter.detail(item.family))
+        choice = choices.normalise_choices(item.question, item.answer, item.options)
+        if choice.problem is not None:
+            return self._drop(item, choices.REASON, choice.problem)
+        if choice.action is not None:
+            actions.append(choice.action)
+            item = replace(item, question=choice.question, answer=choice.answer, options=choice.options)
+        key = qa_key(item)
+        if key in self.kept:
+            return self._drop(item, DUPLICATE, f"same image, question and reference as {self.kept[key]!r}; merged into it")
+        self.kept[key] = item.id
+        self.actions.update(actions)
+        self.admitted += 1
+        return Admitted(item=item, order=order, policy=POLICY_ID, actions=tuple(actions))
+
+    def _drop(self, item: PoolItem, reason: str, detail: str) -> Dropped:
+        self.dropped[reason] += 1
+        if reason in (provenance.UNRESOLVED, provenance.MISMATCH):
+            self.provenance[reason.removeprefix("provenance_")] += 1
+        return Dropped(where=item.where, reason=reason, detail=detail, id=item.id)
+
+    def fill(self, report: dict, items: int) -> None:
+        report.update({
+            "policy": POLICY_ID,
+            "items": items,
+            "admitted": self.admitted,
+            "dropped": sum(self.dropped.values()),
+            "dropped_by_reason": dict(sorted(self.dropped.items())),
+            "actions": dict(sorted(self.actions.items())),
+            "provenance": {k: self.provenance.get(k, 0) for k in ("checked", "unchecked", "unresolved", "mismatch")},
+            "purity": self.meter.to_report(),
+            "duplicates_merged": self.dropped.get(DUPLICATE, 0),
+        })
 
 
 def clean(
     items: Iterable[PoolItem],
     report: Optional[dict] = None,
+    *,
+    base_dir: Optional[Union[str, os.PathLike]] = None,
 ) -> Iterator[Union[Admitted, Dropped]]:
+    """Yield exactly one ``Admitted`` or ``Dropped`` per item, in the order given.
+
+    ``base_dir`` is the pool file's directory, against which ``source.image`` paths resolve;
+    without it a relative ``source.image`` cannot be checked and its item counts as unchecked.
+    ``report`` is filled once the last record is yielded.
+    """
     report = report if report is not None else {}
     report.setdefault("policy", POLICY_ID)
-    for order, item in enumerate(items):
-        yield Admitted(item=item, order=order, policy=POLICY_ID, actions=())
+    meter = purity.PurityMeter()
+    pending: deque[PoolItem] = deque()
+    for item in items:
+        meter.measure(item.family, item.question, item.options, item.source.origin)
+        pending.append(item)
+    total = len(pending)
+    cleaner = _Cleaner(meter, Path(base_dir) if base_dir is not None else None)
+    order = 0
+    while pending:
+        yield cleaner.decide(pending.popleft(), order)  # popped: a decided item is not held twice
+        order += 1
+    cleaner.fill(report, total)
+
+
+from .pool_file import clean_pool  # noqa: E402  (uses clean and POLICY_ID defined above)
+
+__all__ = ["ACTIONS", "DROP_REASONS", "DUPLICATE", "POLICY_ID", "clean", "clean_pool", "qa_key"]

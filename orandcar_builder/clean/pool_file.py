@@ -1,0 +1,121 @@
+"""``clean_pool``: clean a pool file into a cleaned pool file and a file of dropped lines.
+
+Every line of the input ends in exactly one of the two outputs: the cleaned pool (admitted
+items, native format, paths relative to the new file, with a ``clean`` field naming the policy
+and actions) or the dropped file (one JSON object per dropped line: where, id, reason, detail,
+in line order). The returned report says how many went where and why, and is checked to add up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Iterator, Optional
+
+from ..errors import OrandCarError
+from ..pool.jsonl import encode_pool_line, read_pool
+from ..records import Admitted, Dropped, PoolItem
+
+DROPPED_FILE = "dropped.jsonl"
+
+
+def _line_number(where: str) -> int:
+    return int(where.rsplit(":", 1)[1])
+
+
+def _rebased(path: str, old_base: Path, new_base: str) -> str:
+    return Path(os.path.relpath(os.path.abspath(old_base / path), new_base)).as_posix()
+
+
+def cleaned_line(admitted: Admitted, pool_dir: Path, out_dir: str) -> str:
+    """The cleaned pool line of one admitted item: paths rebased from ``pool_dir`` to ``out_dir``."""
+    item = admitted.item
+    source = item.source.to_dict()
+    if item.source.image is not None:
+        source["image"] = _rebased(item.source.image, pool_dir, out_dir)
+    fields = {
+        "id": item.id,
+        "image": _rebased(item.image.path, pool_dir, out_dir),
+        "question": item.question,
+        "answer": item.answer,
+        "family": item.family,
+        "options": item.options,
+        "source": source,
+    }
+    return encode_pool_line(fields, extra={"clean": {"policy": admitted.policy, "actions": list(admitted.actions)}})
+
+
+def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None) -> dict:
+    """Clean ``pool`` into ``out`` (admitted items) and ``dropped`` (default: ``dropped.jsonl``
+    beside ``out``); return the cleaning report with the line accounting.
+
+    Both files are written under a temporary name and renamed when complete.
+    """
+    from . import clean  # the package defines clean(); imported here to avoid a cycle
+
+    pool, out = Path(pool), Path(out)
+    dropped = Path(dropped) if dropped is not None else out.parent / DROPPED_FILE
+    if not pool.is_file():
+        raise OrandCarError(f"{pool}: pool file not found")
+    if os.path.abspath(out) == os.path.abspath(pool):
+        raise OrandCarError(f"{out}: the cleaned pool must not overwrite its input; choose another file")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    dropped.parent.mkdir(parents=True, exist_ok=True)
+
+    read_drops: list[Dropped] = []
+
+    def items() -> Iterator[PoolItem]:
+        for record in read_pool(pool):
+            if isinstance(record, Dropped):
+                read_drops.append(record)
+            else:
+                yield record
+
+    report: dict = {}
+    out_dir = os.path.abspath(out.parent)
+    partial_out, partial_dropped = out.with_name(out.name + ".partial"), dropped.with_name(dropped.name + ".partial")
+    admitted = 0
+    cleaned_drops: Counter = Counter()
+    try:
+        with open(partial_out, "w", encoding="utf-8", newline="\n") as out_fh, \
+                open(partial_dropped, "w", encoding="utf-8", newline="\n") as dropped_fh:
+            pending = 0  # index into read_drops: written up to here
+
+            def flush_read_drops(before: Optional[int]) -> None:
+                nonlocal pending
+                while pending < len(read_drops) and (before is None or _line_number(read_drops[pending].where) < before):
+                    dropped_fh.write(json.dumps(read_drops[pending].to_dict(), ensure_ascii=False) + "\n")
+                    pending += 1
+
+            for record in clean(items(), report, base_dir=pool.parent):
+                if isinstance(record, Admitted):
+                    out_fh.write(cleaned_line(record, pool.parent, out_dir) + "\n")
+                    admitted += 1
+                else:
+                    flush_read_drops(_line_number(record.where))
+                    dropped_fh.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+                    cleaned_drops[record.reason] += 1
+            flush_read_drops(None)
+        os.replace(partial_out, out)
+        os.replace(partial_dropped, dropped)
+    finally:
+        partial_out.unlink(missing_ok=True)
+        partial_dropped.unlink(missing_ok=True)
+
+    read_reasons = Counter(d.reason for d in read_drops)
+    report.setdefault("items", 0)
+    report.update({
+        "pool": str(pool),
+        "out": str(out),
+        "dropped_file": str(dropped),
+        "lines": len(read_drops) + report["items"],
+        "read_dropped": len(read_drops),
+        "read_dropped_by_reason": dict(sorted(read_reasons.items())),
+        "lines_dropped": len(read_drops) + sum(cleaned_drops.values()),
+        "lines_admitted": admitted,
+    })
+    if report["lines"] != report["lines_admitted"] + report["lines_dropped"]:
+        raise RuntimeError(f"{pool}: line accounting does not add up: {report}")  # a bug, never bad input
+    return report

@@ -1,0 +1,85 @@
+"""Provenance: the image a QA item's source records must be the image the item is attached to.
+
+A source may record the image as a path (``source.image``, relative to the pool file's
+directory) and/or as a hash (``source.image_sha256``). Each recorded locator is checked against
+the sha256 of the attached image: a path that does not resolve to a readable file is
+``provenance_unresolved``; a path or hash whose bytes differ is ``provenance_mismatch``. An item
+that records neither cannot be checked; it is admitted and counted as unchecked. So is a path
+locator when no base directory is known to resolve it against (a recorded hash is still checked).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..images import sha256_file
+from ..records import PoolItem
+
+UNRESOLVED = "provenance_unresolved"
+MISMATCH = "provenance_mismatch"
+UNCHECKED = "provenance_unchecked"  # the action recorded on an item whose source names no image
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class ProvenanceResult:
+    """``reason`` is None when the item may be admitted; ``checked`` says whether anything was compared."""
+
+    reason: Optional[str]
+    detail: str = ""
+    checked: bool = True
+
+
+class SourceImageHashes:
+    """sha256 of recorded source image files, each file hashed once (paths and digests only).
+
+    ``base_dir`` is the pool file's directory; None means relative locators cannot be resolved.
+    """
+
+    def __init__(self, base_dir: Optional[Path]):
+        self.base_dir = Path(base_dir) if base_dir is not None else None
+        self._digests: dict[str, str | OSError] = {}
+
+    def path(self, recorded: str) -> Optional[str]:
+        if self.base_dir is None and not os.path.isabs(recorded):
+            return None
+        return os.path.abspath(self.base_dir / recorded if self.base_dir is not None else recorded)
+
+    def digest(self, path: str) -> str | OSError:
+        if path not in self._digests:
+            try:
+                self._digests[path] = sha256_file(path)
+            except OSError as exc:
+                self._digests[path] = exc
+        return self._digests[path]
+
+
+def check_provenance(item: PoolItem, hashes: SourceImageHashes) -> ProvenanceResult:
+    """Compare what ``item.source`` records about its image with ``item.image``."""
+    source, attached = item.source, item.image
+    if source.image is None and source.image_sha256 is None:
+        return ProvenanceResult(None, "source records no image", checked=False)
+    path = hashes.path(source.image) if source.image is not None else None
+    if source.image_sha256 is None and path is None:
+        return ProvenanceResult(None, "no base directory to resolve source.image against", checked=False)
+    if source.image_sha256 is not None:
+        recorded = source.image_sha256.strip().lower()
+        if not _SHA256.match(recorded):
+            return ProvenanceResult(MISMATCH, f"source.image_sha256 {source.image_sha256!r} is not a sha256 hex digest")
+        if recorded != attached.sha256:
+            return ProvenanceResult(MISMATCH, f"source.image_sha256 {recorded[:12]}... differs from the attached image's {attached.sha256[:12]}...")
+    if path is not None:
+        if path == os.path.abspath(attached.path):
+            return ProvenanceResult(None)  # the same file: read_pool hashed it when it attached it
+        digest = hashes.digest(path)
+        if isinstance(digest, FileNotFoundError):
+            return ProvenanceResult(UNRESOLVED, f"source.image {source.image!r} not found")
+        if isinstance(digest, OSError):
+            return ProvenanceResult(UNRESOLVED, f"source.image {source.image!r} cannot be read ({digest.strerror or digest})")
+        if digest != attached.sha256:
+            return ProvenanceResult(MISMATCH, f"source.image {source.image!r} holds other bytes than the attached image {attached.name!r}")
+    return ProvenanceResult(None)

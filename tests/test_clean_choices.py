@@ -1,0 +1,139 @@
+"""Multiple-choice normalisation: prose options to a lettered block, reference to a bare letter."""
+
+from __future__ import annotations
+
+import pytest
+
+from orandcar_builder.clean.choices import (
+    ACTION_NORMALISED,
+    ACTION_REFERENCE_LETTERED,
+    normalise_choices,
+    parse_prose_options,
+    resolve_reference,
+)
+from orandcar_builder.prompts import has_lettered_block, option_block, question_text
+
+BLOCK = "A. cat\nB. dog\nC. bird"
+
+# (question, reference, expected question, expected letter): one case per prose shape.
+PROSE_SHAPES = [
+    ("What animal is this? Options: cat, dog, bird", "dog", f"What animal is this?\n{BLOCK}", "B"),
+    ("What animal is this? Options: cat, dog, or bird.", "bird", f"What animal is this?\n{BLOCK}", "C"),
+    ("What animal is this? (A) cat (B) dog (C) bird", "B", f"What animal is this?\n{BLOCK}", "B"),
+    ("What animal is this? A) cat B) dog C) bird", "(C)", f"What animal is this?\n{BLOCK}", "C"),
+    ("What animal is this? A. cat B. dog C. bird", "cat", f"What animal is this?\n{BLOCK}", "A"),
+    ("What animal is this? A: cat B: dog C: bird", "C.", f"What animal is this?\n{BLOCK}", "C"),
+    ("What animal is this? Choose from: cat, dog, bird.", "Dog.", f"What animal is this?\n{BLOCK}", "B"),
+    ("What animal is this? Choices: cat; dog; bird", "bird", f"What animal is this?\n{BLOCK}", "C"),
+    ("Which animal is shown? Choose from cat, dog or bird", "dog", f"Which animal is shown?\n{BLOCK}", "B"),
+    ("Which animal is shown? Options:\n- cat\n- dog\n- bird", "dog", f"Which animal is shown?\n{BLOCK}", "B"),
+    ("Which animal is shown? Answer choices: [cat, dog, bird]", "b", f"Which animal is shown?\n{BLOCK}", "B"),
+    ("Which animal is shown? (a) cat (b) dog (c) bird. Answer with the option's letter.", "B. dog",
+     f"Which animal is shown?\n{BLOCK}\nAnswer with the option's letter.", "B"),
+    ("Which animal is shown? A: cat B: dog C: bird\nAnswer with the letter only.", "C",
+     f"Which animal is shown?\n{BLOCK}\nAnswer with the letter only.", "C"),
+    ("Which animal is shown, (A) cat, (B) dog, or (C) bird?", "bird", f"Which animal is shown\n{BLOCK}", "C"),
+    ("Which animal is shown? Select one of the following: 'cat', 'dog', 'bird'", "'dog'", f"Which animal is shown?\n{BLOCK}", "B"),
+    ("Which animal is shown? Options: cat / dog / bird", "CAT", f"Which animal is shown?\n{BLOCK}", "A"),
+    ("Pick one of the following: cat, dog, bird", "dog", f"Pick one of the following:\n{BLOCK}", "B"),
+    ("How many? Options: 1,000, 2,000, 3,500", "2,000", "How many?\nA. 1,000\nB. 2,000\nC. 3,500", "B"),
+    ("Which one? Options: (A) cat (B) dog (C) bird", "A", f"Which one?\n{BLOCK}", "A"),
+    ("Which animal is shown? Options:\ncat\ndog\nbird\nAnswer with one letter.", "bird",
+     f"Which animal is shown?\n{BLOCK}\nAnswer with one letter.", "C"),
+]
+
+
+@pytest.mark.parametrize("question, reference, expected_question, letter", PROSE_SHAPES)
+def test_prose_shapes_become_a_lettered_block(question, reference, expected_question, letter):
+    result = normalise_choices(question, reference, None)
+    assert result.problem is None
+    assert result.question == expected_question
+    assert result.answer == letter
+    assert result.action == ACTION_NORMALISED
+    assert has_lettered_block(result.question)
+    assert list(result.options) == [line[3:] for line in result.question.split("\n") if line[:3] in {"A. ", "B. ", "C. "}]
+
+
+def test_at_least_ten_prose_shapes_are_covered():
+    assert len(PROSE_SHAPES) >= 10
+
+
+@pytest.mark.parametrize(
+    "question, reference, why",
+    [
+        ("Which animal? Options: cat, dog, bird", "cow", "matches none"),
+        ("Which animal? Options: cat, Cat, bird", "cat", "matches several"),
+        ("Which animal? (A) cat (B) dog", "C", "matches none"),
+        ("Which animal? (A) cat (B) dog", "A. dog", "other than option"),
+        ("Which letter? Options: B, A", "A", "matches several"),  # text names option B, letter names option A
+    ],
+)
+def test_a_reference_naming_no_option_or_several_is_unresolvable(question, reference, why):
+    result = normalise_choices(question, reference, None)
+    assert result.problem is not None and why in result.problem
+    assert result.question == question and result.action is None
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Which animal?\nA. cat\nB. dog",
+        "Which animal?\n(A) cat\n(B) dog\nOptions: cat, dog",
+        "Which animal?\n  A) cat\n  B) dog",
+    ],
+)
+def test_a_question_with_a_lettered_block_is_left_byte_for_byte(question):
+    result = normalise_choices(question, "dog", None)
+    assert result.question is question and result.answer == "dog" and result.action is None and result.problem is None
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What is written in the image?",
+        "What options are shown on the menu?",
+        "Is the light red or green?",
+        "Read the sign: what does it say?",
+        "Plan A. Then what?",
+        "Options: cat",  # one option is no choice
+    ],
+)
+def test_ordinary_questions_are_not_taken_for_multiple_choice(question):
+    assert parse_prose_options(question) is None
+    result = normalise_choices(question, "x", None)
+    assert result.question is question and result.action is None and result.problem is None
+
+
+def test_structured_options_get_a_letter_reference_and_keep_the_question():
+    result = normalise_choices("Which animal?", "dog", ("cat", "dog"))
+    assert (result.question, result.answer, result.options, result.action) == ("Which animal?", "B", ("cat", "dog"), ACTION_REFERENCE_LETTERED)
+    unchanged = normalise_choices("Which animal?", "B", ("cat", "dog"))
+    assert unchanged.action is None and unchanged.answer == "B"
+    assert normalise_choices("Which animal?", "cow", ("cat", "dog")).problem is not None
+
+
+def test_multi_answer_references_must_agree_on_one_letter():
+    assert normalise_choices("Which? Options: cat, dog", ("dog", "B"), None).answer == "B"
+    assert "different options" in normalise_choices("Which? Options: cat, dog", ("dog", "cat"), None).problem
+
+
+def test_normalised_question_gets_no_second_block_in_the_prompt():
+    result = normalise_choices("What animal is this? Options: cat, dog, bird", "dog", None)
+    prompt = question_text(result.question, "multiple_choice", result.options)
+    assert prompt.count(option_block(result.options)) == 1
+
+
+def test_normalising_twice_changes_nothing():
+    for question, reference, _, _ in PROSE_SHAPES:
+        first = normalise_choices(question, reference, None)
+        second = normalise_choices(first.question, first.answer, first.options)
+        assert (second.question, second.answer, second.action) == (first.question, first.answer, None)
+
+
+@pytest.mark.parametrize(
+    "reference, expected",
+    [("dog", 1), (" Dog. ", 1), ("B", 1), ("(b)", 1), ("B)", 1), ("B: dog", 1), ("“dog”", 1), ("Z", None), ("", None)],
+)
+def test_resolve_reference(reference, expected):
+    result = resolve_reference(reference, ["cat", "dog", "bird"])
+    assert (result if isinstance(result, int) else None) == expected
