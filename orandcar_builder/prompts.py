@@ -12,20 +12,23 @@ from typing import Optional, Sequence
 from .families import get_family
 
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-# A question already carrying a lettered block ("A. cat" / "(A) cat" on their own lines).
-_LETTERED_LINE = re.compile(r"^\s*\(?([A-Z])[.)]\s+\S", re.MULTILINE)
+# A question already carrying a lettered block ("A. cat", "(A) cat", "A) cat", "A: cat" on their own lines).
+_LETTERED_LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+\S", re.MULTILINE)
 INSTRUCTION_SEPARATOR = "\n"
 
 
 def option_block(options: Sequence[str]) -> str:
+    """The options as lines ``A. first``, ``B. second`` ... (at most 26), joined by newlines."""
     if len(options) > len(OPTION_LETTERS):
         raise ValueError(f"{len(options)} options: at most {len(OPTION_LETTERS)} are supported")
     return "\n".join(f"{OPTION_LETTERS[i]}. {opt}" for i, opt in enumerate(options))
 
 
 def has_lettered_block(question: str) -> bool:
+    """True when the question already lists options on their own lines: a line lettered A
+    followed by a line lettered B (``A.``, ``(A)``, ``A)`` or ``A:``), anywhere in the text."""
     letters = [m.group(1) for m in _LETTERED_LINE.finditer(question)]
-    return len(letters) >= 2 and letters[:2] == ["A", "B"]
+    return any(a == "A" and b == "B" for a, b in zip(letters, letters[1:]))
 
 
 def question_text(question: str, family: str, options: Optional[Sequence[str]] = None) -> str:

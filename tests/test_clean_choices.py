@@ -137,3 +137,31 @@ def test_normalising_twice_changes_nothing():
 def test_resolve_reference(reference, expected):
     result = resolve_reference(reference, ["cat", "dog", "bird"])
     assert (result if isinstance(result, int) else None) == expected
+
+
+@pytest.mark.parametrize(
+    "question, expected",
+    [
+        ("Which?\nA. cat\nB. dog", True),
+        ("Which?\n(A) cat\n(B) dog", True),
+        ("Which?\nA) cat\nB) dog", True),
+        ("Which?\nA: cat\nB: dog", True),
+        ("I. Read the passage.\nA. cat\nB. dog", True),  # an earlier lettered line does not hide the block
+        ("Which? (A) cat (B) dog", False),  # inline: prose, not a block
+        ("Which?\nA. cat", False),
+        ("Which?\nB. dog\nA. cat", False),
+        ("A man walks.\nBy the river.", False),
+    ],
+)
+def test_has_lettered_block(question, expected):
+    assert has_lettered_block(question) is expected
+
+
+def test_option_block_letters_each_option_on_its_own_line():
+    assert option_block(["cat", "dog", "bird"]) == BLOCK
+    with pytest.raises(ValueError, match="27 options"):
+        option_block([str(i) for i in range(27)])
+
+
+def test_inline_options_spanning_lines_are_not_taken_apart():
+    assert parse_prose_options("Which? (A) cat\nand more (B) dog") is None

@@ -125,7 +125,7 @@ def parse_lettered_inline(question: str) -> Optional[ProseOptions]:
         options = [question[a.end(): b.start()] for a, b in zip(chain, chain[1:])]
         last, tail = _split_tail(question[chain[-1].end():])
         options = [_clean_option(o, last=False) for o in options] + [_clean_option(last, last=True)]
-        if all(options):
+        if all(options) and not any("\n" in o for o in options):  # an option is one line of text
             return ProseOptions(_strip_label(question[: chain[0].start()]), tuple(options), tail)
     return None
 
