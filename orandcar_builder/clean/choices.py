@@ -172,9 +172,13 @@ def parse_labelled_list(question: str) -> Optional[ProseOptions]:
     return ProseOptions(stem, tuple(options), tail)
 
 
+# Every prose shape contains a letter marker, a colon label or a choose-verb; most questions none.
+_MAYBE_OPTIONS = re.compile(r"[A-Za-z][.):]|\b(?:choose|select|pick)\b", re.IGNORECASE)
+
+
 def parse_prose_options(question: str) -> Optional[ProseOptions]:
     """The question's prose options, or None when it has none (or already has a lettered block)."""
-    if has_lettered_block(question):
+    if not _MAYBE_OPTIONS.search(question) or has_lettered_block(question):
         return None
     return parse_lettered_inline(question) or parse_labelled_list(question)
 

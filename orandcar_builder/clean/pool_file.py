@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ..errors import OrandCarError
-from ..pool.jsonl import encode_pool_line, read_pool
+from ..pool.jsonl import SOURCE_FIELDS, encode_pool_line, read_pool
 from ..records import Admitted, Dropped, PoolItem
 
 DROPPED_FILE = "dropped.jsonl"
@@ -25,14 +25,15 @@ def _line_number(where: str) -> int:
     return int(where.rsplit(":", 1)[1])
 
 
-def _rebased(path: str, old_base: Path, new_base: str) -> str:
-    return Path(os.path.relpath(os.path.abspath(old_base / path), new_base)).as_posix()
+def _rebased(path: str, old_base: str, new_base: str) -> str:
+    return os.path.relpath(os.path.join(old_base, path), new_base).replace(os.sep, "/")
 
 
-def cleaned_line(admitted: Admitted, pool_dir: Path, out_dir: str) -> str:
-    """The cleaned pool line of one admitted item: paths rebased from ``pool_dir`` to ``out_dir``."""
+def cleaned_line(admitted: Admitted, pool_dir: str, out_dir: str) -> str:
+    """The cleaned pool line of one admitted item: paths rebased from ``pool_dir`` to ``out_dir``
+    (both absolute)."""
     item = admitted.item
-    source = item.source.to_dict()
+    source = {k: getattr(item.source, k) for k in SOURCE_FIELDS}
     if item.source.image is not None:
         source["image"] = _rebased(item.source.image, pool_dir, out_dir)
     fields = {
@@ -74,7 +75,7 @@ def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None) -> dict
                 yield record
 
     report: dict = {}
-    out_dir = os.path.abspath(out.parent)
+    out_dir, pool_dir = os.path.abspath(out.parent), os.path.abspath(pool.parent)
     partial_out, partial_dropped = out.with_name(out.name + ".partial"), dropped.with_name(dropped.name + ".partial")
     admitted = 0
     cleaned_drops: Counter = Counter()
@@ -91,7 +92,7 @@ def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None) -> dict
 
             for record in clean(items(), report, base_dir=pool.parent):
                 if isinstance(record, Admitted):
-                    out_fh.write(cleaned_line(record, pool.parent, out_dir) + "\n")
+                    out_fh.write(cleaned_line(record, pool_dir, out_dir) + "\n")
                     admitted += 1
                 else:
                     flush_read_drops(_line_number(record.where))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 from ..images import sha256_file
@@ -40,14 +39,15 @@ class SourceImageHashes:
     ``base_dir`` is the pool file's directory; None means relative locators cannot be resolved.
     """
 
-    def __init__(self, base_dir: Optional[Path]):
-        self.base_dir = Path(base_dir) if base_dir is not None else None
+    def __init__(self, base_dir: Optional[os.PathLike | str]):
+        self.base_dir = os.path.abspath(base_dir) if base_dir is not None else None
         self._digests: dict[str, str | OSError] = {}
 
     def path(self, recorded: str) -> Optional[str]:
+        """The absolute path ``recorded`` names, or None when it is relative and there is no base."""
         if self.base_dir is None and not os.path.isabs(recorded):
             return None
-        return os.path.abspath(self.base_dir / recorded if self.base_dir is not None else recorded)
+        return os.path.abspath(os.path.join(self.base_dir or "", recorded))
 
     def digest(self, path: str) -> str | OSError:
         if path not in self._digests:

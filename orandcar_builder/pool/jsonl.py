@@ -124,7 +124,7 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None) -> 
     ``limit`` stops after that many lines have been read (good or bad).
     """
     path = Path(path)
-    base = path.parent
+    base = os.path.abspath(path.parent)
     seen_ids: set[str] = set()
     images: dict[str, ImageRef | ImageError] = {}  # one hash and decode check per image file
     for lineno, (where, obj) in enumerate(decode_json_lines(path), 1):
@@ -142,7 +142,7 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None) -> 
         if item_id in seen_ids:
             yield Dropped(where, "duplicate_id", f"id {item_id!r} already used earlier in the pool", item_id)
             continue
-        image_path = str((base / fields["image"]).resolve())
+        image_path = os.path.abspath(os.path.join(base, fields["image"]))  # no syscall; keeps the pool's file name
         if image_path not in images:
             try:
                 images[image_path] = ImageRef.from_file(image_path)
@@ -178,10 +178,9 @@ def pool_line(fields: dict, extra: Optional[dict] = None) -> dict:
     }
     if fields.get("options") is not None:
         line["options"] = list(fields["options"])
-    source = fields.get("source")
-    if isinstance(source, Source):
-        source = source.to_dict()
-    source = {k: source[k] for k in SOURCE_FIELDS if source and source.get(k) not in (None, "")}
+    source = fields.get("source") or {}
+    get = (lambda k: getattr(source, k)) if isinstance(source, Source) else source.get
+    source = {k: get(k) for k in SOURCE_FIELDS if get(k) not in (None, "")}
     if source:
         line["source"] = source
     line.update(extra or {})

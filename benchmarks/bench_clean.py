@@ -1,0 +1,167 @@
+"""Import + cleaning of a pool of small images, against merely reading and hashing the same files.
+
+Makes N small distinct PNGs in the scene-text layout (IMG/N.png + label/N.txt). Most are imported
+with the folder importer as benchmark QA; a slice is imported from a LLaVA JSONL as a mixed
+collection (origin "InfinityMM"), with a planted share of off-task questions and a few prose
+multiple-choice ones, so every cleaning rule does real work. The two pools are joined and cleaned
+with ``clean_pool``. The baseline reads and sha256-hashes every image file, in the same run,
+before and after (the faster of the two counts), with the files in the page cache both times.
+
+    .venv/bin/python benchmarks/bench_clean.py --items 20000
+    .venv/bin/python benchmarks/bench_clean.py --items 100000 --json bench.json
+
+Prints one line per phase and the ratio (import + clean) / (read + hash).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from PIL import Image
+
+from orandcar_builder.clean import clean_pool
+from orandcar_builder.images import sha256_file
+from orandcar_builder.pool import import_source, read_pool
+
+MIXED_SHARE = 0.2  # of the images, imported as a mixed collection
+OFF_TASK_SHARE = 0.3  # of the mixed items, off-task for scene_text (so purity triggers)
+MC_EVERY = 50  # every 50th mixed item is a prose multiple-choice question
+
+
+def make_images(root: Path, n: int) -> None:
+    """n distinct 16x16 PNGs (a few hundred bytes each) and their labels."""
+    (root / "IMG").mkdir(parents=True)
+    (root / "label").mkdir()
+    for i in range(n):
+        img = Image.new("RGB", (16, 16), ((i * 7) % 256, (i // 256) % 256, (i // 65536) % 256))
+        img.putpixel((i % 16, (i // 16) % 16), (255, 255, 255))
+        buf = io.BytesIO()
+        img.save(buf, "PNG")
+        (root / "IMG" / f"{i}.png").write_bytes(buf.getvalue())
+        (root / "label" / f"{i}.txt").write_text(f"WORD{i}", encoding="utf-8")
+
+
+def split_mixed(root: Path, n: int) -> Path:
+    """Move the last MIXED_SHARE of the images' labels out of the folder layout into a LLaVA JSONL."""
+    first_mixed = n - int(n * MIXED_SHARE)
+    llava = root.parent / "mixed.jsonl"
+    with open(llava, "w", encoding="utf-8") as fh:
+        for i in range(first_mixed, n):
+            (root / "label" / f"{i}.txt").unlink()
+            k = i - first_mixed
+            if k % MC_EVERY == 0:
+                turns = [("human", "<image>\nWhich word is shown? Options: WORD0, WORD%d, WORDX" % i), ("gpt", f"WORD{i}")]
+            elif k % 10 < OFF_TASK_SHARE * 10:
+                turns = [("human", "<image>\nDescribe the picture."), ("gpt", "A small square.")]
+            else:
+                turns = [("human", "<image>\nWhat text is shown?"), ("gpt", f"WORD{i}")]
+            record = {"id": f"m{i}", "image": f"scene/IMG/{i}.png", "source": "infinity",
+                      "conversations": [{"from": r, "value": v} for r, v in turns]}
+            if k % MC_EVERY == 0:
+                record["family"] = "multiple_choice"
+            fh.write(json.dumps(record) + "\n")
+    return llava
+
+
+class Clock:
+    """Wall and CPU (user + system) seconds of a block; CPU time is less disturbed by other load."""
+
+    def __enter__(self) -> "Clock":
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def read_and_hash(root: Path) -> Clock:
+    with Clock() as clock:
+        for entry in os.scandir(root / "IMG"):
+            sha256_file(entry.path)
+    return clock
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run(n: int, workdir: Path) -> dict:
+    scene = workdir / "scene"
+    t = time.perf_counter()
+    make_images(scene, n)
+    llava = split_mixed(scene, n)
+    figures: dict = {"items": n, "generate_s": time.perf_counter() - t, "rss_after_generate_mb": peak_rss_mb()}
+
+    hash_before = read_and_hash(scene)
+
+    with Clock() as importing:
+        folder_report = import_source("folder", scene, workdir / "pools" / "bench.jsonl", family="scene_text")
+        mixed_report = import_source("llava", llava, workdir / "pools" / "mixed.jsonl", family="scene_text", origin="InfinityMM")
+        with open(workdir / "pools" / "pool.jsonl", "wb") as out:
+            for part in ("bench.jsonl", "mixed.jsonl"):
+                with open(workdir / "pools" / part, "rb") as fh:
+                    shutil.copyfileobj(fh, out)
+    figures["import_s"], figures["import_cpu_s"] = importing.wall, importing.cpu
+    figures["rss_after_import_mb"] = peak_rss_mb()
+    figures["imported"] = folder_report.written + mixed_report.written
+    figures["import_problems"] = folder_report.problems_total + mixed_report.problems_total
+
+    with Clock() as cleaning:
+        report = clean_pool(workdir / "pools" / "pool.jsonl", workdir / "cleaned" / "pool.jsonl")
+    figures["clean_s"], figures["clean_cpu_s"] = cleaning.wall, cleaning.cpu
+    figures["rss_after_clean_mb"] = peak_rss_mb()
+
+    with Clock() as reading:
+        for _ in read_pool(workdir / "pools" / "pool.jsonl"):
+            pass
+    figures["read_pool_s"] = reading.wall  # part of clean_s: JSON, hash and decode check per line
+
+    hash_after = read_and_hash(scene)
+    figures["hash_s"] = min(hash_before.wall, hash_after.wall)
+    figures["hash_cpu_s"] = min(hash_before.cpu, hash_after.cpu)
+    figures["hash_runs_s"] = [hash_before.wall, hash_after.wall]
+    figures["ratio"] = (figures["import_s"] + figures["clean_s"]) / figures["hash_s"]
+    figures["cpu_ratio"] = (figures["import_cpu_s"] + figures["clean_cpu_s"]) / figures["hash_cpu_s"]
+    figures["clean_report"] = {k: report[k] for k in ("lines", "lines_admitted", "lines_dropped", "dropped_by_reason",
+                                                      "actions", "duplicates_merged")}
+    figures["purity"] = report["purity"]["families"]
+    return figures
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=20000, help="images (= pool items) to make (default 20000)")
+    parser.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temporary dir, removed)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_clean_"))
+    try:
+        figures = run(args.items, workdir)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    n = figures["items"]
+    print(f"items {n}  (python {sys.version.split()[0]}, {os.cpu_count()} cpus)")
+    print(f"read + sha256 of {n} image files: {figures['hash_s']:.2f} s  (runs: {', '.join(f'{x:.2f}' for x in figures['hash_runs_s'])})")
+    print(f"import (folder + llava + join): {figures['import_s']:.2f} s  ({figures['imported']} lines)")
+    print(f"clean_pool: {figures['clean_s']:.2f} s  (of which read_pool, hash + decode check: ~{figures['read_pool_s']:.2f} s)")
+    print(f"ratio (import + clean) / (read + hash): wall {figures['ratio']:.1f}x, cpu {figures['cpu_ratio']:.1f}x "
+          f"(cpu s: {figures['import_cpu_s'] + figures['clean_cpu_s']:.2f} / {figures['hash_cpu_s']:.2f})")
+    print(f"peak RSS: after import {figures['rss_after_import_mb']:.0f} MB, after clean {figures['rss_after_clean_mb']:.0f} MB")
+    print(f"cleaning: {json.dumps(figures['clean_report'])}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
