@@ -429,6 +429,30 @@ def test_token_never_appears_in_output_or_logs(hub, folder_v1, capsys, caplog, t
     assert not any(hub.token.encode() in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
 
 
+def test_cli_push_prints_the_result_and_never_the_token(hub, folder_v1):
+    from click.testing import CliRunner
+
+    from orandcar_builder.cli import main
+
+    run = CliRunner().invoke(main, ["push", str(folder_v1), "--repo", REPO, "--tag", "v1.0", "--no-progress"])
+    assert run.exit_code == 0, run.output
+    assert f"{REPO} @ main" in run.output and "set gating to 'auto'" in run.output and "tag v1.0 at" in run.output
+    assert hub.token not in run.output and hub.repo(REPO).tags.keys() == {"v1.0"}
+    dry = CliRunner().invoke(main, ["push", str(folder_v1), "--repo", REPO, "--dry-run", "--no-progress"])
+    assert dry.exit_code == 0 and "nothing to upload" in dry.output and len(hub.calls("commit")) == 1
+
+
+def test_cli_push_with_a_wrong_token_fails_cleanly(hub, monkeypatch, folder_v1):
+    from click.testing import CliRunner
+
+    from orandcar_builder.cli import main
+
+    monkeypatch.setenv("HF_TOKEN", "hf_cli_wrong_token_987654321")
+    run = CliRunner().invoke(main, ["push", str(folder_v1), "--repo", REPO, "--no-progress"])
+    assert run.exit_code != 0 and "HTTP 401" in run.output and "hf_cli_wrong_token_987654321" not in run.output
+    assert run.exception is None or isinstance(run.exception, SystemExit)
+
+
 # -- end to end in a subprocess: the client configured by its environment, as a user runs it ----------
 
 CLIENT = r'''
