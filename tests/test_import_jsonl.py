@@ -76,6 +76,8 @@ def test_unknown_format_and_option_say_did_you_mean(pool_dir, tmp_path):
         import_source("jsnl", pool_dir, tmp_path / "pool.jsonl")
     with pytest.raises(UnknownNameError, match="did you mean 'dataset'"):
         import_source("folder", pool_dir, tmp_path / "pool.jsonl", datset="x")
+    with pytest.raises(OrandCarError, match="jsonl importer takes no options; got 'family'"):
+        import_source("jsonl", pool_dir, tmp_path / "pool.jsonl", family="scene_text")
     with pytest.raises(OrandCarError, match="no such file"):
         import_source("jsonl", pool_dir / "missing.jsonl", tmp_path / "pool.jsonl")
     assert sorted(IMPORTERS) == ["folder", "hf", "jsonl", "llava"]

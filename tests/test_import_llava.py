@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from orandcar_builder.errors import OrandCarError, UnknownNameError
@@ -208,3 +210,34 @@ def test_json_array_is_read_across_chunk_boundaries(monkeypatch):
 def test_json_array_defects_are_dropped_records(data, reason):
     got = list(iter_json_array(io.BytesIO(data), "x.json"))
     assert isinstance(got[-1][1], Dropped) and got[-1][1].reason == reason
+
+
+def test_json_array_yields_records_before_reading_the_whole_file(monkeypatch):
+    import orandcar_builder.pool.llava as llava
+
+    monkeypatch.setattr(llava, "READ_CHUNK", 4096)
+    data = json.dumps([{"id": str(i), "pad": "x" * 100} for i in range(5000)]).encode()
+    fh = io.BytesIO(data)
+    records = iter_json_array(fh, "big.json")
+    next(records)
+    assert fh.tell() <= 2 * 4096 < len(data)  # streamed: one chunk or two, not the whole file
+    assert sum(1 for _ in records) == 4999
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    records=st.lists(st.dictionaries(st.text(max_size=5), st.one_of(st.text(max_size=20), st.integers()), max_size=3), max_size=8),
+    indent=st.sampled_from([None, 0, 2]),
+    chunk=st.integers(min_value=1, max_value=64),
+)
+def test_json_array_round_trips_for_any_layout_and_chunk_size(records, indent, chunk):
+    import orandcar_builder.pool.llava as llava
+
+    old = llava.READ_CHUNK
+    llava.READ_CHUNK = chunk
+    try:
+        data = json.dumps(records, indent=indent, ensure_ascii=False).encode("utf-8")
+        got = [value for _, value in iter_json_array(io.BytesIO(data), "x.json")]
+    finally:
+        llava.READ_CHUNK = old
+    assert got == records

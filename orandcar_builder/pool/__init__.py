@@ -38,6 +38,8 @@ def get_importer(fmt: str) -> Callable:
 def _check_options(fmt: str, importer: Callable, options: dict) -> None:
     accepted = [name for name, p in inspect.signature(importer).parameters.items() if p.kind is p.KEYWORD_ONLY]
     for name in options:
+        if not accepted:
+            raise OrandCarError(f"the {fmt} importer takes no options; got {name!r}")
         if name not in accepted:
             raise UnknownNameError(f"option for the {fmt} importer", name, accepted)
     families = [options.get("family")] + list((options.get("family_map") or {}).values())
