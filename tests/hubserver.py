@@ -944,7 +944,12 @@ class HubServer:
 
     def fail_next(self, route: str, status: int = 503, message: str = "injected failure", *,
                   times: int = 1, skip: int = 0) -> None:
-        """Serve ``skip`` more requests of ``route``, then answer ``times`` of them with this error."""
+        """Serve ``skip`` more requests of ``route``, then answer ``times`` of them with this error.
+
+        The client retries 429 and 5xx on routes it sends through its backoff helper (preupload,
+        lfs-batch, lfs-upload, tree, ...), with sleeps in between; fail those with a 4xx.
+        ``commit`` is sent once, so a 5xx there fails at once.
+        """
         with self.state.lock:
             self.state.failures.setdefault(route, []).extend([None] * skip + [(status, message)] * times)
 
