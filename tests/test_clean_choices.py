@@ -28,8 +28,10 @@ PROSE_SHAPES = [
     ("Which animal is shown? Choose from cat, dog or bird", "dog", f"Which animal is shown?\n{BLOCK}", "B"),
     ("Which animal is shown? Options:\n- cat\n- dog\n- bird", "dog", f"Which animal is shown?\n{BLOCK}", "B"),
     ("Which animal is shown? Answer choices: [cat, dog, bird]", "b", f"Which animal is shown?\n{BLOCK}", "B"),
-    ("Which animal is shown? (a) cat (b) dog (c) bird. Answer with the option's letter.", "B. dog",
+    ("Which animal is shown? Choices: (a) cat (b) dog (c) bird. Answer with the option's letter.", "B. dog",
      f"Which animal is shown?\n{BLOCK}\nAnswer with the option's letter.", "B"),
+    ("Which colour? Options: red, black and white, or blue", "black and white",
+     "Which colour?\nA. red\nB. black and white\nC. blue", "B"),
     ("Which animal is shown? A: cat B: dog C: bird\nAnswer with the letter only.", "C",
      f"Which animal is shown?\n{BLOCK}\nAnswer with the letter only.", "C"),
     ("Which animal is shown, (A) cat, (B) dog, or (C) bird?", "bird", f"Which animal is shown\n{BLOCK}", "C"),
@@ -95,6 +97,8 @@ def test_a_question_with_a_lettered_block_is_left_byte_for_byte(question):
         "Is the light red or green?",
         "Read the sign: what does it say?",
         "Plan A. Then what?",
+        "Find (a) the area and (b) the perimeter of the square.",  # a question in parts
+        "Compute a) the sum b) the product.",
         "Options: cat",  # one option is no choice
     ],
 )

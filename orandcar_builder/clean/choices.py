@@ -117,8 +117,12 @@ def _marker_chain(question: str, pattern: str, letters: str) -> Optional[list[re
 
 
 def parse_lettered_inline(question: str) -> Optional[ProseOptions]:
-    """Options given by inline letter markers, or None."""
+    """Options given by inline letter markers, or None. Lower-case markers count only after an
+    options label: without one, "(a) ... (b) ..." is a question in parts, not a choice."""
+    labelled = _LABEL.search(question) is not None
     for pattern, letters in _MARKER_STYLES:
+        if not labelled:
+            letters = letters[:26]
         chain = _marker_chain(question, pattern, letters)
         if chain is None:
             continue
@@ -140,8 +144,8 @@ def _split_list(text: str) -> list[str]:
             break
     else:
         parts = re.split(r"\s+or\s+", text, flags=re.IGNORECASE)
-    if len(parts) >= MIN_OPTIONS:  # "cat, dog or bird": the last one hides a conjunction
-        last = re.split(r"\s+(?:or|and)\s+", parts[-1], maxsplit=1, flags=re.IGNORECASE)
+    if len(parts) >= MIN_OPTIONS:  # "cat, dog or bird": the last one hides an "or" ("and" may be inside an option)
+        last = re.split(r"\s+or\s+", parts[-1], maxsplit=1, flags=re.IGNORECASE)
         if len(last) == 2 and "," in text:
             parts = parts[:-1] + last
         parts = [_CONJUNCTION_START.sub("", p.strip()) for p in parts]
