@@ -151,6 +151,8 @@ def test_every_kind_of_disagreement_is_listed(tmp_path):
     assert "  RS_nothink/train-00000-of-00001.parquet row 0 qa 1 [generic]: exact rejects" in text
     assert "  RS_think/train-00000-of-00001.parquet row 0 [?]: 1 QA items but 0" in text
     assert text.endswith("FAILED: 8 disagreement(s)")
+    short = format_recheck(report, limit=2)
+    assert "  ... and 6 more\nFAILED: 8 disagreement(s)" in short and "did you mean" not in short
 
 
 def test_rows_are_counted_across_batches_row_groups_and_shards(tmp_path, monkeypatch):
@@ -208,3 +210,12 @@ def test_not_parquet(tmp_path):
     path.write_bytes(b"definitely not parquet")
     with pytest.raises(OrandCarError, match="not a readable parquet file"):
         recheck(tmp_path)
+
+
+def test_workers_give_the_same_report(tmp_path):
+    good_dataset(tmp_path)
+    write(tmp_path, "RS_nothink", [row([accepted("London", ["paris"], "generic", "exact", False)])],
+          shard="train-00001-of-00002.parquet")
+    one, two = recheck(tmp_path), recheck(tmp_path, workers=2)
+    assert format_recheck(one) == format_recheck(two)
+    assert one.disagreements == two.disagreements and len(one.disagreements) == 1

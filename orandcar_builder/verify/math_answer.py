@@ -17,7 +17,8 @@ open interval. Prose and plain numbers are parsed as they are (math-verify finds
 
 math-verify's timeouts use ``signal.alarm``, which only works in the main thread; elsewhere this
 rule passes ``parsing_timeout=None`` and ``timeout_seconds=None`` (no time limit) instead of
-failing. Parse results are cached per text.
+failing. Parse results are cached per text and comparisons per pair; two different integers
+written plainly ("12", "-7") are rejected without calling math-verify (it cannot equate them).
 
 Known leniencies (math-verify's behaviour; tests pin each one):
 
@@ -53,10 +54,12 @@ FORMULA_CHARACTERS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV
 CONSTANTS = ("FLOAT_ROUNDING", "NUMERIC_PRECISION", "MATH_DELIMITERS", "LATEX_MARKUP", "FORMULA_CHARACTERS",
              "PARSING_TIMEOUT_SECONDS", "COMPARISON_TIMEOUT_SECONDS")
 PARSE_CACHE_SIZE = 1 << 14
+COMPARISON_CACHE_SIZE = 1 << 16
 
 
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:,\d{3})*)?(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _WORD = re.compile(r"[A-Za-z]{2,}")
+_PLAIN_INTEGER = re.compile(r"-?[1-9][0-9]*|0")
 _FORMULA = frozenset(FORMULA_CHARACTERS)
 
 
@@ -96,15 +99,29 @@ def same_text(prediction: str, reference: str) -> bool:
 
 def equivalent(prediction: str, reference: str) -> bool:
     """Whether math-verify accepts ``prediction`` for ``reference`` (clause 2 alone)."""
+    a, b = prediction.strip(), reference.strip()
+    if a != b and _PLAIN_INTEGER.fullmatch(a) and _PLAIN_INTEGER.fullmatch(b):
+        return False  # distinct integers in canonical form: math-verify compares them exactly
+    return _equivalent(prediction, reference, *timeouts())
+
+
+@functools.lru_cache(maxsize=COMPARISON_CACHE_SIZE)
+def _equivalent(prediction: str, reference: str, parsing_timeout: Optional[int],
+                comparison_timeout: Optional[int]) -> bool:
     from math_verify import verify
 
-    parsing_timeout, comparison_timeout = timeouts()
     gold = _parse(reference, parsing_timeout)
     answer = _parse(prediction, parsing_timeout)
     if not gold or not answer:
         return False  # math-verify compares nothing with an empty extraction
     return bool(verify(list(gold), list(answer), float_rounding=FLOAT_ROUNDING,
                        numeric_precision=NUMERIC_PRECISION, timeout_seconds=comparison_timeout))
+
+
+def clear_caches() -> None:
+    """Forget cached parses and comparisons (benchmarks measure cold runs)."""
+    _parse.cache_clear()
+    _equivalent.cache_clear()
 
 
 def score(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> float:

@@ -19,6 +19,7 @@ Anything else is a disagreement, listed with its shard, row and QA index.
 
 from __future__ import annotations
 
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
@@ -208,39 +209,69 @@ def _rule_of(family: str) -> tuple[str, str]:
         return "", str(exc)
 
 
-def recheck(folder: Path) -> RecheckReport:
-    """Recompute every decision stored in the dataset ``folder``; see the module docstring."""
-    folder = Path(folder)
+def _recheck_shard(folder: Path, config: str, path: Path) -> RecheckReport:
+    """The report of one shard alone (the unit of work of ``recheck``)."""
     report = RecheckReport(folder=folder)
+    shard = path.relative_to(folder).as_posix()
+    report.shards.append(shard)
     rules: dict[str, tuple[str, str]] = {}  # family -> (rule, why there is none)
-    for config, path in find_shards(folder):
-        shard = path.relative_to(folder).as_posix()
-        report.shards.append(shard)
-        for item in _items(path, config, shard, report):
-            family = item.family or ""
-            tally = report.tally(config, family)
-            if family not in rules:
-                rules[family] = _rule_of(family)
-            rule, missing = rules[family]
-            if rule:
-                outcome, detail = _check(config, item, rule)
-            else:
-                outcome, detail = "disagree", missing
-            if outcome == "agree":
-                tally.agree += 1
-            elif outcome == "judge":
-                tally.judge += 1
-            elif outcome.startswith("counted:"):
-                reason = outcome.split(":", 1)[1]
-                tally.not_rechecked[reason] = tally.not_rechecked.get(reason, 0) + 1
-            else:
-                tally.disagree += 1
-                report.disagreements.append(Disagreement(config, shard, item.row, item.qa_index, family, detail or ""))
+    for item in _items(path, config, shard, report):
+        family = item.family or ""
+        tally = report.tally(config, family)
+        if family not in rules:
+            rules[family] = _rule_of(family)
+        rule, missing = rules[family]
+        if rule:
+            outcome, detail = _check(config, item, rule)
+        else:
+            outcome, detail = "disagree", missing
+        if outcome == "agree":
+            tally.agree += 1
+        elif outcome == "judge":
+            tally.judge += 1
+        elif outcome.startswith("counted:"):
+            reason = outcome.split(":", 1)[1]
+            tally.not_rechecked[reason] = tally.not_rechecked.get(reason, 0) + 1
+        else:
+            tally.disagree += 1
+            report.disagreements.append(Disagreement(config, shard, item.row, item.qa_index, family, detail or ""))
     return report
 
 
-def format_recheck(report: RecheckReport) -> str:
-    """The report as ``orandcar recheck`` prints it: a table per config and family, then every disagreement."""
+def _merge(into: RecheckReport, part: RecheckReport) -> None:
+    into.shards.extend(part.shards)
+    into.disagreements.extend(part.disagreements)
+    for key, t in part.tallies.items():
+        total = into.tally(*key)
+        total.agree += t.agree
+        total.disagree += t.disagree
+        total.judge += t.judge
+        for reason, n in t.not_rechecked.items():
+            total.not_rechecked[reason] = total.not_rechecked.get(reason, 0) + n
+
+
+def recheck(folder: Path, workers: int = 1) -> RecheckReport:
+    """Recompute every decision stored in the dataset ``folder``; see the module docstring.
+
+    ``workers`` > 1 checks shards in that many processes (math-verify is the slow part); the
+    report is the same, in the same order, whatever the number of workers.
+    """
+    folder = Path(folder)
+    shards = find_shards(folder)
+    if workers > 1 and len(shards) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(shards))) as pool:
+            parts = list(pool.map(_recheck_shard, [folder] * len(shards), *zip(*shards)))
+    else:
+        parts = [_recheck_shard(folder, config, path) for config, path in shards]
+    report = RecheckReport(folder=folder)
+    for part in parts:
+        _merge(report, part)
+    return report
+
+
+def format_recheck(report: RecheckReport, limit: Optional[int] = None) -> str:
+    """The report as ``orandcar recheck`` prints it: a table per config and family, then the
+    disagreements (all of them, or the first ``limit`` and how many more there are)."""
     lines = [f"recheck of {report.folder}: {len(report.shards)} shard(s), {report.qa_items} QA items"]
     header = f"{'config':<11} {'family':<16} {'agree':>7} {'judge':>6} {'disagree':>8}  not rechecked"
     lines.append(header)
@@ -250,9 +281,12 @@ def format_recheck(report: RecheckReport) -> str:
         lines.append(f"{config:<11} {family or '?':<16} {t.agree:>7} {judge:>6} {t.disagree:>8}  {skipped}")
     if report.disagreements:
         lines.append(f"disagreements ({len(report.disagreements)}):")
-        for d in report.disagreements:
+        listed = report.disagreements if limit is None else report.disagreements[:limit]
+        for d in listed:
             where = f"{d.shard} row {d.row}" + ("" if d.qa_index is None else f" qa {d.qa_index}")
             lines.append(f"  {where} [{d.family or '?'}]: {d.detail}")
+        if len(listed) < len(report.disagreements):
+            lines.append(f"  ... and {len(report.disagreements) - len(listed)} more")
         lines.append(f"FAILED: {len(report.disagreements)} disagreement(s)")
     else:
         lines.append("OK: every decision agrees")

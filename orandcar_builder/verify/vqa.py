@@ -36,6 +36,7 @@ decides with ``decide``, not with ``passes`` alone.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Optional, Sequence
 
@@ -75,6 +76,7 @@ CONTRACTIONS = {
 CONSTANTS = ("PUNCTUATION", "MAX_PERIODS_STRIPPED", "NUMBER_WORDS", "ARTICLES", "CONTRACTIONS",
              "MATCHES_FOR_FULL_CREDIT")
 
+NORMALISE_CACHE_SIZE = 1 << 16
 _DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
 _PERIOD = re.compile(r"\.(?!\d)")
 
@@ -95,6 +97,7 @@ def process_digit_article(text: str) -> str:
     return " ".join(CONTRACTIONS.get(word, word) for word in words if word not in ARTICLES)
 
 
+@functools.lru_cache(maxsize=NORMALISE_CACHE_SIZE)  # references repeat: ten answers, few distinct
 def normalise(text: str) -> str:
     return process_digit_article(process_punctuation(text.replace("\n", " ").replace("\t", " ").strip()))
 
