@@ -1,8 +1,9 @@
 """A local HTTP server on 127.0.0.1 that answers chat completions like vLLM's OpenAI server.
 
-Response and error bodies follow the shapes vLLM's server returns (``choices[0].message`` with
-``content`` and ``reasoning``, ``usage``, ``finish_reason`` / ``stop_reason``; errors as
-``{"error": {"message", "type", "param", "code"}}``). Answers are a pure function of the
+Response and error bodies have the shapes vLLM 0.32's server returned in tests/vllm (the key
+sets are compared there): ``choices[0].message`` with ``content`` and ``reasoning``, ``usage``
+with ``completion_tokens_details``, ``finish_reason`` / ``stop_reason``, ``prompt_text`` when the
+request asks ``return_prompt_text``; errors as ``{"error": {"message", "type", "param", "code"}}``. Answers are a pure function of the
 question, so tests can check order and content:
 
 - reasoning ``"thinking about: <question>"``, answer ``"answer to: <question>"``;
@@ -51,7 +52,16 @@ def error_body(status: int, message: str, kind: str) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}
 
 
-def completion_body(model: str, question: str, reasoning_field: Optional[str], serial: int) -> dict:
+def rendered_prompt(body: dict) -> str:
+    """The prompt a Qwen-style chat template renders for the request."""
+    vision = "<|vision_start|><|image_pad|><|vision_end|>" * len(image_urls_of(body))
+    thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
+    opening = "<think>\n" if thinking else "<think>\n\n</think>\n\n"
+    return f"<|im_start|>user\n{vision}{question_of(body)}<|im_end|>\n<|im_start|>assistant\n{opening}"
+
+
+def completion_body(model: str, body: dict, reasoning_field: Optional[str], serial: int) -> dict:
+    question = question_of(body)
     reasoning: Optional[str] = f"thinking about: {question}"
     content: Optional[str] = f"answer to: {question}"
     finish = "stop"
@@ -69,9 +79,10 @@ def completion_body(model: str, question: str, reasoning_field: Optional[str], s
         "annotations": None,
         "audio": None,
         "function_call": None,
-        "tool_calls": [],
+        "reasoning": None,
     }
     if reasoning_field is not None:
+        message.pop("reasoning")
         message[reasoning_field] = reasoning
     prompt_tokens = len(question.split()) + 10
     completion_tokens = len((reasoning or "").split()) + len((content or "").split())
@@ -88,19 +99,24 @@ def completion_body(model: str, question: str, reasoning_field: Optional[str], s
                 "finish_reason": finish,
                 "stop_reason": None,
                 "token_ids": None,
+                "routed_experts": None,
             }
         ],
         "service_tier": None,
-        "system_fingerprint": None,
+        "system_fingerprint": "vllm-0.32.0-fake",
         "usage": {
             "prompt_tokens": prompt_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "completion_tokens": completion_tokens,
             "prompt_tokens_details": None,
+            "completion_tokens_details": {"reasoning_tokens": len((reasoning or "").split())},
         },
         "prompt_logprobs": None,
         "prompt_token_ids": None,
+        "prompt_text": rendered_prompt(body) if body.get("return_prompt_text") else None,
         "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 
@@ -164,7 +180,7 @@ class FakeOpenAIServer:
             return 429, error_body(429, "Too many requests", "RateLimitError")
         if status >= 500:
             return status, error_body(status, "Internal server error", "InternalServerError")
-        return 200, completion_body(self.model, question, self.reasoning_field, serial)
+        return 200, completion_body(self.model, body, self.reasoning_field, serial)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self

@@ -204,3 +204,15 @@ def test_works_when_called_inside_a_running_event_loop(server):
         return engine_for(server).generate([req("a", "Q")])
 
     assert asyncio.run(inside())[0].answer == "answer to: Q"
+
+
+def test_rendered_prompt_is_recorded_when_the_server_returns_it(server, tmp_path):
+    image = image_file(tmp_path, "p.png", "PNG")
+    (gen,) = engine_for(server).generate([req("a", "Read it.", image)])
+    assert server.received[0]["return_prompt_text"] is True
+    assert gen.prompt == "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Read it.<|im_end|>\n<|im_start|>assistant\n<think>\n"
+
+
+def test_prompt_recording_can_be_switched_off_for_other_servers(server):
+    (gen,) = engine_for(server, record_prompt=False).generate([req("a", "Q")])
+    assert "return_prompt_text" not in server.received[0] and gen.prompt is None

@@ -6,7 +6,9 @@ exponential backoff, honouring ``Retry-After``; any other error (a 400 for a pro
 say) fails at once. Reasoning is read from ``message.reasoning`` (``reasoning_content`` on older
 servers) when the server runs a reasoning parser, otherwise split from the text by
 ``<think>...</think>``. ``chat_template_kwargs`` travel in the request body, as the OpenAI
-client's ``extra_body`` would put them.
+client's ``extra_body`` would put them. With ``record_prompt`` (the default) the request asks
+vLLM for the rendered prompt (``return_prompt_text``) and records it; servers that do not know
+the field ignore it (vLLM) or need ``record_prompt=False``.
 
 The chat-message helpers here are shared with the vllm engine: an image is sent as a data URL of
 its original bytes with the MIME type of its format, never re-encoded.
@@ -108,6 +110,7 @@ class ServerReply:
     finish_reason: str
     prompt_tokens: Optional[int]
     completion_tokens: Optional[int]
+    prompt: Optional[str] = None
 
 
 def reply_from_response(body: dict) -> ServerReply:
@@ -132,6 +135,7 @@ def reply_from_response(body: dict) -> ServerReply:
         finish_reason=choice.get("finish_reason") or "",
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
+        prompt=body.get("prompt_text"),
     )
 
 
@@ -169,6 +173,7 @@ class OpenAICompatEngine:
         backoff_s: float = DEFAULT_BACKOFF_S,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         extra_body: Optional[dict] = None,
+        record_prompt: bool = True,
     ):
         if not model:
             raise ValueError("openai_compat needs the served model name (--model)")
@@ -194,6 +199,7 @@ class OpenAICompatEngine:
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
         self.extra_body = dict(extra_body or {})
+        self.record_prompt = record_prompt
         self._httpx = _import_httpx()
 
     def fingerprint(self) -> dict:
@@ -220,6 +226,8 @@ class OpenAICompatEngine:
             body["seed"] = self.seed
         if self.chat_template_kwargs:
             body["chat_template_kwargs"] = self.chat_template_kwargs
+        if self.record_prompt:
+            body["return_prompt_text"] = True
         body.update(self.extra_body)
         return body
 
@@ -303,6 +311,7 @@ class OpenAICompatEngine:
             reply.finish_reason,
             model=self.model,
             revision=self.revision,
+            prompt=reply.prompt,
             prompt_tokens=reply.prompt_tokens,
             completion_tokens=reply.completion_tokens,
         )

@@ -108,7 +108,8 @@ def pil_image_part(image: ImageRef) -> dict:
 
 
 class VLLMEngine:
-    """Offline vLLM: one ``vllm.LLM`` per engine, started on first use."""
+    """Offline vLLM: one ``vllm.LLM`` per engine, started on first use, or a started one passed
+    as ``llm`` (to share one model between engines that differ only in sampling)."""
 
     kind = "vllm"
     can_judge = True
@@ -133,6 +134,7 @@ class VLLMEngine:
         batch_invariant: Optional[bool] = None,
         trust_remote_code: bool = False,
         llm_kwargs: Optional[dict] = None,
+        llm: Any = None,
     ):
         if not model:
             raise ValueError("the vllm engine needs a model (a Hub id or a local folder)")
@@ -167,7 +169,8 @@ class VLLMEngine:
         else:
             self.revision = revision if revision and len(revision) == 40 else resolve_hub_revision(model, revision)
             self.model_digest = None
-        self._llm: Any = None
+        # An already started vllm.LLM of this model may be shared (sampling is per call).
+        self._llm: Any = llm
         self._parser: Any = None
         self._fingerprint: Optional[dict] = None
 
