@@ -219,3 +219,12 @@ def test_workers_give_the_same_report(tmp_path):
     one, two = recheck(tmp_path), recheck(tmp_path, workers=2)
     assert format_recheck(one) == format_recheck(two)
     assert one.disagreements == two.disagreements and len(one.disagreements) == 1
+
+
+def test_clean_meta_without_sources(tmp_path):
+    path = tmp_path / "rejected" / "train-00000-of-00001.parquet"
+    path.parent.mkdir()
+    pq.write_table(pa.table({"qa": pa.array([[]], pa.list_(pa.struct(QA_TYPES["rejected"]))),
+                             "clean_meta": pa.array([{"policy": "p"}], pa.struct([("policy", pa.string())]))}), path)
+    with pytest.raises(OrandCarError, match="clean_meta must hold sources"):
+        recheck(tmp_path)

@@ -136,8 +136,11 @@ def _items(path: Path, config: str, shard: str, report: RecheckReport) -> Iterat
     columns = set(parquet.schema_arrow.names)
     if not {"qa", "clean_meta"} <= columns:
         raise OrandCarError(f"{shard}: needs columns qa and clean_meta, has {', '.join(sorted(columns))}")
-    source_type = parquet.schema_arrow.field("clean_meta").type.field("sources").type.value_type
-    source_fields = {source_type.field(i).name for i in range(source_type.num_fields)}
+    try:
+        source_type = parquet.schema_arrow.field("clean_meta").type.field("sources").type.value_type
+        source_fields = {source_type.field(i).name for i in range(source_type.num_fields)}
+    except (KeyError, AttributeError, TypeError):
+        raise OrandCarError(f"{shard}: clean_meta must hold sources, a list of structs") from None
     row_base = 0
     for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=["qa", "clean_meta"]):
         qa = batch.column("qa")
