@@ -126,8 +126,7 @@ def score(prediction: str, references: Sequence[str], options: Optional[Sequence
 
 
 def passes(value: float) -> bool:
-    """Full credit always passes; the decision (``reference_decide``) also passes an answer that
-    min(3, n) references give, whose leave-one-out score can be lower (0.9 for 3 of 10)."""
+    """Full credit always passes; ``decide`` also passes 3 matches out of more than 3 references."""
     return value >= 1.0
 
 
