@@ -72,7 +72,9 @@ def admit(pool: Path, *, limit: Optional[int] = None, clean_report: Optional[dic
     dropped: list[Dropped] = []
     admitted: list[Admitted] = []
     report = clean_report if clean_report is not None else {}
-    for record in clean(_split_pool(read_pool(pool, limit=limit), dropped), report):
+    pool = Path(pool)
+    # source.image paths are relative to the pool file, like the item's own image path.
+    for record in clean(_split_pool(read_pool(pool, limit=limit), dropped), report, base_dir=pool.parent):
         (dropped if isinstance(record, Dropped) else admitted).append(record)
     return admitted, dropped
 
@@ -88,7 +90,7 @@ def make_request(admitted: Admitted) -> Request:
 
 
 def _generate_all(engine: Engine, requests: Sequence[Request], cache: Optional[GenerationCache],
-                  progress: bool, desc: str, stats: CacheStats) -> list[Generation]:
+                  progress: bool, desc: str, stats: CacheStats, batch: int = GENERATION_BATCH) -> list[Generation]:
     """Generations for ``requests`` in order, from the cache where present (see cache.py)."""
     from tqdm import tqdm
 
@@ -99,17 +101,17 @@ def _generate_all(engine: Engine, requests: Sequence[Request], cache: Optional[G
 
         if cache is None:
             generations = []
-            for start in range(0, len(requests), GENERATION_BATCH):
-                batch = list(requests[start:start + GENERATION_BATCH])
-                out = list(engine.generate(batch))
-                if len(out) != len(batch) or any(g.item_id != r.item_id for g, r in zip(out, batch)):
+            for start in range(0, len(requests), batch):
+                chunk = list(requests[start:start + batch])
+                out = list(engine.generate(chunk))
+                if len(out) != len(chunk) or any(g.item_id != r.item_id for g, r in zip(out, chunk)):
                     raise BuildError(f"engine {engine.kind} returned generations out of order or incomplete")
                 generations.extend(out)
-                stats.total += len(batch)
-                stats.asked += len(batch)
+                stats.total += len(chunk)
+                stats.asked += len(chunk)
                 advance(stats)
         else:
-            generations = generate_cached(engine, requests, cache, batch_size=GENERATION_BATCH,
+            generations = generate_cached(engine, requests, cache, batch_size=batch,
                                           on_batch=advance, stats=stats)
         bar.n = len(requests)
         bar.refresh()
@@ -222,6 +224,7 @@ def build(
     progress: bool = True,
     use_cache: bool = True,
     export_generations: Optional[Path] = None,
+    generation_batch: int = GENERATION_BATCH,
 ) -> BuildResult:
     """Build the dataset folder ``out`` from ``pool``; state and reports go to ``work``.
 
@@ -257,7 +260,7 @@ def build(
         requests = [make_request(a) for a in admitted]
         t1 = time.perf_counter()
         gen_stats = CacheStats()
-        generations = _generate_all(engine, requests, cache, progress, "generate", gen_stats)
+        generations = _generate_all(engine, requests, cache, progress, "generate", gen_stats, generation_batch)
         timings["generate"] = time.perf_counter() - t1
         if export_generations is not None:
             from .engines.replay import export_generations as export
