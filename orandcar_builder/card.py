@@ -685,19 +685,34 @@ def judge_section(report: dict) -> Optional[dict]:
         return None
     from . import judge as judging
 
+    recorded_version = judge.get("prompt_version")
+    if recorded_version is not None and str(recorded_version) != judging.JUDGE_PROMPT_VERSION:
+        raise CardError(f"the build judged with prompt version {recorded_version}, this code has version "
+                        f"{judging.JUDGE_PROMPT_VERSION}: rebuild, or render the card with the code that built "
+                        "the data")
     verdicts = judge.get("verdicts") or {}
     calibration = judge.get("calibration")
+    disagreements = []
     if isinstance(calibration, dict) and calibration.get("n"):
         agreed, n = calibration.get("agreed"), calibration.get("n")
         calibration_text = (f"agreed with the string rule on {number(agreed)} of {number(n)} items the rule had "
                             f"accepted ({percent(agreed, n)})")
         calibration_tables = figure_tables({"by family": calibration.get("by_family") or {}})
+        for row in calibration.get("disagreements") or []:
+            if isinstance(row, dict):
+                disagreements.append([code_span(str(row.get("id", ""))), code_span(str(row.get("family", ""))),
+                                      code_span(json.dumps(row.get("references", []), ensure_ascii=False)),
+                                      code_span(" ".join(str(row.get("candidate", "")).split())),
+                                      code_span(str(row.get("verdict", "")))])
     else:
         calibration_text, calibration_tables = NOT_RECORDED, []
     judge_engine = judge.get("engine") if isinstance(judge.get("engine"), dict) else {}
-    total = sum(v for v in verdicts.values() if isinstance(v, (int, float)))
+    judge_models = ", ".join(_get(judge, "calibration", "judge_models") or [])
+    total = judge.get("judged")
+    if not isinstance(total, int):
+        total = sum(v for v in verdicts.values() if isinstance(v, (int, float)))
     return {
-        "model": judge_engine.get("model") or NOT_RECORDED,
+        "model": judge_engine.get("model") or judge_models or NOT_RECORDED,
         "engine": judge_engine.get("kind") or NOT_RECORDED,
         "verdicts": [(label, number(verdicts.get(label, 0)), percent(verdicts.get(label, 0), total))
                      for label in judging.LABELS],
@@ -706,6 +721,7 @@ def judge_section(report: dict) -> Optional[dict]:
         "promoted": number(judge.get("promoted")),
         "calibration": calibration_text,
         "calibration_tables": calibration_tables,
+        "disagreements": disagreements,
         "overturns": figure_tables({"overturns by family": judge.get("overturns_by_family") or {}}),
         "prompt": fence(judging.JUDGE_PROMPT_TEMPLATE),
         "reference_block": fence(judging.REFERENCE_BLOCK),

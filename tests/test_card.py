@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from datasets.info import DatasetInfosDict
@@ -28,8 +29,11 @@ from orandcar_builder.card import (
     render_card,
     write_card,
 )
+from orandcar_builder.build import build
 from orandcar_builder.dataset.features import CONFIGS, features
 from orandcar_builder.dataset.validate import read_card_yaml, validate_folder
+
+from .conftest import SAMPLES
 
 GOLDEN = Path(__file__).parent / "golden" / "sample_card.md"
 UPDATE_GOLDEN = "ORANDCAR_UPDATE_GOLDEN"  # set to 1 to rewrite the golden card from the sample build
@@ -246,3 +250,35 @@ def test_fences_hold_any_text(text):
 def test_code_span_escapes_table_pipes():
     assert code_span("a|b") == "`a\\|b`"
     assert code_span("x `y` z") == "``x `y` z``"
+
+
+def test_card_of_a_judged_build(sample_build, tmp_path):
+    """A real second pass (replayed generations and judge replies) as the build reports it."""
+    result, _ = sample_build
+    decisions = pq.read_table(result.work / "decisions.parquet").to_pylist()
+    gens = tmp_path / "gens.jsonl"
+    gens.write_text("".join(json.dumps({"id": d["id"], "text": d["text"], "finish_reason": d["finish_reason"]}) + "\n"
+                            for d in decisions), encoding="utf-8")
+    replies = {}
+    for i, d in enumerate(d for d in decisions if d["reason"] == "wrong_answer"):
+        replies[d["id"]] = ("Same word.\nVerdict: CORRECT", "They differ.\nVerdict: WRONG")[i % 2]
+    for i, d in enumerate(d for d in decisions if d["route"] == "accepted"):
+        replies[d["id"]] = "Verdict: WRONG" if i == 0 else "Verdict: CORRECT"
+    verdicts = tmp_path / "verdicts.jsonl"
+    verdicts.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in replies.items()), encoding="utf-8")
+    judged = build(SAMPLES / "pool.jsonl", tmp_path / "out", work=tmp_path / "work", engine_name="replay",
+                   engine_options={"replay": gens}, judge="replay", judge_options={"replay": verdicts},
+                   calibrate=len(replies), progress=False)
+    assert judged.ok, judged.problems
+    judge = judged.report["judge"]
+    calibration = judge["calibration"]
+    assert judge["promoted"] > 0 and calibration["n"] > calibration["agreed"]
+    text = (judged.out / "README.md").read_text(encoding="utf-8")
+    assert "No second pass ran" not in text
+    assert f"| answers judged | {judge['judged']:,} |" in text
+    assert f"| answers promoted to accepted | {judge['promoted']:,} |" in text
+    assert (f"agreed with the string rule on {calibration['agreed']} of {calibration['n']} items the rule had "
+            "accepted") in text
+    assert "The calibration items where the judge did not confirm the rule:" in text
+    assert "or `judge`" in text
+    assert validate_folder(judged.out) == []
