@@ -993,6 +993,17 @@ def write_card(folder: Path, report: dict, *, repo_id: str = DEFAULT_REPO_ID,
     return path
 
 
+def rewrite_card(folder: Path, report_path: Path, *, repo_id: Optional[str] = None,
+                 options_path: Optional[Path] = None) -> Path:
+    """``orandcar card``: render the card of a built ``folder`` again from its build report
+    (``work/report.json``), with card options from a YAML file when given."""
+    options = CardOptions.from_yaml(options_path) if options_path is not None else CardOptions()
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CardError(f"{folder}: not a dataset folder (build it with `orandcar build` first)")
+    return write_card(folder, load_report(report_path), repo_id=repo_id or DEFAULT_REPO_ID, options=options)
+
+
 def load_report(path: Path) -> dict:
     """A build report (``work/report.json``) for re-rendering a card with ``orandcar card``."""
     try:

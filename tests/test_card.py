@@ -26,7 +26,9 @@ from orandcar_builder.card import (
     code_blocks,
     code_span,
     fence,
+    image_extension,
     render_card,
+    rewrite_card,
     write_card,
 )
 from orandcar_builder.build import build
@@ -282,3 +284,27 @@ def test_card_of_a_judged_build(sample_build, tmp_path):
     assert "The calibration items where the judge did not confirm the rule:" in text
     assert "or `judge`" in text
     assert validate_folder(judged.out) == []
+
+
+def test_rewrite_from_the_saved_report_gives_the_same_card(sample_build, sample_copy, tmp_path):
+    result, _ = sample_build
+    built = (sample_copy / "README.md").read_bytes()
+    (sample_copy / "README.md").write_text("---\nconfigs: []\n---\nold\n", encoding="utf-8")
+    path = rewrite_card(sample_copy, result.work / "report.json")
+    assert path.read_bytes() == built
+    options = tmp_path / "card.yaml"
+    options.write_text("pretty_name: OrandCar preview\ngated: false\n", encoding="utf-8")
+    text = rewrite_card(sample_copy, result.work / "report.json", repo_id="me/preview",
+                        options_path=options).read_text(encoding="utf-8")
+    assert "# OrandCar preview" in text and 'load_dataset("me/preview", "rejected"' in text
+    assert "extra_gated_prompt" not in text
+    with pytest.raises(CardError, match="cannot read the build report"):
+        rewrite_card(sample_copy, tmp_path / "missing.json")
+
+
+def test_image_extension_from_bytes_then_name():
+    png = (SAMPLES / "images" / "scene_00.png").read_bytes()
+    assert image_extension(png, "renamed.jpg") == ("png", "PNG")
+    assert image_extension(b"not an image", "photo.JPG") == ("jpg", "JPG")
+    assert image_extension(b"not an image", "no-extension")[0] == "bin"
+    assert image_extension(b"not an image", "../../evil.p/ng")[0] == "bin"
