@@ -1,0 +1,237 @@
+"""The vllm and openai_compat engines against real vLLM (CPU build), with a tiny Qwen2-VL.
+
+Run by ``make test-vllm`` (tests/vllm/run.sh); skipped where vllm is not importable. The model's
+weights are random but its readout is scripted (see tiny_qwen2vl.py): it writes
+``T</think>A`` and stops, so the split, the finish reasons and the recorded prompt have known
+values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="real-vLLM tests need vllm (make test-vllm installs it in .venv-vllm)")
+
+from PIL import Image  # noqa: E402
+
+from orandcar_builder.cache import CacheStats, GenerationCache, generate_cached  # noqa: E402
+from orandcar_builder.engines.openai_compat import EngineRequestError, OpenAICompatEngine  # noqa: E402
+from orandcar_builder.engines.reasoning import generation_status, split_reasoning  # noqa: E402
+from orandcar_builder.engines.replay import ReplayEngine, export_generations  # noqa: E402
+from orandcar_builder.engines.vllm import VLLMEngine  # noqa: E402
+from orandcar_builder.images import ImageRef  # noqa: E402
+from orandcar_builder.records import Request  # noqa: E402
+from tests.fake_openai_server import FakeOpenAIServer, completion_body  # noqa: E402
+from tests.vllm.tiny_qwen2vl import SCRIPT_TEXT, build  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+MAX_MODEL_LEN = 512
+SERVER_START_S = 600
+VISION = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def expected_prompt(request: Request, thinking: bool = True) -> str:
+    vision = VISION if request.image is not None else ""
+    opening = "<think>\n" if thinking else "<think>\n\n</think>\n\n"
+    return f"<|im_start|>user\n{vision}{request.question}<|im_end|>\n<|im_start|>assistant\n{opening}"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return build(tmp_path_factory.mktemp("tiny-qwen2vl"))
+
+
+@pytest.fixture(scope="module")
+def requests_(tmp_path_factory) -> list[Request]:
+    folder = tmp_path_factory.mktemp("images")
+    Image.new("RGB", (60, 30), (255, 0, 0)).save(folder / "red.png")
+    Image.new("RGB", (40, 40), (0, 0, 255)).save(folder / "blue.jpg", quality=90)
+    png, jpg = ImageRef.from_file(folder / "red.png"), ImageRef.from_file(folder / "blue.jpg")
+    return [
+        Request("img-0", "What is written in the image?\nReply with only the text shown.", "scene_text", png),
+        Request("txt-0", "Is 'STOP' the same as 'stop'? Reply CORRECT or WRONG.", "scene_text"),
+        Request("img-1", "  spaces kept  ", "scene_text", jpg),
+        Request("img-2", "Ünïcode — 中文?", "scene_text", png),
+        Request("txt-1", "second text-only request", "scene_text"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model) -> VLLMEngine:
+    # chunk_size 2: five requests go through LLM.chat in three chunks.
+    return VLLMEngine(str(tiny_model), max_tokens=16, max_model_len=MAX_MODEL_LEN, chunk_size=2,
+                      llm_kwargs={"enforce_eager": True})
+
+
+def sibling(engine: VLLMEngine, **options) -> VLLMEngine:
+    """Another engine over the same started LLM, differing in the given settings."""
+    settings = dict(max_tokens=engine.max_tokens, max_model_len=MAX_MODEL_LEN, chunk_size=engine.chunk_size)
+    settings.update(options)
+    return VLLMEngine(engine.model, llm=engine.llm, **settings)
+
+
+def test_offline_chat_records_prompt_order_split_and_tokens(engine, requests_):
+    gens = engine.generate(requests_)
+    assert [g.item_id for g in gens] == [r.item_id for r in requests_]
+    for request, gen in zip(requests_, gens):
+        assert gen.prompt == expected_prompt(request)  # the exact question, byte for byte, in the model input
+        assert (gen.text, gen.think, gen.answer, gen.finish_reason) == (SCRIPT_TEXT, "T", "A", "stop")
+        assert generation_status(gen) == "ok"
+        assert gen.completion_tokens == 4 and gen.prompt_tokens > 0
+        assert gen.model == engine.model and gen.revision == ""
+    # image tokens are expanded in the token count, not in the prompt text
+    assert gens[0].prompt_tokens > len(gens[0].prompt.split())
+
+
+def test_length_limit_inside_thinking_is_truncated(engine, requests_):
+    (cut,) = sibling(engine, max_tokens=1).generate(requests_[:1])
+    assert (cut.text, cut.think, cut.answer, cut.finish_reason) == ("T", "T", "", "length")
+    assert generation_status(cut) == "truncated"
+    (ended,) = sibling(engine, max_tokens=2).generate(requests_[1:2])
+    assert (ended.text, ended.answer, ended.finish_reason) == ("T</think>", "", "length")
+    assert generation_status(ended) == "truncated"
+
+
+def test_thinking_can_be_switched_off_in_the_template(engine, requests_):
+    gens = sibling(engine, chat_template_kwargs={"enable_thinking": False}).generate(requests_[:2])
+    assert [g.prompt for g in gens] == [expected_prompt(r, thinking=False) for r in requests_[:2]]
+    assert [(g.think, g.answer) for g in gens] == [("T", "A"), ("T", "A")]
+
+
+def test_named_vllm_reasoning_parser_agrees_with_the_tag_split(engine, requests_):
+    parsed = sibling(engine, reasoning_parser="qwen3")
+    gens = parsed.generate(requests_[:2])
+    assert [(g.think, g.answer, g.finish_reason) for g in gens] == [("T", "A", "stop")] * 2
+    (cut,) = sibling(engine, max_tokens=1, reasoning_parser="qwen3").generate(requests_[:1])
+    assert (cut.think, cut.answer, generation_status(cut)) == ("T", "", "truncated")
+    assert split_reasoning(cut.text, cut.finish_reason, prompt=cut.prompt)[:2] == ("T", "")
+
+
+def test_data_url_images_give_the_same_output(engine, requests_):
+    via_url = sibling(engine, image_transport="data_url").generate(requests_)
+    assert [(g.text, g.prompt, g.prompt_tokens) for g in via_url] == [
+        (g.text, g.prompt, g.prompt_tokens) for g in engine.generate(requests_)
+    ]
+
+
+def test_cache_asks_once_and_replay_rebuilds_without_vllm(engine, requests_, tmp_path):
+    asked = []
+
+    class Counting:
+        kind, can_judge = engine.kind, engine.can_judge
+        fingerprint = staticmethod(engine.fingerprint)
+
+        def generate(self, batch):
+            asked.extend(r.item_id for r in batch)
+            return engine.generate(batch)
+
+    stats = CacheStats()
+    with GenerationCache(tmp_path / "g.sqlite") as cache:
+        first = generate_cached(Counting(), requests_, cache, batch_size=2)
+        second = generate_cached(Counting(), list(reversed(requests_)), cache, stats=stats)
+    assert sorted(asked) == sorted(r.item_id for r in requests_)
+    assert (stats.hits, stats.asked) == (len(requests_), 0)
+    assert list(reversed(second)) == first
+    export_generations(first, tmp_path / "recorded.jsonl", requests=requests_)
+    assert ReplayEngine(tmp_path / "recorded.jsonl").generate(requests_) == first
+    assert engine.fingerprint()["reproducibility"]["vllm"]
+
+
+# --- the OpenAI-compatible server ----------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url(tiny_model, tmp_path_factory):
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(tiny_model), "--served-model-name", "tiny",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager", "--seed", "0",
+        "--reasoning-parser", "qwen3", "--limit-mm-per-prompt", json.dumps({"image": 1}),
+    ]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        import httpx2
+
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM server exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+            try:
+                if httpx2.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM server not up after {SERVER_START_S} s:\n{log_path.read_text()[-4000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_server_answers_in_order_with_reasoning_prompt_and_finish_reasons(server_url, requests_):
+    engine = OpenAICompatEngine("tiny", server_url, max_tokens=16, concurrency=3, backoff_s=0.1)
+    gens = engine.generate(requests_)
+    assert [g.item_id for g in gens] == [r.item_id for r in requests_]
+    for request, gen in zip(requests_, gens):
+        assert (gen.think, gen.answer, gen.finish_reason) == ("T", "A", "stop")
+        assert gen.text == "<think>T</think>A"  # reasoning from message.reasoning, kept in the raw text
+        assert gen.prompt == expected_prompt(request)
+        assert gen.completion_tokens == 4 and gen.prompt_tokens > 0
+    (cut,) = OpenAICompatEngine("tiny", server_url, max_tokens=1).generate(requests_[:1])
+    assert (cut.think, cut.answer, cut.finish_reason, generation_status(cut)) == ("T", "", "length", "truncated")
+
+
+def test_server_refusal_is_not_retried(server_url):
+    engine = OpenAICompatEngine("tiny", server_url, max_tokens=4, backoff_s=0.1)
+    too_long = Request("long", "x " * (MAX_MODEL_LEN + 10), "scene_text")
+    with pytest.raises(EngineRequestError) as info:
+        engine.generate([too_long])
+    assert "HTTP 400" in str(info.value) and "not retried" in str(info.value)
+
+
+def test_fake_server_has_the_real_response_shape(server_url):
+    """The fake server used in CI answers with the key sets the real server returns."""
+    import httpx2
+
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+            "temperature": 0.0, "return_prompt_text": True, "chat_template_kwargs": {"enable_thinking": True}}
+    real = httpx2.post(f"{server_url}/chat/completions", json=body, timeout=120).json()
+    fake = completion_body("tiny", body, "reasoning", 1)
+
+    def shape(response: dict) -> dict:
+        choice = response["choices"][0]
+        return {
+            "top": sorted(response),
+            "choice": sorted(choice),
+            "message": sorted(choice["message"]),
+            "usage": sorted(response["usage"]),
+        }
+
+    assert shape(fake) == shape(real)
+    assert real["prompt_text"] == fake["prompt_text"]  # the fake renders the same template
