@@ -1,9 +1,9 @@
 """Import + cleaning of a pool of small images, against merely reading and hashing the same files.
 
-Makes N small distinct PNGs in the scene-text layout (IMG/N.png + label/N.txt). Most are imported
-with the folder importer as benchmark QA; a slice is imported from a LLaVA JSONL as a mixed
-collection (origin "InfinityMM"), with a planted share of off-task questions and a few prose
-multiple-choice ones, so every cleaning rule does real work. The two pools are joined and cleaned
+Makes N small distinct PNGs. Most are in the scene-text layout (IMG/N.png + label/N.txt) and
+imported with the folder importer as benchmark QA; the rest come with a LLaVA JSONL imported as a
+mixed collection (origin "InfinityMM"), with a planted share of off-task questions, a few prose
+multiple-choice ones and a few exact duplicates, so every cleaning rule does real work. The two pools are joined and cleaned
 with ``clean_pool``. The baseline reads and sha256-hashes every image file, in the same run,
 before and after (the faster of the two counts), with the files in the page cache both times.
 
@@ -35,38 +35,46 @@ from orandcar_builder.pool import import_source, read_pool
 MIXED_SHARE = 0.2  # of the images, imported as a mixed collection
 OFF_TASK_SHARE = 0.3  # of the mixed items, off-task for scene_text (so purity triggers)
 MC_EVERY = 50  # every 50th mixed item is a prose multiple-choice question
+DUPLICATE_EVERY = 100  # every 100th mixed record (a multiple-choice one) asks its question twice
+IMAGE_DIRS = ("scene/IMG", "mixed")
 
 
-def make_images(root: Path, n: int) -> None:
-    """n distinct 16x16 PNGs (a few hundred bytes each) and their labels."""
-    (root / "IMG").mkdir(parents=True)
-    (root / "label").mkdir()
-    for i in range(n):
-        img = Image.new("RGB", (16, 16), ((i * 7) % 256, (i // 256) % 256, (i // 65536) % 256))
-        img.putpixel((i % 16, (i // 16) % 16), (255, 255, 255))
-        buf = io.BytesIO()
-        img.save(buf, "PNG")
-        (root / "IMG" / f"{i}.png").write_bytes(buf.getvalue())
-        (root / "label" / f"{i}.txt").write_text(f"WORD{i}", encoding="utf-8")
+def png(i: int) -> bytes:
+    """A distinct 16x16 PNG (about 100 bytes) for each i."""
+    img = Image.new("RGB", (16, 16), ((i * 7) % 256, (i // 256) % 256, (i // 65536) % 256))
+    img.putpixel((i % 16, (i // 16) % 16), (255, 255, 255))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
 
 
-def split_mixed(root: Path, n: int) -> Path:
-    """Move the last MIXED_SHARE of the images' labels out of the folder layout into a LLaVA JSONL."""
+def mixed_turns(k: int, i: int) -> list[tuple[str, str]]:
+    if k % MC_EVERY == 0:
+        turns = [("human", f"<image>\nWhich word is shown? Options: WORD0, WORD{i}, WORDX"), ("gpt", f"WORD{i}")]
+        return turns * 2 if k % DUPLICATE_EVERY == 0 else turns
+    if k % 10 < OFF_TASK_SHARE * 10:
+        return [("human", "<image>\nDescribe the picture."), ("gpt", "A small square.")]
+    return [("human", "<image>\nWhat text is shown?"), ("gpt", f"WORD{i}")]
+
+
+def make_sources(workdir: Path, n: int) -> Path:
+    """n images: the first (1 - MIXED_SHARE) in the scene-text layout with labels, the rest in
+    mixed/ behind a LLaVA JSONL (returned)."""
     first_mixed = n - int(n * MIXED_SHARE)
-    llava = root.parent / "mixed.jsonl"
+    for sub in ("scene/IMG", "scene/label", "mixed"):
+        (workdir / sub).mkdir(parents=True)
+    llava = workdir / "mixed.jsonl"
     with open(llava, "w", encoding="utf-8") as fh:
-        for i in range(first_mixed, n):
-            (root / "label" / f"{i}.txt").unlink()
-            k = i - first_mixed
-            if k % MC_EVERY == 0:
-                turns = [("human", "<image>\nWhich word is shown? Options: WORD0, WORD%d, WORDX" % i), ("gpt", f"WORD{i}")]
-            elif k % 10 < OFF_TASK_SHARE * 10:
-                turns = [("human", "<image>\nDescribe the picture."), ("gpt", "A small square.")]
-            else:
-                turns = [("human", "<image>\nWhat text is shown?"), ("gpt", f"WORD{i}")]
-            record = {"id": f"m{i}", "image": f"scene/IMG/{i}.png", "source": "infinity",
+        for i in range(n):
+            if i < first_mixed:
+                (workdir / "scene" / "IMG" / f"{i}.png").write_bytes(png(i))
+                (workdir / "scene" / "label" / f"{i}.txt").write_text(f"WORD{i}", encoding="utf-8")
+                continue
+            (workdir / "mixed" / f"{i}.png").write_bytes(png(i))
+            turns = mixed_turns(i - first_mixed, i)
+            record = {"id": f"m{i}", "image": f"mixed/{i}.png", "source": "infinity",
                       "conversations": [{"from": r, "value": v} for r, v in turns]}
-            if k % MC_EVERY == 0:
+            if (i - first_mixed) % MC_EVERY == 0:
                 record["family"] = "multiple_choice"
             fh.write(json.dumps(record) + "\n")
     return llava
@@ -83,10 +91,11 @@ class Clock:
         self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
-def read_and_hash(root: Path) -> Clock:
+def read_and_hash(workdir: Path) -> Clock:
     with Clock() as clock:
-        for entry in os.scandir(root / "IMG"):
-            sha256_file(entry.path)
+        for sub in IMAGE_DIRS:
+            for entry in os.scandir(workdir / sub):
+                sha256_file(entry.path)
     return clock
 
 
@@ -97,11 +106,10 @@ def peak_rss_mb() -> float:
 def run(n: int, workdir: Path) -> dict:
     scene = workdir / "scene"
     t = time.perf_counter()
-    make_images(scene, n)
-    llava = split_mixed(scene, n)
+    llava = make_sources(workdir, n)
     figures: dict = {"items": n, "generate_s": time.perf_counter() - t, "rss_after_generate_mb": peak_rss_mb()}
 
-    hash_before = read_and_hash(scene)
+    hash_before = read_and_hash(workdir)
 
     with Clock() as importing:
         folder_report = import_source("folder", scene, workdir / "pools" / "bench.jsonl", family="scene_text")
@@ -125,7 +133,7 @@ def run(n: int, workdir: Path) -> dict:
             pass
     figures["read_pool_s"] = reading.wall  # part of clean_s: JSON, hash and decode check per line
 
-    hash_after = read_and_hash(scene)
+    hash_after = read_and_hash(workdir)
     figures["hash_s"] = min(hash_before.wall, hash_after.wall)
     figures["hash_cpu_s"] = min(hash_before.cpu, hash_after.cpu)
     figures["hash_runs_s"] = [hash_before.wall, hash_after.wall]
