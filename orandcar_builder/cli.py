@@ -147,15 +147,20 @@ def check_answer(family, answer, references, options):
 
 @main.command()
 @click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
-def recheck(folder):
+@click.option("--workers", type=int, default=1, show_default=True, help="Processes to spread the shards over.")
+@click.option("--limit", type=int, default=50, show_default=True, help="Disagreements to list (0: all).")
+def recheck(folder, workers, limit):
     """Recompute every decision of a built dataset FOLDER from its stored rows alone.
 
     Reports, per config and family, how many decisions agree; exits 1 on any disagreement.
     """
     from .verify.recheck import format_recheck, recheck as run_recheck
 
-    report = run_recheck(folder)
-    click.echo(format_recheck(report))
+    try:
+        report = run_recheck(folder, workers=workers)
+    except OrandCarError as exc:
+        _fail(str(exc))
+    click.echo(format_recheck(report, limit=limit or None))
     sys.exit(0 if report.ok else 1)
 
 
@@ -250,6 +255,35 @@ def calibrate(work, n, judge_name, judge_replay, judge_option):
         _fail(str(exc))
     (work / "calibration.json").write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     click.echo(judging.format_calibration(report))
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--work", type=click.Path(path_type=Path), default=Path("work"), show_default=True,
+              help="Work dir of the build that wrote FOLDER (its report.json holds the figures).")
+@click.option("--repo", "repo_id", default=None, help="Hub id for the card's load_dataset example (ORG/NAME).")
+@click.option("--options", "options_path", type=click.Path(path_type=Path), default=None,
+              help="YAML of card options: pretty_name, license, license_name, license_link, language, "
+                   "task_categories, tags, gated, gated_heading, gated_prompt, gated_fields, gated_button.")
+def card(folder, work, repo_id, options_path):
+    """Render FOLDER/README.md and its example images again from the build report in WORK.
+
+    \b
+    Example:
+        orandcar card OrandCar --work work --repo my-org/OrandCar --options card.yaml
+    """
+    from .card import rewrite_card
+    from .dataset.validate import validate_folder
+
+    try:
+        path = rewrite_card(folder, work / "report.json", repo_id=repo_id, options_path=options_path)
+    except OrandCarError as exc:
+        _fail(str(exc))
+    problems = validate_folder(folder)
+    for problem in problems:
+        click.echo(problem)
+    click.echo(f"{path}: {path.stat().st_size:,} bytes")
+    sys.exit(1 if problems else 0)
 
 
 @main.command()

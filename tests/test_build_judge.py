@@ -22,8 +22,10 @@ def recorded(tmp_path_factory, ocr_engine):
     result = build(SAMPLES / "pool.jsonl", root / "out", work=root / "work", engine=ocr_engine,
                    progress=False, export_generations=gens)
     decisions = datasets.Dataset.from_parquet(str(root / "work" / "decisions.parquet"))
-    rejected = [d["id"] for d in decisions if d["route"] == "rejected"]
-    accepted = [d["id"] for d in decisions if d["route"] == "accepted"]
+    # Only items the rule decided and rejected go to the judge (not no_answer / truncated ones).
+    rejected = [d["id"] for d in decisions if d["rule_passed"] is False]
+    accepted = [d["id"] for d in decisions if d["rule_passed"] is True]
+    assert any(d["rule_passed"] is None for d in decisions), "the sample pool has items the engine cannot answer"
     assert len(rejected) >= 4
     return gens, rejected, accepted, result
 
