@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml setup.cfg
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[ocr,test]'
+	$(BIN)/python -m pip install --quiet --quiet -e '.[ocr,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -18,6 +18,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The real-vLLM engine tests (several GB in .venv-vllm on first run; not part of `make test`).
+test-vllm:
+	bash tests/vllm/run.sh
 
 samples: $(STAMP)
 	$(BIN)/python samples/make_samples.py
