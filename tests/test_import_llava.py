@@ -241,3 +241,28 @@ def test_json_array_round_trips_for_any_layout_and_chunk_size(records, indent, c
     finally:
         llava.READ_CHUNK = old
     assert got == records
+
+
+@pytest.mark.parametrize("layout", ["json", "jsonl"])
+def test_import_memory_does_not_grow_with_the_source(images, tmp_path, layout, monkeypatch):
+    import tracemalloc
+
+    import orandcar_builder.pool.llava as llava
+
+    monkeypatch.setattr(llava, "READ_CHUNK", 16384)  # both sources span many chunks
+
+    def peak(n: int) -> int:
+        records = [{"id": f"r{i}", "image": "img/a.png", "conversations": conv(("human", f"Q{i}?" + "x" * 200), ("gpt", "A"))}
+                   for i in range(n)]
+        source = write_source(images / f"data{n}.{layout}", records, layout)
+        del records
+        tracemalloc.start()
+        try:
+            report = import_source("llava", source, tmp_path / f"pool{n}.jsonl", family="scene_text")
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            assert report.written == n
+
+    small, large = peak(300), peak(3000)
+    assert large < small * 1.5 + 256 * 1024  # ten times the source, not ten times the memory

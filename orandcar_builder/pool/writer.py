@@ -4,6 +4,10 @@ Every line goes through ``parse_pool_line`` before it is written, so whatever an
 reads back with ``read_pool`` (image files aside, which the cleaning stage checks). The pool is
 written to ``<out>.partial`` and renamed over ``out`` only when the import finishes, so an
 interrupted import never leaves a truncated pool behind.
+
+The writer keeps no per-line state, so an import's memory does not grow with its source; ids
+repeated in a source are therefore not caught here but by ``read_pool``, which drops every line
+after the first with that id as ``duplicate_id``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ class PoolWriter:
         self.base = os.path.abspath(self.out.parent)
         self.report = report
         self._partial = self.out.with_name(self.out.name + ".partial")
-        self._ids: set[str] = set()  # ids only: memory grows by one short string per line
         self._fh = None
 
     def __enter__(self) -> "PoolWriter":
@@ -57,10 +60,6 @@ class PoolWriter:
         except PoolLineError as exc:
             self.problem(where, exc.reason, exc.detail, item_id)
             return False
-        if fields["id"] in self._ids:
-            self.problem(where, "duplicate_id", f"id {fields['id']!r} already written earlier in this import", item_id)
-            return False
-        self._ids.add(fields["id"])
         self._fh.write(encode_pool_line(fields) + "\n")
         self.report.written += 1
         return True
