@@ -146,3 +146,29 @@ def test_unreadable_source_is_one_clear_error(tmp_path):
 )
 def test_image_suffix_from_signature_then_name(data, name, suffix):
     assert image_suffix(data, name) == suffix
+
+
+def test_options_and_list_answers_come_through(tmp_path):
+    features = datasets.Features({"image": datasets.Image(), "question": datasets.Value("string"),
+                                  "answers": datasets.Sequence(datasets.Value("string")),
+                                  "choices": datasets.Sequence(datasets.Value("string")), "n": datasets.Value("int64")})
+    ds = datasets.Dataset.from_dict(
+        {"image": [{"bytes": IMAGES[0], "path": None}] * 2, "question": ["Which?", "How many?"],
+         "answers": [["dog"], ["3", "three"]], "choices": [["cat", "dog"], None], "n": [1, 2]}, features=features)
+    ds.to_parquet(str(tmp_path / "d.parquet"))
+    out = tmp_path / "pool.jsonl"
+    import_source("hf", tmp_path / "d.parquet", out, columns={"answer": "answers", "options": "choices", "id": "n"},
+                  family="multiple_choice")
+    first, second = read_lines(out)
+    assert first["options"] == ["cat", "dog"] and first["answer"] == ["dog"] and first["id"].endswith("/1")
+    assert "options" not in second and second["answer"] == ["3", "three"]
+
+
+def test_a_text_options_cell_is_a_problem_not_a_list_of_letters(tmp_path):
+    features = datasets.Features({"image": datasets.Image(), "question": datasets.Value("string"),
+                                  "answer": datasets.Value("string"), "options": datasets.Value("string")})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": IMAGES[0], "path": None}], "question": ["Which?"],
+                                     "answer": ["A"], "options": ["cat, dog"]}, features=features)
+    ds.to_parquet(str(tmp_path / "d.parquet"))
+    report = import_source("hf", tmp_path / "d.parquet", tmp_path / "pool.jsonl", family="multiple_choice")
+    assert report.written == 0 and [p.reason for p in report.problems] == ["bad_field"]

@@ -187,8 +187,8 @@ def import_hf(
                 "source": {"dataset": dataset, "split": split_name, "id": source_id, "origin": origin,
                            "image_sha256": digest},
             }
-            if options is not None:
-                line["options"] = list(options)
+            if options is not None:  # a list column; anything else is left for the line check to report
+                line["options"] = list(options) if isinstance(options, (list, tuple)) else options
             if line["family"] is None:
                 writer.problem(where, "no_family", f"no family: give a family or map a family column (columns: {', '.join(sorted(present))})", item_id)
                 continue
