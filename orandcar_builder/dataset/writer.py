@@ -2,9 +2,11 @@
 
 Each shard is a parquet file whose schema carries the datasets features metadata, so
 ``load_dataset(folder, config)`` returns the documented features without a ``dataset_info``.
-Rows are buffered up to a byte bound and flushed; shards are written under temporary names and
-renamed once their total is known. Nothing here depends on the clock or the machine: the same rows
-give the same bytes.
+Rows go to the open shard one row group (ROW_GROUP_SIZE rows) at a time; a shard is closed once
+its rows reach the byte bound, so memory holds one row group, not one shard. Shards are written
+under temporary names and renamed once their total is known. Nothing here depends on the clock or
+the machine: the same rows give the same bytes (the same bytes as writing each shard's rows with
+one ``pq.write_table(..., row_group_size=ROW_GROUP_SIZE)``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,8 +40,9 @@ class ConfigWriter:
     folder: Path
     config: str
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
-    _buffer: list[dict] = field(default_factory=list)
-    _buffer_bytes: int = 0
+    _group: list[dict] = field(default_factory=list)  # rows of the row group being filled
+    _shard: Optional[pq.ParquetWriter] = None
+    _shard_bytes: int = 0
     _temp_shards: list[Path] = field(default_factory=list)
     rows: int = 0
     qa: int = 0
@@ -54,29 +57,46 @@ class ConfigWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
+            if self._shard is not None:
+                self._shard.close()
+                self._shard = None
             for path in self._temp_shards:
                 path.unlink(missing_ok=True)
 
     def write(self, row: dict) -> None:
-        self._buffer.append(row)
-        self._buffer_bytes += _row_bytes(row)
+        if self._shard is None:
+            path = self.dir / f".{SPLIT}-{len(self._temp_shards):05d}.parquet.partial"
+            self._temp_shards.append(path)
+            self._shard = pq.ParquetWriter(path, self.schema, compression="snappy")
+        self._group.append(row)
+        self._shard_bytes += _row_bytes(row)
         self.rows += 1
         self.qa += len(row["qa"])
-        if self._buffer_bytes >= self.max_shard_bytes:
-            self._flush()
+        if len(self._group) == ROW_GROUP_SIZE:
+            self._write_group()
+        if self._shard_bytes >= self.max_shard_bytes:
+            self._close_shard()
 
-    def _flush(self) -> None:
-        table = pa.Table.from_pylist(self._buffer, schema=self.schema)
-        path = self.dir / f".{SPLIT}-{len(self._temp_shards):05d}.parquet.partial"
-        pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
-        self._temp_shards.append(path)
-        self._buffer, self._buffer_bytes = [], 0
+    def _write_group(self) -> None:
+        if self._group:
+            self._shard.write_table(pa.Table.from_pylist(self._group, schema=self.schema),
+                                    row_group_size=ROW_GROUP_SIZE)
+            self._group = []
+
+    def _close_shard(self) -> None:
+        self._write_group()
+        self._shard.close()
+        self._shard, self._shard_bytes = None, 0
 
     def finalize(self) -> list[Path]:
-        """Flush, give the shards their final names; returns them. An empty config gets one
-        empty shard so that its ``configs:`` entry still resolves."""
-        if self._buffer or not self._temp_shards:
-            self._flush()
+        """Close the open shard, give the shards their final names; returns them. An empty config
+        gets one empty shard so that its ``configs:`` entry still resolves."""
+        if self._shard is not None:
+            self._close_shard()
+        if not self._temp_shards:
+            path = self.dir / f".{SPLIT}-00000.parquet.partial"
+            pq.write_table(self.schema.empty_table(), path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
+            self._temp_shards.append(path)
         total = len(self._temp_shards)
         final = []
         for index, temp in enumerate(self._temp_shards):
