@@ -1,0 +1,106 @@
+"""Routing: the streaming RoutePlan over a decisions file gives exactly the rows of the in-memory
+``route``, whatever the row groups, the read window and how an image's items scatter."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orandcar_builder.images import ImageRef
+from orandcar_builder.route import (ACCEPTED, FAILED, OUTCOME_FIELDS, REJECTED, Outcome, RoutePlan,
+                                    outcome_from_record, outcome_record, route)
+
+CONFIGS = ("RS_think", "RS_nothink", "rejected")
+
+
+def _image(k: int) -> ImageRef:
+    return ImageRef(path=f"/pool/img/{k}.png", sha256=hashlib.sha256(str(k).encode()).hexdigest())
+
+
+def _outcome(order: int, image: int, route_to: str, **extra) -> Outcome:
+    fields = dict(
+        order=order, item_id=f"q{order}", image=_image(image), question=f"What is {order}?\nAnswer.",
+        references=(f"ref{order}", "alt"), options=("a", "b") if order % 3 == 0 else (), family="scene_text",
+        source={"dataset": "d", "split": "test", "id": str(order), "origin": "benchmark"},
+        policy="policy/1", actions=("normalised",) if order % 4 == 0 else (), route=route_to,
+    )
+    if route_to == ACCEPTED:
+        fields.update(think=f"think {order}", answer=f"ans{order}", verifier="alnum")
+    elif route_to == REJECTED:
+        fields.update(wrong_vlm=f"wrong{order}", reason="wrong_answer")
+    else:
+        fields.update(reason="generation_failed")
+    fields.update(extra)
+    return Outcome(**fields)
+
+
+def _write_decisions(path, outcomes, row_group_size):
+    schema = pa.schema(list(OUTCOME_FIELDS))
+    records = [{**outcome_record(o), "think": o.think} for o in outcomes]
+    pq.write_table(pa.Table.from_pylist(records, schema=schema), path, row_group_size=row_group_size)
+    return path
+
+
+def _plans(plans):
+    return [(p.image.sha256, p.image.path, p.qa, p.sources, p.actions, p.policy) for p in plans]
+
+
+routes = st.sampled_from([ACCEPTED, ACCEPTED, REJECTED, FAILED])
+
+
+@settings(max_examples=60, deadline=None)
+@given(items=st.lists(st.tuples(st.integers(0, 12), routes), max_size=80),
+       row_group=st.integers(1, 17), window=st.integers(1, 9))
+def test_streaming_plan_equals_in_memory_route(tmp_path_factory, items, row_group, window):
+    outcomes = [_outcome(2 * i + 1, image, route_to) for i, (image, route_to) in enumerate(items)]
+    path = _write_decisions(tmp_path_factory.mktemp("route") / "decisions.parquet", outcomes, row_group)
+    expected = route(outcomes)
+    plan = RoutePlan(path, window=window)
+    for config in CONFIGS:
+        assert _plans(plan.rows(config)) == _plans(expected[config])
+
+
+def test_rows_follow_first_appearance_and_pool_order(tmp_path):
+    # image 1 first appears with a failed item: it still ranks by that first appearance.
+    outcomes = [_outcome(0, 1, FAILED), _outcome(1, 2, ACCEPTED), _outcome(2, 1, ACCEPTED),
+                _outcome(3, 2, REJECTED), _outcome(4, 3, ACCEPTED), _outcome(5, 2, ACCEPTED)]
+    plan = RoutePlan(_write_decisions(tmp_path / "d.parquet", outcomes, 2), window=2)
+    think = list(plan.rows("RS_think"))
+    assert [p.image.sha256 for p in think] == [_image(1).sha256, _image(2).sha256, _image(3).sha256]
+    assert [qa["answer"] for qa in think[1].qa] == ["ans1", "ans5"]
+    assert [s["id"] for s in think[1].sources] == ["1", "5"]
+    assert [p.qa[0]["wrong_vlm"] for p in plan.rows("rejected")] == ["wrong3"]
+    assert think[2].actions == ["normalised:q4"]
+
+
+def test_out_of_order_decisions_are_refused(tmp_path):
+    outcomes = [_outcome(3, 1, ACCEPTED), _outcome(2, 1, ACCEPTED)]
+    with pytest.raises(ValueError, match="not in pool order"):
+        route(outcomes)
+    with pytest.raises(ValueError, match="not in pool order"):
+        RoutePlan(_write_decisions(tmp_path / "d.parquet", outcomes, 10))
+
+
+def test_policy_must_agree_within_a_row(tmp_path):
+    outcomes = [_outcome(0, 1, ACCEPTED), _outcome(1, 1, ACCEPTED, policy="policy/2")]
+    with pytest.raises(ValueError, match="policy differs"):
+        route(outcomes)
+    with pytest.raises(ValueError, match="policy differs"):
+        list(RoutePlan(_write_decisions(tmp_path / "d.parquet", outcomes, 10)).rows("RS_think"))
+
+
+@pytest.mark.parametrize("route_to", [ACCEPTED, REJECTED, FAILED])
+def test_outcome_record_round_trip(route_to):
+    outcome = _outcome(6, 4, route_to)
+    record = {**outcome_record(outcome), "think": outcome.think}
+    assert outcome_from_record(record) == outcome
+
+
+def test_empty_decisions(tmp_path):
+    path = _write_decisions(tmp_path / "d.parquet", [], 10)
+    assert all(list(RoutePlan(path).rows(c)) == [] for c in CONFIGS)
