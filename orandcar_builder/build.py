@@ -1,10 +1,16 @@
-"""``orandcar build``: the whole pipeline over a work dir.
+"""``orandcar build``: the whole pipeline over a work dir, streaming.
 
-pool --read--> items --clean--> admitted --prompt--> requests --generate--> generations
---verify--> decisions --(judge)--> outcomes --route--> rows --write--> dataset folder --validate.
+pool --read--> items --clean--> admitted (work/admitted.parquet)
+--prompt, generate, verify (an executor: local or ray)--> decisions (work/decisions.parquet)
+--judge (reads and rewrites decisions)--> --route (reads decisions)--> rows --write--> dataset
+folder --validate.
 
-Every pool line ends in exactly one place: dropped (work/dropped.jsonl, with a reason), accepted
-or rejected. Timings and paths go to the work dir only; the dataset folder depends on nothing but
+Each stage reads what the previous one wrote and handles it in chunks, so memory does not grow
+with the pool beyond a chunk, the writer's row group and a few compact columns (image sha256,
+order, route) that routing groups with numpy. Every pool line ends in exactly one place: dropped
+(work/dropped.jsonl, with a reason), accepted or rejected; an item whose generation failed (ray
+executor) is counted as ``failed`` with its reason in work/failed.jsonl and asked again by the
+next run. Timings and paths go to the work dir only; the dataset folder depends on nothing but
 the pool, the engine's outputs and the code, so two builds of the same pool give the same bytes.
 """
 
@@ -16,31 +22,39 @@ import platform
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Union
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__
+from . import judge as judging
+from .cache import CacheStats, GenerationCache
 from .clean import clean
+from .dataset.features import CONFIGS
 from .dataset.validate import validate_folder
 from .dataset.writer import DEFAULT_MAX_SHARD_BYTES, write_dataset
 from .engines import Engine, create_engine
+from .engines.replay import FINISH_REASONS, recording_line
 from .errors import OrandCarError
+from .executors import EngineFactory, Executor, GenerationStage, get_executor
+from .executors.base import CHUNK_SIZE
+from .executors.local import generate
+from .executors.steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_row, apply_verdict, decide,
+                              decision_from_row, decisions_table, generation_from_row, make_request,
+                              with_verdict)
 from .families import get_family
 from .pool import read_pool
-from .prompts import question_text
-from .records import Admitted, Dropped, Generation, PoolItem, Request, Verdict
-from .route import ACCEPTED, REJECTED, Outcome, route
-from .verify import get_rule, verify
-from . import judge as judging
-from .cache import CacheStats, GenerationCache, generate_cached
-from .engines.reasoning import STATUS_OK, answer_status
-from .records import Decision
+from .records import Admitted, Dropped, Generation, PoolItem
+from .route import ACCEPTED, FAILED, REJECTED, RoutePlan
+from .verify import get_rule
 
 GENERATION_BATCH = 32
+
+__all__ = ["BuildError", "BuildResult", "GENERATION_BATCH", "admit", "apply_verdict", "build", "decide",
+           "format_summary", "make_request"]
 
 
 class BuildError(OrandCarError):
@@ -59,147 +73,200 @@ class BuildResult:
         return not self.problems
 
 
-def _split_pool(records: Iterable, dropped: list[Dropped]) -> Iterator[PoolItem]:
-    for record in records:
-        if isinstance(record, Dropped):
-            dropped.append(record)
-        else:
-            yield record
+def admitted_stream(pool: Path, *, limit: Optional[int] = None,
+                    clean_report: Optional[dict] = None) -> Iterator[Union[Admitted, Dropped]]:
+    """Every pool line as one Admitted or Dropped record: the lines read_pool drops, then
+    cleaning's verdicts in pool order. ``clean_report`` is filled once the stream ends."""
+    pool = Path(pool)
+    report = clean_report if clean_report is not None else {}
+    read_drops: list[Dropped] = []
+
+    def items() -> Iterator[PoolItem]:
+        for record in read_pool(pool, limit=limit):
+            if isinstance(record, Dropped):
+                read_drops.append(record)
+            else:
+                yield record
+
+    # source.image paths are relative to the pool file, like the item's own image path.
+    cleaned = clean(items(), report, base_dir=pool.parent)
+    for record in cleaned:
+        # clean reads every item before its first verdict: hand read_pool's drops on first.
+        yield from read_drops
+        read_drops.clear()
+        yield record
+    yield from read_drops
 
 
 def admit(pool: Path, *, limit: Optional[int] = None, clean_report: Optional[dict] = None) -> tuple[list[Admitted], list[Dropped]]:
     """Read and clean the pool: the admitted items in pool order, and every dropped line."""
     dropped: list[Dropped] = []
     admitted: list[Admitted] = []
-    report = clean_report if clean_report is not None else {}
-    pool = Path(pool)
-    # source.image paths are relative to the pool file, like the item's own image path.
-    for record in clean(_split_pool(read_pool(pool, limit=limit), dropped), report, base_dir=pool.parent):
+    for record in admitted_stream(pool, limit=limit, clean_report=clean_report):
         (dropped if isinstance(record, Dropped) else admitted).append(record)
     return admitted, dropped
 
 
-def make_request(admitted: Admitted) -> Request:
-    item = admitted.item
-    return Request(
-        item_id=item.id,
-        question=question_text(item.question, item.family, item.options),
-        family=item.family,
-        image=item.image,
-    )
+# --- work-dir files, each written under a temporary name and renamed when complete ---------
 
 
-def _generate_all(engine: Engine, requests: Sequence[Request], cache: Optional[GenerationCache],
-                  progress: bool, desc: str, stats: CacheStats, batch: int = GENERATION_BATCH) -> list[Generation]:
-    """Generations for ``requests`` in order, from the cache where present (see cache.py)."""
+class _JsonlFile:
+    def __init__(self, path: Path, *, fsync: bool = False):
+        self.path, self.fsync = Path(path), fsync
+        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self.fh = open(self.tmp, "w", encoding="utf-8", newline="\n")
+        self.lines = 0
+
+    def write(self, record: dict) -> None:
+        self.fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.lines += 1
+
+    def commit(self) -> None:
+        if self.fsync:
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+        self.fh.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+class _ParquetFile:
+    """Rows appended in chunks (one row group each) to a parquet file with a fixed schema."""
+
+    def __init__(self, path: Path, schema: pa.Schema, *, chunk: int = CHUNK_SIZE):
+        self.path, self.schema, self.chunk = Path(path), schema, chunk
+        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self.writer = pq.ParquetWriter(self.tmp, schema)
+        self.buffer: list[dict] = []
+        self.rows = 0
+
+    def add(self, row: dict) -> None:
+        self.buffer.append(row)
+        if len(self.buffer) >= self.chunk:
+            self.flush()
+
+    def write_rows(self, rows: list[dict]) -> None:
+        self.flush()
+        if rows:
+            self.writer.write_table(pa.Table.from_pylist(rows, schema=self.schema))
+            self.rows += len(rows)
+
+    def flush(self) -> None:
+        if self.buffer:
+            rows, self.buffer = self.buffer, []
+            self.write_rows(rows)
+
+    def commit(self) -> None:
+        self.flush()
+        self.writer.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.writer.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+class _Files:
+    """Work-dir files written together: committed all at once, or removed on an error."""
+
+    def __init__(self, **files):
+        self.files = files
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["files"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __enter__(self) -> "_Files":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        for f in self.files.values():
+            if f is not None:
+                (f.abort if exc_type is not None else f.commit)()
+
+
+class _ReplayExport(_JsonlFile):
+    """A replay file of the generations, in pool order (the format of engines.replay)."""
+
+    def __init__(self, path: Path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(path, fsync=True)
+
+    def add(self, generation: Generation, question: str) -> None:
+        if generation.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"generation {generation.item_id!r} has finish_reason {generation.finish_reason!r}; "
+                             f"only {', '.join(FINISH_REASONS)} can be replayed")
+        self.fh.write(json.dumps(recording_line(generation, question), ensure_ascii=False, sort_keys=False) + "\n")
+
+
+# --- stages -----------------------------------------------------------------------------------
+
+
+def _admit_stage(pool: Path, work: Path, limit: Optional[int], clean_report: dict) -> tuple[int, Counter]:
+    """work/admitted.parquet and work/dropped.jsonl; returns (admitted, drops per reason)."""
+    dropped = Counter()
+    with _Files(admitted=_ParquetFile(work / "admitted.parquet", ADMITTED_SCHEMA),
+                dropped=_JsonlFile(work / "dropped.jsonl")) as files:
+        for record in admitted_stream(pool, limit=limit, clean_report=clean_report):
+            if isinstance(record, Dropped):
+                files.dropped.write(record.to_dict())
+                dropped[record.reason] += 1
+            else:
+                files.admitted.add(admitted_row(record))
+    return files.admitted.rows, dropped
+
+
+@dataclass
+class _GenerationFacts:
+    models: set = field(default_factory=set)
+    revisions: set = field(default_factory=set)
+    failed: int = 0
+
+
+def _generation_stage(executor: Executor, stage: GenerationStage, total: int, progress: bool,
+                      export_generations: Optional[Path]) -> _GenerationFacts:
+    """work/decisions.parquet (before the judge), prompts.jsonl, unsupported.jsonl, failed.jsonl
+    and the optional replay export, from the executor's chunks in pool order."""
     from tqdm import tqdm
 
-    with tqdm(total=len(requests), desc=desc, unit="qa", disable=not progress, file=sys.stderr) as bar:
-        def advance(s: CacheStats) -> None:
-            bar.n = s.done
+    facts = _GenerationFacts()
+    work = stage.work
+    with tqdm(total=total, desc="generate", unit="qa", disable=not progress, file=sys.stderr) as bar:
+        def advance(stats: CacheStats) -> None:
+            bar.n = stats.done
             bar.refresh()
 
-        if cache is None:
-            generations = []
-            for start in range(0, len(requests), batch):
-                chunk = list(requests[start:start + batch])
-                out = list(engine.generate(chunk))
-                if len(out) != len(chunk) or any(g.item_id != r.item_id for g, r in zip(out, chunk)):
-                    raise BuildError(f"engine {engine.kind} returned generations out of order or incomplete")
-                generations.extend(out)
-                stats.total += len(chunk)
-                stats.asked += len(chunk)
-                advance(stats)
-        else:
-            generations = generate_cached(engine, requests, cache, batch_size=batch,
-                                          on_batch=advance, stats=stats)
-        bar.n = len(requests)
+        stage.progress = advance
+        with _Files(decisions=_ParquetFile(work / "decisions.parquet", DECISION_SCHEMA),
+                    prompts=_JsonlFile(work / "prompts.jsonl"),
+                    unsupported=_JsonlFile(work / "unsupported.jsonl"),
+                    failed=_JsonlFile(work / "failed.jsonl"),
+                    export=_ReplayExport(export_generations) if export_generations is not None else None) as files:
+            for chunk in executor.run(stage):
+                files.decisions.write_rows(chunk.rows)
+                for request, generation, row in zip(chunk.requests, chunk.generations, chunk.rows):
+                    if row["route"] == FAILED:
+                        files.failed.write({"id": request.item_id, "reason": row["reason"], "detail": row["error"]})
+                        facts.failed += 1
+                        continue
+                    files.prompts.write({"id": request.item_id, "question": request.question, "prompt": generation.prompt})
+                    if generation.unsupported:
+                        files.unsupported.write({"id": generation.item_id, "family": request.family,
+                                                 "explanation": generation.unsupported})
+                    if files.export is not None:
+                        files.export.add(generation, request.question)
+                    if generation.model:
+                        facts.models.add(generation.model)
+                    if generation.revision:
+                        facts.revisions.add(generation.revision)
+        bar.n = total
         bar.refresh()
-    return generations
-
-
-def decide(admitted: Admitted, request: Request, generation: Generation) -> tuple[Outcome, Optional[Decision]]:
-    """The string-rule outcome for one QA item, and the rule's decision where one was made.
-
-    An engine that could not answer, a reasoning that never ended (``truncated``) and an empty
-    final answer (``no_answer``) are rejected without a rule decision; they never go to the judge.
-    """
-    item = admitted.item
-    family = get_family(item.family)
-    common = dict(
-        order=admitted.order, item_id=item.id, image=item.image, question=request.question,
-        references=tuple(item.references), options=tuple(item.options or ()), family=item.family,
-        source={"dataset": item.source.dataset, "split": item.source.split, "id": item.source.id,
-                "origin": item.source.origin},
-        policy=admitted.policy, actions=admitted.actions,
-    )
-    answer = generation.answer
-    if generation.unsupported:
-        return Outcome(route=REJECTED, wrong_vlm="", reason="no_answer", **common), None
-    status = answer_status(answer, generation.finish_reason)
-    if status != STATUS_OK:
-        return Outcome(route=REJECTED, wrong_vlm=answer, reason=status, **common), None
-    decision = verify(family.rule, answer, item.references, item.options)
-    if decision.passed:
-        return Outcome(route=ACCEPTED, think=generation.think, answer=decision.text,
-                       verifier=decision.rule, **common), decision
-    return Outcome(route=REJECTED, wrong_vlm=answer, reason="wrong_answer", **common), decision
-
-
-def apply_verdict(outcome: Outcome, generation: Generation, verdict: Verdict) -> Outcome:
-    """The outcome after the judge: only CORRECT promotes, with the model's whole final answer."""
-    route_to, reason = judging.promotion(verdict)
-    if route_to == ACCEPTED:
-        return replace(outcome, route=ACCEPTED, think=generation.think,
-                       answer=judging.candidate_answer(generation), verifier=judging.JUDGE_VERIFIER,
-                       wrong_vlm="", reason=None)
-    return replace(outcome, reason=reason)
-
-
-def _write_jsonl(path: Path, records: Iterable[dict]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-
-
-def _write_parquet(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({}), tmp)
-    os.replace(tmp, path)
-
-
-def _admitted_row(a: Admitted) -> dict:
-    item = a.item
-    return {
-        "order": a.order, "id": item.id, "where": item.where, "image": item.image.path,
-        "image_sha256": item.image.sha256, "question": item.question,
-        "references": item.references, "family": item.family, "options": list(item.options or []),
-        "source": json.dumps(item.source.to_dict(), sort_keys=True), "policy": a.policy,
-        "actions": list(a.actions),
-    }
-
-
-def _decision_row(outcome: Outcome, generation: Generation, decision: Optional[Decision],
-                  verdict: Optional[Verdict]) -> dict:
-    return {
-        "order": outcome.order, "id": outcome.item_id, "family": outcome.family,
-        "image_sha256": outcome.image.sha256, "question": outcome.question,
-        "references": list(outcome.references), "text": generation.text, "think": generation.think,
-        "model_answer": generation.answer, "finish_reason": generation.finish_reason,
-        "unsupported": generation.unsupported, "model": generation.model,
-        "revision": generation.revision, "prompt": generation.prompt,
-        "rule": decision.rule if decision else None,
-        "rule_version": decision.rule_version if decision else None,
-        "candidate": decision.candidate if decision else None,
-        "score": decision.score if decision else None,
-        "rule_passed": decision.passed if decision else None,
-        "verdict": verdict.label if verdict else None,
-        "verdict_raw": verdict.raw if verdict else None,
-        "route": outcome.route, "answer": outcome.answer, "verifier": outcome.verifier,
-        "reason": outcome.reason,
-    }
+    return facts
 
 
 def _rows(plans) -> Iterator[dict]:
@@ -225,6 +292,10 @@ def build(
     use_cache: bool = True,
     export_generations: Optional[Path] = None,
     generation_batch: int = GENERATION_BATCH,
+    executor: Union[str, Executor] = "local",
+    ray_address: Optional[str] = None,
+    engine_replicas: int = 1,
+    gpus_per_replica: float = 0.0,
 ) -> BuildResult:
     """Build the dataset folder ``out`` from ``pool``; state and reports go to ``work``.
 
@@ -233,19 +304,28 @@ def build(
     ``judge_engine``. ``calibrate`` runs the judge over that many rule-accepted items.
     Generations and verdicts are cached in ``work/cache``: a rerun (after a crash too) asks the
     engines only for what is missing and ends with the same dataset bytes.
+
+    ``executor`` says where generation runs: ``"local"`` (here) or ``"ray"`` (Ray Data on the
+    cluster at ``ray_address``, or a local one: ``engine_replicas`` actors, each with its own
+    engine made from ``engine_name`` and ``engine_options`` and ``gpus_per_replica`` GPUs; the
+    work dir and the pool's images must be on storage every node sees at the same path). The
+    judge pass, routing and writing run here either way; both executors give the same bytes.
     """
     pool, out = Path(pool), Path(out)
     work = Path(work) if work is not None else Path("work")
     if not pool.is_file():
         raise BuildError(f"{pool}: pool file not found")
+    if generation_batch < 1:
+        raise BuildError(f"generation_batch must be at least 1, got {generation_batch}")
+    if isinstance(executor, str):
+        executor = get_executor(executor) if executor == "local" else get_executor(
+            executor, address=ray_address, replicas=engine_replicas, gpus_per_replica=gpus_per_replica)
     work.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
 
     clean_report: dict = {}
-    admitted, dropped = admit(pool, limit=limit, clean_report=clean_report)
-    _write_jsonl(work / "dropped.jsonl", (d.to_dict() for d in dropped))
-    _write_parquet(work / "admitted.parquet", [_admitted_row(a) for a in admitted])
+    n_admitted, dropped = _admit_stage(pool, work, limit, clean_report)
     timings["admit"] = time.perf_counter() - t0
 
     if engine is None:
@@ -256,45 +336,30 @@ def build(
         raise BuildError(f"engine {judge_engine.kind!r} cannot run the text-only judge pass; use --judge none")
 
     cache = GenerationCache(work / "cache" / "generations.sqlite") if use_cache else None
+    gen_stats = CacheStats()
+    judge_report = None
     try:
-        requests = [make_request(a) for a in admitted]
-        t1 = time.perf_counter()
-        gen_stats = CacheStats()
-        generations = _generate_all(engine, requests, cache, progress, "generate", gen_stats, generation_batch)
-        timings["generate"] = time.perf_counter() - t1
-        if export_generations is not None:
-            from .engines.replay import export_generations as export
-
-            export(generations, export_generations, requests=requests)
-        _write_jsonl(work / "prompts.jsonl", (
-            {"id": r.item_id, "question": r.question, "prompt": g.prompt} for r, g in zip(requests, generations)))
-
-        t2 = time.perf_counter()
-        decided = [decide(a, r, g) for a, r, g in zip(admitted, requests, generations)]
-        outcomes = [o for o, _ in decided]
-        timings["verify"] = time.perf_counter() - t2
-
-        verdicts: dict[int, Verdict] = {}
-        judge_report = None
+        stage = GenerationStage(admitted=work / "admitted.parquet", work=work, engine=engine,
+                                factory=EngineFactory(engine_name, dict(engine_options or {})),
+                                cache=cache, stats=gen_stats, batch_size=generation_batch,
+                                timings=timings)
+        timings.setdefault("generate", 0.0)
+        timings.setdefault("verify", 0.0)
+        facts = _generation_stage(executor, stage, n_admitted, progress, export_generations)
         if judge_engine is not None:
             t3 = time.perf_counter()
-            outcomes, verdicts, judge_report = _judge_pass(
-                judge_engine, admitted, requests, generations, decided, cache, calibrate, progress)
+            judge_report = _judge_pass(judge_engine, work / "decisions.parquet", cache, calibrate, progress)
             timings["judge"] = time.perf_counter() - t3
     finally:
         if cache is not None:
             cache.close()
 
-    _write_parquet(work / "decisions.parquet", [
-        _decision_row(o, g, d, verdicts.get(i)) for i, (o, g, (_, d)) in enumerate(zip(outcomes, generations, decided))])
-    _write_jsonl(work / "unsupported.jsonl", (
-        {"id": g.item_id, "family": r.family, "explanation": g.unsupported}
-        for r, g in zip(requests, generations) if g.unsupported))
-
     t4 = time.perf_counter()
-    plans = route(outcomes)
-    summary = write_dataset(out, {c: _rows(p) for c, p in plans.items()}, max_shard_bytes=max_shard_bytes)
-    report = _report(pool, dropped, outcomes, summary, clean_report, engine, limit, judge_report, generations)
+    plan = RoutePlan(work / "decisions.parquet")
+    summary = write_dataset(out, {config: _rows(plan.rows(config)) for config in CONFIGS},
+                            max_shard_bytes=max_shard_bytes)
+    report = _report(pool, n_admitted, dropped, _tally(work / "decisions.parquet"), summary, clean_report,
+                     engine, limit, judge_report, facts)
     from .card import write_card
 
     write_card(out, report)
@@ -311,91 +376,169 @@ def build(
         "validation_problems": problems})
     if judge_report:
         judge_report.pop("_cache", None)
-    _write_json(work / "manifest.json", _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes, report["rules"]))
+    _write_json(work / "manifest.json", _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes,
+                                                  report["rules"], executor))
     return BuildResult(out=out, work=work, report=report, problems=problems)
 
 
-def _judge_pass(judge_engine, admitted, requests, generations, decided, cache, calibrate, progress):
-    """Second pass over rule rejects with a final answer; optional calibration on rule accepts."""
+class _CalibrationPool:
+    """Per family, the rule-accepted items with the ``n`` smallest calibration sample keys: all
+    that ``judge.calibration_sample(items, n)`` can draw, whatever the pool size."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.by_family: dict[str, list[tuple[str, judging.JudgeItem]]] = {}
+
+    def add(self, item: judging.JudgeItem) -> None:
+        kept = self.by_family.setdefault(item.family, [])
+        kept.append((judging.sample_key(item.item_id), item))
+        if len(kept) >= 2 * self.n + 64:
+            kept.sort(key=lambda pair: pair[0])
+            del kept[self.n:]
+
+    def items(self) -> list[judging.JudgeItem]:
+        return [item for kept in self.by_family.values()
+                for _, item in sorted(kept, key=lambda pair: pair[0])[:self.n]]
+
+
+def _judge_item(row: dict, generation: Generation) -> judging.JudgeItem:
+    return judging.JudgeItem(row["id"], row["question"], tuple(row["references"]),
+                             judging.candidate_answer(generation), row["family"])
+
+
+def _judge_pass(judge_engine: Engine, decisions: Path, cache: Optional[GenerationCache], calibrate: int,
+                progress: bool, chunk: int = CHUNK_SIZE) -> dict:
+    """Second pass over rule rejects with a final answer, chunk by chunk: decisions.parquet is
+    read and rewritten with the verdicts; optional calibration on rule accepts."""
+    from tqdm import tqdm
+
     stats = CacheStats()
+    labels: Counter = Counter()
+    unparseable = 0
+    overturns: dict[str, dict[str, int]] = {}
+    calibration_pool = _CalibrationPool(calibrate) if calibrate else None
+    with tqdm(desc="judge", unit="qa", disable=not progress, file=sys.stderr) as bar:
+        def run(engine: Engine, requests) -> list[Generation]:
+            bar.total = (bar.total or 0) + len(requests)
+            done = stats.done
 
-    def generate(engine, reqs):
-        return _generate_all(engine, reqs, cache, progress, "judge", stats)
+            def advance(s: CacheStats) -> None:
+                bar.n = s.done
+                bar.refresh()
 
-    def item(i: int) -> judging.JudgeItem:
-        a = admitted[i].item
-        return judging.JudgeItem(a.id, requests[i].question, tuple(a.references),
-                                 judging.candidate_answer(generations[i]), a.family)
+            out = generate(engine, requests, cache, batch_size=GENERATION_BATCH, stats=stats, on_batch=advance)
+            bar.n = done + len(requests)
+            bar.refresh()
+            return out
 
-    outcomes = [o for o, _ in decided]
-    to_judge = [i for i, (o, d) in enumerate(decided)
-                if d is not None and judging.needs_judge(generations[i], d)]
-    verdict_list = judging.judge(judge_engine, [item(i) for i in to_judge], generate=generate)
-    verdicts = dict(zip(to_judge, verdict_list))
-    for i, verdict in verdicts.items():
-        outcomes[i] = apply_verdict(outcomes[i], generations[i], verdict)
+        with _Files(judged=_ParquetFile(decisions.with_name(decisions.name + ".judged"), DECISION_SCHEMA)) as files:
+            for batch in pq.ParquetFile(decisions).iter_batches(batch_size=chunk):
+                rows = batch.to_pylist()
+                to_judge: list[int] = []
+                items: list[judging.JudgeItem] = []
+                for i, row in enumerate(rows):
+                    decision = decision_from_row(row)
+                    if decision is None:
+                        continue
+                    generation = generation_from_row(row)
+                    if judging.needs_judge(generation, decision):
+                        to_judge.append(i)
+                        items.append(_judge_item(row, generation))
+                    elif calibration_pool is not None and decision.passed:
+                        calibration_pool.add(_judge_item(row, generation))
+                verdicts = judging.judge(judge_engine, items, generate=run)
+                for i, verdict in zip(to_judge, verdicts):
+                    rows[i] = with_verdict(rows[i], verdict)
+                    labels[verdict.label] += 1
+                    unparseable += not getattr(verdict, "parseable", True)
+                for family, counts in judging.overturns_by_family(
+                        (rows[i]["family"], v) for i, v in zip(to_judge, verdicts)).items():
+                    total = overturns.setdefault(family, dict.fromkeys(counts, 0))
+                    for key, value in counts.items():
+                        total[key] += value
+                files.judged.write_rows(rows)
+        os.replace(files.judged.path, decisions)
 
-    calibration = None
-    if calibrate:
-        accepted_by_rule = [item(i) for i, (o, d) in enumerate(decided) if d is not None and d.passed]
-        calibration = judging.calibrate(judge_engine, accepted_by_rule, calibrate, generate=generate).to_dict()
-    labels = Counter(v.label for v in verdicts.values())
-    return outcomes, verdicts, {
+        calibration = None
+        if calibration_pool is not None:
+            calibration = judging.calibrate(judge_engine, calibration_pool.items(), calibrate, generate=run).to_dict()
+    return {
         "engine": judge_engine.fingerprint(),
         "prompt_version": judging.JUDGE_PROMPT_VERSION,
-        "judged": len(verdicts),
+        "judged": sum(labels.values()),
         "verdicts": {label: labels.get(label, 0) for label in judging.LABELS},
-        "unparseable": sum(1 for v in verdicts.values() if not getattr(v, "parseable", True)),
+        "unparseable": unparseable,
         "promoted": labels.get(judging.CORRECT, 0),
-        "overturns_by_family": judging.overturns_by_family(
-            (admitted[i].item.family, v) for i, v in verdicts.items()),
+        "overturns_by_family": dict(sorted(overturns.items())),
         "calibration": calibration,
         "_cache": vars(stats),
     }
 
 
-def _report(pool, dropped, outcomes, summary, clean_report, engine, limit, judge_report, generations) -> dict:
+@dataclass
+class _Tally:
+    """The build's counts, from the decisions' compact columns."""
+
+    routes: Counter = field(default_factory=Counter)
+    rejected_by_reason: Counter = field(default_factory=Counter)
+    accepted_by_verifier: Counter = field(default_factory=Counter)
+    families: dict = field(default_factory=dict)
+
+
+def _tally(decisions: Path) -> _Tally:
+    tally = _Tally()
+    columns = ["family", "route", "reason", "verifier"]
+    for batch in pq.ParquetFile(decisions).iter_batches(batch_size=65536, columns=columns):
+        for family, route_to, reason, verifier in zip(*(batch.column(c).to_pylist() for c in columns)):
+            tally.routes[route_to] += 1
+            if route_to == FAILED:
+                continue
+            counter = tally.families.setdefault(family, Counter())
+            counter["qa"] += 1
+            counter[route_to] += 1
+            if reason:
+                counter[f"rejected_{reason}"] += 1
+            if route_to == ACCEPTED:
+                tally.accepted_by_verifier[verifier] += 1
+            elif route_to == REJECTED:
+                tally.rejected_by_reason[reason] += 1
+    return tally
+
+
+def _report(pool, admitted, dropped, tally, summary, clean_report, engine, limit, judge_report, facts) -> dict:
     """The build's figures; everything here is deterministic (the card renders from it)."""
-    accepted = [o for o in outcomes if o.route == ACCEPTED]
-    rejected = [o for o in outcomes if o.route == REJECTED]
-    per_family: dict[str, Counter] = {}
-    for o in outcomes:
-        counter = per_family.setdefault(o.family, Counter())
-        counter["qa"] += 1
-        counter[o.route] += 1
-        if o.reason:
-            counter[f"rejected_{o.reason}"] += 1
     rules = {}
-    for o in outcomes:
-        rule = get_family(o.family).rule
+    for family in tally.families:
+        rule = get_family(family).rule
         rules.setdefault(rule, get_rule(rule).VERSION)
     return {
         "pool": pool.name,
         "limit": limit,
-        "items": len(dropped) + len(outcomes),
-        "admitted": len(outcomes),
-        "dropped": len(dropped),
-        "dropped_by_reason": dict(sorted(Counter(d.reason for d in dropped).items())),
-        "accepted": len(accepted),
-        "rejected": len(rejected),
-        "rejected_by_reason": dict(sorted(Counter(o.reason for o in rejected).items())),
-        "accepted_by_verifier": dict(sorted(Counter(o.verifier for o in accepted).items())),
-        "families": {f: dict(sorted(c.items())) for f, c in sorted(per_family.items())},
+        "items": sum(dropped.values()) + admitted,
+        "admitted": admitted,
+        "dropped": sum(dropped.values()),
+        "dropped_by_reason": dict(sorted(dropped.items())),
+        "accepted": tally.routes[ACCEPTED],
+        "rejected": tally.routes[REJECTED],
+        "failed": tally.routes[FAILED],
+        "rejected_by_reason": dict(sorted(tally.rejected_by_reason.items())),
+        "accepted_by_verifier": dict(sorted(tally.accepted_by_verifier.items())),
+        "families": {f: dict(sorted(c.items())) for f, c in sorted(tally.families.items())},
         "rules": dict(sorted(rules.items())),
         "configs": summary,
         "cleaning": clean_report,
         "engine": engine.fingerprint(),
-        "generation": _generation_settings(engine, generations),
+        "generation": _generation_settings(engine, facts),
         "judge": {k: v for k, v in judge_report.items() if not k.startswith("_")} if judge_report else None,
     }
 
 
-def _generation_settings(engine: Engine, generations: Sequence[Generation]) -> dict:
+def _generation_settings(engine: Engine, facts: _GenerationFacts) -> dict:
     """How the answers were produced, for the card: from the engine's fingerprint and outputs."""
     fp = engine.fingerprint()
     sampling = fp.get("sampling") or {}
-    models = sorted({g.model for g in generations if g.model})
-    revisions = sorted({g.revision for g in generations if g.revision})
+    models = sorted(facts.models)
+    revisions = sorted(facts.revisions)
     template = fp.get("chat_template_kwargs") or {}
     reasoning = template.get("enable_thinking") if "enable_thinking" in template else fp.get("reasoning")
     return {
@@ -408,7 +551,7 @@ def _generation_settings(engine: Engine, generations: Sequence[Generation]) -> d
     }
 
 
-def _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes, rules) -> dict:
+def _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes, rules, executor) -> dict:
     import datasets
     import huggingface_hub
 
@@ -420,6 +563,7 @@ def _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes, rules) ->
         "max_shard_bytes": max_shard_bytes,
         "engine": engine.fingerprint(),
         "judge_engine": judge_engine.fingerprint() if judge_engine is not None else None,
+        "executor": executor.describe(),
         "rules": rules,
         "versions": {"python": platform.python_version(), "datasets": datasets.__version__,
                      "huggingface_hub": huggingface_hub.__version__, "pyarrow": pa.__version__},
@@ -440,6 +584,8 @@ def format_summary(result: BuildResult) -> str:
     ]
     for reason, n in r["dropped_by_reason"].items():
         lines.append(f"  dropped   {reason:<22} {n}")
+    if r.get("failed"):
+        lines.append(f"  failed    {r['failed']} item(s) got no answer (reasons in work/failed.jsonl; a rerun asks again)")
     for reason, n in r["rejected_by_reason"].items():
         lines.append(f"  rejected  {reason:<22} {n}")
     for verifier, n in r["accepted_by_verifier"].items():

@@ -1,0 +1,32 @@
+"""Executors: where the generation stage (generate, then decide) runs.
+
+``local`` runs it in this process; ``ray`` runs it on a Ray cluster (one engine per actor). Both
+read ``work/admitted.parquet`` and yield the same ``DecidedChunk`` stream in pool order, which
+the build writes to ``work/decisions.parquet``; the steps they run (``steps.py``) do not know
+where they run, and the stages after generation (judge, route, write) are the same for both.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ..errors import UnknownNameError
+from .base import DecidedChunk, EngineFactory, Executor, GenerationStage
+
+# name -> "module:class"; imported on use so that ray is imported only by the ray executor.
+EXECUTORS: dict[str, str] = {
+    "local": "orandcar_builder.executors.local:LocalExecutor",
+    "ray": "orandcar_builder.executors.ray_data:RayExecutor",
+}
+
+
+def get_executor(name: str, **options: Any) -> Executor:
+    """The executor called ``name``, made with ``options``; an unknown name says which was meant."""
+    if name not in EXECUTORS:
+        raise UnknownNameError("executor", name, EXECUTORS)
+    module, cls = EXECUTORS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(**options)
+
+
+__all__ = ["DecidedChunk", "EXECUTORS", "EngineFactory", "Executor", "GenerationStage", "get_executor"]

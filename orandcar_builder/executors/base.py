@@ -1,0 +1,68 @@
+"""What an executor is given (``GenerationStage``) and what it yields (``DecidedChunk``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Protocol
+
+from ..cache import CacheStats, GenerationCache
+from ..engines import Engine, create_engine
+from ..records import Generation, Request
+
+# Admitted items handled per chunk: the unit of reading, of decisions.parquet row groups and of
+# memory (a chunk's items, requests, generations and decisions).
+CHUNK_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class EngineFactory:
+    """How to make an engine where it runs (one per Ray actor): a registered engine name and
+    its options, which must pickle (paths, numbers, strings)."""
+
+    name: str
+    options: dict = field(default_factory=dict)
+
+    def create(self) -> Engine:
+        return create_engine(self.name, **self.options)
+
+
+@dataclass
+class GenerationStage:
+    """The generation stage of one build: read ``admitted`` (work/admitted.parquet), generate with
+    ``engine`` (or with engines made by ``factory`` where the executor runs them elsewhere), using
+    and filling ``cache``, and decide each item."""
+
+    admitted: Path
+    work: Path
+    engine: Engine  # the build's own engine: its fingerprint keys the cache
+    factory: Optional[EngineFactory]
+    cache: Optional[GenerationCache]
+    stats: CacheStats
+    batch_size: int  # requests per engine call
+    chunk_size: int = CHUNK_SIZE
+    progress: Callable[[CacheStats], None] = lambda stats: None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def add_time(self, name: str, seconds: float) -> None:
+        self.timings[name] = self.timings.get(name, 0.0) + seconds
+
+
+@dataclass
+class DecidedChunk:
+    """Consecutive admitted items, in pool order: their requests, their generations (None where
+    generation failed) and their decision records (steps.DECISION_SCHEMA)."""
+
+    requests: list[Request]
+    generations: list[Optional[Generation]]
+    rows: list[dict]
+
+
+class Executor(Protocol):
+    name: str
+
+    def run(self, stage: GenerationStage) -> Iterator[DecidedChunk]:
+        """Every admitted item's DecidedChunk, in pool order."""
+
+    def describe(self) -> dict[str, Any]:
+        """Settings for the manifest (never part of the dataset)."""

@@ -1,0 +1,204 @@
+"""The per-item steps of the generation stage, and the records they read and write.
+
+An executor (``local``, ``ray``) decides where these run; the steps do not know. Records travel
+between stages as parquet rows:
+
+- ``work/admitted.parquet`` (ADMITTED_SCHEMA): an ``Admitted`` item per row
+  (``admitted_row`` / ``admitted_from_row``);
+- ``work/decisions.parquet`` (DECISION_SCHEMA): one row per QA item in pool order: the outcome
+  (route.OUTCOME_FIELDS), the generation, the rule's decision, the judge's verdict, and for an
+  item whose generation failed (route ``failed``) the error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Optional, Sequence
+
+import pyarrow as pa
+
+from .. import judge as judging
+from ..engines.reasoning import STATUS_OK, answer_status
+from ..families import get_family
+from ..images import ImageRef
+from ..prompts import question_text
+from ..records import Admitted, Decision, Generation, PoolItem, Request, Source, Verdict
+from ..route import ACCEPTED, FAILED, OUTCOME_FIELDS, REJECTED, Outcome, outcome_from_record, outcome_record
+from ..verify import verify
+
+# The reason recorded on an item whose generation failed (the error text goes to ``error``).
+GENERATION_FAILED = "generation_failed"
+
+ADMITTED_SCHEMA = pa.schema([
+    ("order", pa.int64()), ("id", pa.string()), ("where", pa.string()), ("image", pa.string()),
+    ("image_sha256", pa.string()), ("question", pa.string()), ("references", pa.list_(pa.string())),
+    ("family", pa.string()), ("options", pa.list_(pa.string())), ("source", pa.string()),
+    ("policy", pa.string()), ("actions", pa.list_(pa.string())),
+])
+
+_GENERATION_FIELDS = [
+    ("text", pa.string()), ("model_answer", pa.string()), ("finish_reason", pa.string()),
+    ("unsupported", pa.string()), ("model", pa.string()), ("revision", pa.string()), ("prompt", pa.string()),
+]
+_DECISION_FIELDS = [
+    ("rule", pa.string()), ("rule_version", pa.string()), ("candidate", pa.string()),
+    ("score", pa.float64()), ("rule_passed", pa.bool_()),
+]
+_VERDICT_FIELDS = [("verdict", pa.string()), ("verdict_raw", pa.string())]
+DECISION_SCHEMA = pa.schema(
+    list(OUTCOME_FIELDS) + [pa.field(n, t) for n, t in _GENERATION_FIELDS + _DECISION_FIELDS + _VERDICT_FIELDS]
+    + [pa.field("error", pa.string())]
+)
+
+
+# --- admitted items -------------------------------------------------------------------------
+
+
+def admitted_row(admitted: Admitted) -> dict:
+    item = admitted.item
+    return {
+        "order": admitted.order, "id": item.id, "where": item.where, "image": item.image.path,
+        "image_sha256": item.image.sha256, "question": item.question,
+        "references": item.references, "family": item.family,
+        "options": list(item.options) if item.options is not None else None,
+        "source": json.dumps(item.source.to_dict(), sort_keys=True), "policy": admitted.policy,
+        "actions": list(admitted.actions),
+    }
+
+
+def admitted_from_row(row: dict) -> Admitted:
+    """The Admitted item an ``admitted_row`` describes (a single reference comes back as a str)."""
+    references = tuple(row["references"])
+    item = PoolItem(
+        id=row["id"], image=ImageRef(path=row["image"], sha256=row["image_sha256"]),
+        question=row["question"], answer=references[0] if len(references) == 1 else references,
+        family=row["family"], options=tuple(row["options"]) if row["options"] is not None else None,
+        source=Source(**json.loads(row["source"])), where=row["where"],
+    )
+    return Admitted(item=item, order=row["order"], policy=row["policy"], actions=tuple(row["actions"] or ()))
+
+
+# --- the steps ------------------------------------------------------------------------------
+
+
+def make_request(admitted: Admitted) -> Request:
+    item = admitted.item
+    return Request(
+        item_id=item.id,
+        question=question_text(item.question, item.family, item.options),
+        family=item.family,
+        image=item.image,
+    )
+
+
+def _common(admitted: Admitted, request: Request) -> dict:
+    item = admitted.item
+    return dict(
+        order=admitted.order, item_id=item.id, image=item.image, question=request.question,
+        references=tuple(item.references), options=tuple(item.options or ()), family=item.family,
+        source={"dataset": item.source.dataset, "split": item.source.split, "id": item.source.id,
+                "origin": item.source.origin},
+        policy=admitted.policy, actions=admitted.actions,
+    )
+
+
+def decide(admitted: Admitted, request: Request, generation: Generation) -> tuple[Outcome, Optional[Decision]]:
+    """The string-rule outcome for one QA item, and the rule's decision where one was made.
+
+    An engine that could not answer, a reasoning that never ended (``truncated``) and an empty
+    final answer (``no_answer``) are rejected without a rule decision; they never go to the judge.
+    """
+    item = admitted.item
+    family = get_family(item.family)
+    common = _common(admitted, request)
+    answer = generation.answer
+    if generation.unsupported:
+        return Outcome(route=REJECTED, wrong_vlm="", reason="no_answer", **common), None
+    status = answer_status(answer, generation.finish_reason)
+    if status != STATUS_OK:
+        return Outcome(route=REJECTED, wrong_vlm=answer, reason=status, **common), None
+    decision = verify(family.rule, answer, item.references, item.options)
+    if decision.passed:
+        return Outcome(route=ACCEPTED, think=generation.think, answer=decision.text,
+                       verifier=decision.rule, **common), decision
+    return Outcome(route=REJECTED, wrong_vlm=answer, reason="wrong_answer", **common), decision
+
+
+def apply_verdict(outcome: Outcome, generation: Generation, verdict: Verdict) -> Outcome:
+    """The outcome after the judge: only CORRECT promotes, with the model's whole final answer."""
+    route_to, reason = judging.promotion(verdict)
+    if route_to == ACCEPTED:
+        return replace(outcome, route=ACCEPTED, think=generation.think,
+                       answer=judging.candidate_answer(generation), verifier=judging.JUDGE_VERIFIER,
+                       wrong_vlm="", reason=None)
+    return replace(outcome, reason=reason)
+
+
+# --- decision records -----------------------------------------------------------------------
+
+
+def decision_row(outcome: Outcome, generation: Generation, decision: Optional[Decision],
+                 verdict: Optional[Verdict] = None) -> dict:
+    return {
+        **outcome_record(outcome),
+        "text": generation.text, "think": generation.think,
+        "model_answer": generation.answer, "finish_reason": generation.finish_reason,
+        "unsupported": generation.unsupported, "model": generation.model,
+        "revision": generation.revision, "prompt": generation.prompt,
+        "rule": decision.rule if decision else None,
+        "rule_version": decision.rule_version if decision else None,
+        "candidate": decision.candidate if decision else None,
+        "score": decision.score if decision else None,
+        "rule_passed": decision.passed if decision else None,
+        "verdict": verdict.label if verdict else None,
+        "verdict_raw": verdict.raw if verdict else None,
+        "error": None,
+    }
+
+
+def failed_row(admitted: Admitted, request: Request, error: str) -> dict:
+    """The record of an item with no generation: route ``failed``, the error kept for the report."""
+    outcome = Outcome(route=FAILED, reason=GENERATION_FAILED, **_common(admitted, request))
+    row = {name: None for name in DECISION_SCHEMA.names}
+    row.update(outcome_record(outcome))
+    row["error"] = error
+    return row
+
+
+def generation_from_row(row: dict) -> Generation:
+    """The generation a decision record holds (token counts are not recorded there)."""
+    return Generation(item_id=row["id"], text=row["text"] or "", think=row["think"] or "",
+                      answer=row["model_answer"] or "", finish_reason=row["finish_reason"] or "",
+                      model=row["model"] or "", revision=row["revision"] or "",
+                      unsupported=row["unsupported"], prompt=row["prompt"])
+
+
+def decision_from_row(row: dict) -> Optional[Decision]:
+    """The rule's decision a record holds; ``text`` (the passing candidate) is not recorded
+    separately and comes back empty."""
+    if row["rule"] is None:
+        return None
+    return Decision(rule=row["rule"], rule_version=row["rule_version"], candidate=row["candidate"],
+                    text="", score=row["score"], passed=row["rule_passed"])
+
+
+def with_verdict(row: dict, verdict: Verdict) -> dict:
+    """A decision record after the judge's ``verdict`` (see ``apply_verdict``)."""
+    generation = generation_from_row(row)
+    outcome = apply_verdict(outcome_from_record(row), generation, verdict)
+    return {**row, **outcome_record(outcome), "verdict": verdict.label, "verdict_raw": verdict.raw}
+
+
+def decide_rows(admitted: Sequence[Admitted], requests: Sequence[Request],
+                generations: Sequence[Generation]) -> list[dict]:
+    """The decision records of one chunk, in its order."""
+    rows = []
+    for a, r, g in zip(admitted, requests, generations):
+        outcome, decision = decide(a, r, g)
+        rows.append(decision_row(outcome, g, decision))
+    return rows
+
+
+def decisions_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
