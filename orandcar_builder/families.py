@@ -96,3 +96,16 @@ register(
         description="Any other question with a short answer that must match the reference exactly.",
     )
 )
+
+
+# An item that carries lettered options (its own, or rendered by the multiple-choice
+# normalisation of the cleaning stage) has a bare letter as its reference, whatever its family:
+# it is decided by the option-letter rule, not by the family's free-text rule.
+OPTIONS_RULE = "choice"
+
+
+def rule_for(family: str, options=None) -> str:
+    """The rule that decides an item of ``family``: ``choice`` when it has options, else the
+    family's own rule."""
+    rule = get_family(family).rule
+    return OPTIONS_RULE if options else rule

@@ -52,3 +52,12 @@ def test_unknown_family_suggests_the_closest():
 def test_registering_twice_fails():
     with pytest.raises(ValueError, match="registered twice"):
         register(Family(name="vqa", rule="vqa", instruction="x", description="x"))
+
+
+def test_items_with_options_are_decided_by_the_choice_rule():
+    from orandcar_builder.families import rule_for
+
+    assert rule_for("vqa") == "vqa"
+    assert rule_for("vqa", ["red", "blue"]) == "choice"
+    assert rule_for("multiple_choice", ["a", "b"]) == "choice"
+    assert rule_for("doc_vqa", []) == "anls"

@@ -142,7 +142,7 @@ def test_every_kind_of_disagreement_is_listed(tmp_path):
     assert details[0] == "1 QA items but 0 clean_meta.sources: they must align"
     assert details[1].startswith("exact rejects the accepted answer against ['paris'] (candidate full 'London'")
     assert details[2].startswith("promoted by the judge but exact already passes it")
-    assert details[3] == "verifier 'anls' is not 'exact', the rule of this family"
+    assert details[3] == "verifier 'anls' is not 'exact', the rule of this item"
     assert details[4] == "org_answer 'Paris' is not the first reference 'paris'"
     assert "unknown family 'genric'; did you mean 'generic'?" in details[5]
     assert details[6].startswith("rejected as wrong_answer but alnum passes wrong_vlm")

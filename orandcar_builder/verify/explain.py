@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Optional, Sequence
 
-from ..families import get_family
+from ..families import rule_for
 from . import check_inputs, decide, get_rule, verify
 from .candidates import candidates
 
@@ -21,7 +21,7 @@ def explain(family: str, answer: str, references: Sequence[str], options: Option
     is listed; ``decision`` is exactly what ``verify`` returns. Raises UnknownNameError for an
     unknown family or rule.
     """
-    rule_name = get_family(family).rule
+    rule_name = rule_for(family, options)
     rule = get_rule(rule_name)
     refs, opts = check_inputs(answer, references, options)
     tried = []

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import OrandCarError, UnknownNameError
-from ..families import get_family
+from ..families import rule_for
 from . import verify
 
 ACCEPTED_CONFIGS = ("RS_think", "RS_nothink")
@@ -197,17 +197,17 @@ def _check(config: str, item: _Item, rule: str) -> tuple[str, Optional[str]]:
             return "disagree", f"promoted by the judge but {rule} already passes it ({_describe(decision)})"
         return "judge", None
     if fields["verifier"] != rule:
-        return "disagree", f"verifier {fields['verifier']!r} is not {rule!r}, the rule of this family"
+        return "disagree", f"verifier {fields['verifier']!r} is not {rule!r}, the rule of this item"
     if not decision.passed:
         return "disagree", f"{rule} rejects the accepted answer against {references!r} ({_describe(decision)})"
     return "agree", None
 
 
-def _rule_of(family: str) -> tuple[str, str]:
+def _rule_of(family: str, has_options: bool) -> tuple[str, str]:
     if not family:
         return "", "no family in clean_meta.sources"
     try:
-        return get_family(family).rule, ""
+        return rule_for(family, has_options), ""
     except UnknownNameError as exc:
         return "", str(exc)
 
@@ -217,13 +217,14 @@ def _recheck_shard(folder: Path, config: str, path: Path) -> RecheckReport:
     report = RecheckReport(folder=folder)
     shard = path.relative_to(folder).as_posix()
     report.shards.append(shard)
-    rules: dict[str, tuple[str, str]] = {}  # family -> (rule, why there is none)
+    rules: dict[tuple[str, bool], tuple[str, str]] = {}  # (family, has options) -> (rule, why none)
     for item in _items(path, config, shard, report):
         family = item.family or ""
         tally = report.tally(config, family)
-        if family not in rules:
-            rules[family] = _rule_of(family)
-        rule, missing = rules[family]
+        key = (family, bool(item.options))
+        if key not in rules:
+            rules[key] = _rule_of(*key)
+        rule, missing = rules[key]
         if rule:
             outcome, detail = _check(config, item, rule)
         else:
