@@ -296,6 +296,7 @@ def build(
     ray_address: Optional[str] = None,
     engine_replicas: int = 1,
     gpus_per_replica: float = 0.0,
+    engine_factory: Optional[EngineFactory] = None,
 ) -> BuildResult:
     """Build the dataset folder ``out`` from ``pool``; state and reports go to ``work``.
 
@@ -310,6 +311,9 @@ def build(
     engine made from ``engine_name`` and ``engine_options`` and ``gpus_per_replica`` GPUs; the
     work dir and the pool's images must be on storage every node sees at the same path). The
     judge pass, routing and writing run here either way; both executors give the same bytes.
+    ``engine_factory`` (anything picklable with a ``create()`` method) replaces the name and
+    options where replicas make their engines; its engines must have the build engine's
+    fingerprint.
     """
     pool, out = Path(pool), Path(out)
     work = Path(work) if work is not None else Path("work")
@@ -320,6 +324,11 @@ def build(
     if isinstance(executor, str):
         executor = get_executor(executor) if executor == "local" else get_executor(
             executor, address=ray_address, replicas=engine_replicas, gpus_per_replica=gpus_per_replica)
+    if (executor.name != "local" and engine is not None and engine_factory is None
+            and getattr(engine, "kind", engine_name) != engine_name):
+        raise BuildError(f"the {executor.name} executor makes each replica's engine from the engine name and "
+                         f"options ({engine_name!r}), but a {engine.kind!r} engine was given: pass "
+                         f"engine_name/engine_options, or an engine_factory")
     work.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -340,7 +349,7 @@ def build(
     judge_report = None
     try:
         stage = GenerationStage(admitted=work / "admitted.parquet", work=work, engine=engine,
-                                factory=EngineFactory(engine_name, dict(engine_options or {})),
+                                factory=engine_factory or EngineFactory(engine_name, dict(engine_options or {})),
                                 cache=cache, stats=gen_stats, batch_size=generation_batch,
                                 timings=timings)
         timings.setdefault("generate", 0.0)

@@ -1,0 +1,359 @@
+"""The Ray executor: generation and verification on a Ray cluster, with Ray Data.
+
+The driver (this process) keeps the generation cache; the cluster only generates and decides:
+
+1. The driver reads work/admitted.parquet in chunks, looks each request up in the cache and writes
+   the items to ask (not cached, and not asked earlier in this run under the same key) to
+   ``work/ray/asks-*.parquet``.
+2. The driver puts those items in the object store in chunks; they become a Ray Dataset; ``map_batches`` runs ``GenerateAndDecide`` on a pool of
+   ``replicas`` actors, each holding one engine made by the EngineFactory (a vLLM model loads
+   once per replica) and deciding each item next to its generation. A request that raises is
+   retried alone; if it still fails, its row is recorded as ``failed`` with the error, and the
+   job goes on. An actor that dies is restarted by Ray and its batch retried (Ray Data's
+   defaults: without limit; ``max_restarts`` / ``max_task_retries`` bound them).
+3. The driver reads the results in order (``preserve_order``), commits each received batch of
+   generations to the cache in one transaction, and merges them with the cached items into
+   the same pool-order DecidedChunk stream as the local executor.
+
+Why the driver owns the cache: SQLite allows one writer at a time and its write-ahead log needs
+shared memory on one host, so actors on other nodes writing a cache file on network storage would
+not be safe. With one writer, what a killed build loses is only the batches it had not received
+yet; the rerun finds everything received in the cache and sends Ray only the rest.
+
+Paths: actors open the pool's images by the driver's paths, so on a multi-node cluster the images
+must be on storage every node mounts at the same path (a local cluster needs nothing); the work
+dir stays with the driver. Ray is imported only here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..cache import engine_hash, generation_from_json, generation_to_json, is_complete, request_key
+from ..engines.base import EngineUnavailable
+from ..errors import OrandCarError
+from ..images import ImageRef
+from ..records import Generation, Request
+from .base import DecidedChunk, GenerationStage
+from .steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_from_row, decide, decision_row, failed_row,
+                    make_request)
+
+RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "
+               "(it installs ray[data])")
+DECISION_FAILED = "decision_failed"
+ASKS_PER_FILE = 4096
+GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
+_HIT, _ASK, _SHARED = 0, 1, 2
+
+
+class ExecutorError(OrandCarError):
+    """The Ray executor cannot run or got results it cannot use; the message says why."""
+
+
+def import_ray():
+    """``ray`` with Ray Data, or EngineUnavailable saying how to install it."""
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError as exc:
+        raise EngineUnavailable(f"{RAY_MISSING} ({exc})") from None
+    return ray
+
+
+class GenerateAndDecide:
+    """The Ray Data actor: one engine per actor; ``__call__`` takes a batch of admitted rows and
+    returns their decision records plus the generations (as JSON) for the driver's cache."""
+
+    def __init__(self, factory, expected_engine: str):
+        self.engine = factory.create()
+        fingerprint = self.engine.fingerprint()
+        if engine_hash(fingerprint) != expected_engine:
+            raise ExecutorError(
+                f"the engine made on this Ray worker has another fingerprint than the driver's "
+                f"({fingerprint}); install the same engine versions and models on every node")
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        admitted = [admitted_from_row(row) for row in batch.to_pylist()]
+        requests = [make_request(a) for a in admitted]
+        generations, errors = self._generate(requests)
+        rows, blobs = [], []
+        for a, request, generation, error in zip(admitted, requests, generations, errors):
+            if generation is None:
+                rows.append(failed_row(a, request, error))
+                blobs.append(None)
+                continue
+            try:
+                outcome, decision = decide(a, request, generation)
+                rows.append(decision_row(outcome, generation, decision))
+            except Exception as exc:  # a rule that raises must not sink the other items
+                row = failed_row(a, request, f"{type(exc).__name__}: {exc}")
+                rows.append({**row, "reason": DECISION_FAILED})
+            blobs.append(generation_to_json(generation))
+        table = pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
+        return table.append_column(GENERATION_COLUMN, pa.array(blobs, pa.string()))
+
+    def _generate(self, requests: list[Request]) -> tuple[list[Optional[Generation]], list[Optional[str]]]:
+        try:
+            return self._checked(requests), [None] * len(requests)
+        except Exception:
+            pass  # retried one by one below, so one bad request fails only itself
+        generations: list[Optional[Generation]] = []
+        errors: list[Optional[str]] = []
+        for request in requests:
+            try:
+                generations.append(self._checked([request])[0])
+                errors.append(None)
+            except Exception as exc:
+                generations.append(None)
+                errors.append(f"{type(exc).__name__}: {exc}")
+        return generations, errors
+
+    def _checked(self, requests: list[Request]) -> list[Generation]:
+        out = list(self.engine.generate(requests))
+        if len(out) != len(requests) or any(g.item_id != r.item_id for g, r in zip(out, requests)):
+            raise ExecutorError(f"engine {self.engine.kind!r} returned generations out of order or incomplete")
+        return out
+
+
+class _Peekable:
+    def __init__(self, iterator: Iterator[dict]):
+        self.iterator = iterator
+        self.head: Optional[dict] = None
+        self.done = False
+
+    def next(self) -> Optional[dict]:
+        if self.head is None and not self.done:
+            self.head = next(self.iterator, None)
+            self.done = self.head is None
+        head, self.head = self.head, None
+        return head
+
+
+class RayExecutor:
+    """Generation on Ray Data: ``replicas`` actors with ``gpus_per_replica`` GPUs (and
+    ``cpus_per_replica`` CPUs) each, on the cluster at ``address`` (``None``: the running one, or
+    a new local cluster)."""
+
+    name = "ray"
+
+    def __init__(self, address: Optional[str] = None, replicas: int = 1, gpus_per_replica: float = 0.0,
+                 cpus_per_replica: float = 1.0, max_restarts: Optional[int] = None,
+                 max_task_retries: Optional[int] = None, show_progress: bool = False):
+        if replicas < 1:
+            raise ValueError(f"engine replicas must be at least 1, got {replicas}")
+        if gpus_per_replica < 0 or cpus_per_replica < 0:
+            raise ValueError("GPUs and CPUs per replica cannot be negative")
+        self.ray = import_ray()
+        self.address = address
+        self.replicas = replicas
+        self.gpus_per_replica = gpus_per_replica
+        self.cpus_per_replica = cpus_per_replica
+        self.max_restarts = max_restarts
+        self.max_task_retries = max_task_retries
+        self.show_progress = show_progress
+
+    def describe(self) -> dict:
+        return {"executor": self.name, "address": self.address, "replicas": self.replicas,
+                "gpus_per_replica": self.gpus_per_replica, "cpus_per_replica": self.cpus_per_replica,
+                "max_restarts": self.max_restarts, "max_task_retries": self.max_task_retries,
+                "ray": self.ray.__version__}
+
+    # -- driver ----------------------------------------------------------------------------
+
+    def run(self, stage: GenerationStage) -> Iterator[DecidedChunk]:
+        if stage.factory is None:
+            raise ExecutorError("the ray executor makes one engine per replica: it needs an engine "
+                                "name and options (an EngineFactory), not only an engine object")
+        asks_dir = stage.work / "ray"
+        shutil.rmtree(asks_dir, ignore_errors=True)
+        asks_dir.mkdir(parents=True)
+        fingerprint = stage.engine.fingerprint()
+        t0 = time.perf_counter()
+        status, files = self._write_asks(stage, fingerprint, asks_dir)
+        started = False
+        try:
+            if files:
+                started = self._connect()
+                results = _Peekable(self._results(stage, fingerprint, files))
+            else:
+                results = _Peekable(iter(()))
+            yield from self._merge(stage, fingerprint, status, results)
+            if results.next() is not None:
+                raise ExecutorError("Ray returned more results than items were asked")
+        finally:
+            stage.add_time("generate", time.perf_counter() - t0)
+            if started:
+                self.ray.shutdown()
+        shutil.rmtree(asks_dir, ignore_errors=True)
+
+    def _write_asks(self, stage: GenerationStage, fingerprint: dict, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
+        """Classify every admitted item (cached, to ask, or sharing an earlier ask's key) and
+        write the ones to ask; returns the classes (one byte per item) and the files."""
+        admitted_file = pq.ParquetFile(stage.admitted)
+        status = np.empty(admitted_file.metadata.num_rows, dtype=np.int8)
+        asked: set[bytes] = set()  # 32 bytes per asked key: what a later item may share
+        files: list[Path] = []
+        pending: list[dict] = []
+        writer, in_file, position = None, 0, 0
+
+        def flush() -> None:
+            nonlocal writer, in_file
+            while pending:
+                if writer is None:
+                    files.append(asks_dir / f"asks-{len(files):05d}.parquet")
+                    writer = pq.ParquetWriter(files[-1], ADMITTED_SCHEMA)
+                take = min(len(pending), ASKS_PER_FILE - in_file)
+                writer.write_table(pa.Table.from_pylist(pending[:take], schema=ADMITTED_SCHEMA))
+                del pending[:take]
+                in_file += take
+                if in_file >= ASKS_PER_FILE:
+                    writer.close()
+                    writer, in_file = None, 0
+
+        try:
+            for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
+                rows = batch.to_pylist()
+                keys = [request_key(fingerprint, make_request(admitted_from_row(row))) for row in rows]
+                cached = set(stage.cache.get_many(keys)) if stage.cache is not None else set()
+                for row, key in zip(rows, keys):
+                    if key in cached:
+                        status[position] = _HIT
+                    elif stage.cache is not None and bytes.fromhex(key) in asked:
+                        status[position] = _SHARED
+                    else:
+                        status[position] = _ASK
+                        if stage.cache is not None:
+                            asked.add(bytes.fromhex(key))
+                        pending.append(row)
+                    position += 1
+                flush()
+        finally:
+            if writer is not None:
+                writer.close()
+        return status, files
+
+    def _connect(self) -> bool:
+        """Join the cluster (or start a local one); True when this call started Ray."""
+        ray = self.ray
+        if ray.is_initialized():
+            return False
+        ray.init(address=self.address, include_dashboard=False, log_to_driver=self.show_progress,
+                 configure_logging=self.show_progress)
+        return True
+
+    def _results(self, stage: GenerationStage, fingerprint: dict, files: list[Path]) -> Iterator[dict]:
+        """The actors' records in ask order; each received batch of generations is committed to
+        the cache before its records are handed on."""
+        import ray.data
+
+        context = ray.data.DataContext.get_current()
+        context.execution_options.preserve_order = True
+        context.enable_progress_bars = self.show_progress
+        # The driver hands the items over through the object store (no read tasks competing with
+        # the actors for CPUs, and the work dir need not be on shared storage).
+        # One block per engine batch, so that every replica gets work however few items there are.
+        refs = []
+        for path in files:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=stage.batch_size):
+                refs.append(self.ray.put(pa.Table.from_batches([batch])))
+        dataset = ray.data.from_arrow_refs(refs)
+        options: dict[str, Any] = dict(
+            fn_constructor_kwargs={"factory": stage.factory, "expected_engine": engine_hash(fingerprint)},
+            batch_size=stage.batch_size, batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=self.replicas), num_cpus=self.cpus_per_replica,
+        )
+        if self.gpus_per_replica:
+            options["num_gpus"] = self.gpus_per_replica
+        # Ray Data already restarts lost actors and retries their batches without limit; bounds
+        # are passed only when asked for.
+        if self.max_restarts is not None:
+            options["max_restarts"] = self.max_restarts
+        if self.max_task_retries is not None:
+            options["max_task_retries"] = self.max_task_retries
+        decided = dataset.map_batches(GenerateAndDecide, **options)
+        try:
+            yield from self._commit(stage, fingerprint, decided.iter_batches(batch_format="pyarrow", batch_size=None))
+        except OrandCarError:
+            raise
+        except Exception as exc:  # Ray's own errors wrap ours; show the cause, keep the chain
+            raise ExecutorError(f"the Ray job failed: {_cause(exc)}") from exc
+
+    def _commit(self, stage: GenerationStage, fingerprint: dict, tables) -> Iterator[dict]:
+        for table in tables:
+            rows = table.to_pylist()
+            entries = []
+            for row in rows:
+                blob = row.pop(GENERATION_COLUMN)
+                row["_generation"] = generation_from_json(blob) if blob is not None else None
+                if row["_generation"] is not None and is_complete(row["_generation"]):
+                    request = Request(item_id=row["id"], question=row["question"], family=row["family"],
+                                      image=_image_of(row))
+                    entries.append((request_key(fingerprint, request), row["_generation"]))
+            stage.stats.asked += len(rows)
+            stage.stats.uncached += sum(1 for r in rows if r["_generation"] is not None) - len(entries)
+            if entries and stage.cache is not None:
+                stage.stats.stored += stage.cache.put_many(fingerprint, entries)
+            stage.stats.batches += 1
+            yield from rows
+
+    def _merge(self, stage: GenerationStage, fingerprint: dict, status: np.ndarray,
+               results: _Peekable) -> Iterator[DecidedChunk]:
+        admitted_file = pq.ParquetFile(stage.admitted)
+        position = 0
+        for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
+            admitted = [admitted_from_row(row) for row in batch.to_pylist()]
+            requests = [make_request(a) for a in admitted]
+            keys = [request_key(fingerprint, r) for r in requests]
+            classes = status[position:position + len(admitted)]
+            position += len(admitted)
+            hits = stage.cache.get_many([k for k, c in zip(keys, classes) if c == _HIT]) if stage.cache else {}
+            generations: list[Optional[Generation]] = []
+            rows: list[dict] = []
+            for a, request, key, kind in zip(admitted, requests, keys, classes):
+                if kind == _ASK:
+                    row = results.next()
+                    if row is None or row["id"] != request.item_id:
+                        raise ExecutorError(f"Ray returned {row and row['id']!r} where {request.item_id!r} "
+                                            "was expected: results out of order")
+                    generation = row.pop("_generation")
+                    generations.append(generation)
+                    rows.append(row)
+                    continue
+                if kind == _HIT:
+                    generation = hits.get(key)
+                    stage.stats.hits += 1
+                else:  # the same request as an earlier item: committed when that one came back
+                    generation = stage.cache.get(key)
+                    stage.stats.shared += 1
+                if generation is None:
+                    generations.append(None)
+                    rows.append(failed_row(a, request, "the same request failed for an earlier item"))
+                    continue
+                generation = generation if generation.item_id == request.item_id else replace(generation, item_id=request.item_id)
+                outcome, decision = decide(a, request, generation)
+                generations.append(generation)
+                rows.append(decision_row(outcome, generation, decision))
+            stage.stats.total += len(admitted)
+            stage.progress(stage.stats)
+            yield DecidedChunk(requests=requests, generations=generations, rows=rows)
+
+
+def _cause(exc: BaseException) -> str:
+    """The most specific message in a Ray error: our own error's text where it carries one."""
+    text = str(exc)
+    marker = f"{ExecutorError.__name__}: "
+    if marker in text:
+        return text.split(marker, 1)[1].splitlines()[0]
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _image_of(row: dict) -> ImageRef:
+    return ImageRef(path=row["image"], sha256=row["image_sha256"])
