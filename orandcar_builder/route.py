@@ -23,6 +23,7 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .images import ImageRef
@@ -182,11 +183,30 @@ WINDOW = 2048
 CACHED_ROW_GROUPS = 4
 
 
+def _group(shas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(shas, return_index=True, return_inverse=True)`` for 64-hex-digit strings,
+    sorting 8-byte keys (the first 16 hex digits) instead of the strings; the full strings are
+    compared afterwards and a collision falls back to sorting them."""
+    if not len(shas):
+        return shas, np.empty(0, np.int64), np.empty(0, np.int64)
+    chars = shas.view(np.uint8).reshape(len(shas), 64)
+    keys = np.zeros(len(shas), dtype=np.uint64)
+    for position in range(16):  # one column at a time: no (N, 16) temporaries
+        char = chars[:, position]
+        nibble = (char & 0x0F) + 9 * (char >> 6)  # the hex digit's value, for 0-9, a-f and A-F
+        keys = (keys << np.uint64(4)) | nibble.astype(np.uint64)
+    unique, first, image = np.unique(keys, return_index=True, return_inverse=True)
+    image = image.reshape(-1)
+    if not np.array_equal(shas, shas[first][image]):
+        return np.unique(shas, return_index=True, return_inverse=True)
+    return unique, first, image
+
+
 class RoutePlan:
     """The rows of each config, planned from a decisions parquet file in pool order.
 
-    Construction reads only ``image_sha256``, ``order`` and ``route`` (about 50 bytes per QA
-    item) and computes, per config, the order in which decision rows are consumed: grouped by
+    Construction reads only ``image_sha256``, ``order`` and ``route`` (about 90 bytes per QA
+    item as numpy arrays) and computes, per config, the order in which decision rows are consumed: grouped by
     image, groups ordered by the image's first appearance in the pool (any route), items within a
     group in pool order. ``rows(config)`` then yields RowPlans, reading the other columns of the
     needed decisions by row group.
@@ -200,13 +220,20 @@ class RoutePlan:
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         self._group_starts = np.cumsum([0] + sizes)
         shas, routes, orders = [], [], []
-        route_codes = {r: i for i, r in enumerate(ROUTES)}
-        for batch in self._file.iter_batches(batch_size=65536, columns=["image_sha256", "route", "order"]):
-            hexes = batch.column("image_sha256").to_pylist()
-            shas.append(np.frombuffer(bytes.fromhex("".join(hexes)), dtype="V32") if hexes else np.empty(0, "V32"))
-            routes.append(np.array([route_codes.get(r, -1) for r in batch.column("route").to_pylist()], dtype=np.int8))
-            orders.append(batch.column("order").to_numpy(zero_copy_only=False))
-        sha = np.concatenate(shas) if shas else np.empty(0, "V32")
+        value_set = pa.array(ROUTES)
+        # Arrow and numpy do the grouping work: no Python object per decision is made here, and
+        # one thread keeps the allocator from growing per-thread arenas.
+        for batch in self._file.iter_batches(batch_size=4096, columns=["image_sha256", "route", "order"],
+                                             use_threads=False):
+            try:
+                sha = batch.column(0).cast(pa.binary(64))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise ValueError(f"{self.path}: image_sha256 must be 64 hex digits in every row") from None
+            shas.append(np.frombuffer(sha.buffers()[1], dtype="S64")[sha.offset:sha.offset + len(sha)].copy())
+            routes.append(pc.fill_null(pc.index_in(batch.column(1), value_set=value_set), -1).to_numpy().astype(np.int8))
+            orders.append(batch.column(2).to_numpy())
+        sha_all = np.concatenate(shas) if shas else np.empty(0, "S64")
+        del shas
         self._route = np.concatenate(routes) if routes else np.empty(0, np.int8)
         order = np.concatenate(orders) if orders else np.empty(0, np.int64)
         if len(order) > 1 and not np.all(np.diff(order) > 0):
@@ -215,12 +242,10 @@ class RoutePlan:
         unknown = np.flatnonzero(self._route < 0)
         if len(unknown):
             raise ValueError(f"{self.path}: row {int(unknown[0])}: unknown route")
-        if len(sha):
-            _, first, self._image = np.unique(sha, return_index=True, return_inverse=True)
-            self._image = self._image.reshape(-1)
-            self._first = first[self._image]  # per decision: where its image first appears
-        else:
-            self._image = self._first = np.empty(0, np.int64)
+        _, first, image = _group(sha_all)
+        del sha_all
+        self._image = image.reshape(-1)  # per decision: its image's number
+        self._first = first[self._image]  # per decision: where its image first appears
         self._cache: OrderedDict[int, list[dict]] = OrderedDict()
 
     def __len__(self) -> int:

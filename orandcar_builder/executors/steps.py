@@ -62,7 +62,8 @@ def admitted_row(admitted: Admitted) -> dict:
         "image_sha256": item.image.sha256, "question": item.question,
         "references": item.references, "family": item.family,
         "options": list(item.options) if item.options is not None else None,
-        "source": json.dumps(item.source.to_dict(), sort_keys=True), "policy": admitted.policy,
+        # vars(): the same dict as Source.to_dict() (flat fields) without asdict's deep copy.
+        "source": json.dumps(vars(item.source), sort_keys=True), "policy": admitted.policy,
         "actions": list(admitted.actions),
     }
 
