@@ -246,7 +246,7 @@ class RoutePlan:
         del sha_all
         self._image = image.reshape(-1)  # per decision: its image's number
         self._first = first[self._image]  # per decision: where its image first appears
-        self._cache: OrderedDict[int, list[dict]] = OrderedDict()
+        self._cache: OrderedDict[int, pa.Table] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._route)
@@ -276,21 +276,22 @@ class RoutePlan:
             yield plan
 
     def _read(self, indices: np.ndarray) -> dict[int, dict]:
+        """The records at ``indices`` (file row numbers), converted to Python only for those rows."""
         groups = np.searchsorted(self._group_starts, indices, side="right") - 1
         records: dict[int, dict] = {}
         for group in np.unique(groups):
-            rows = self._row_group(int(group))
-            base = int(self._group_starts[group])
-            for index in indices[groups == group]:
-                records[int(index)] = rows[int(index) - base]
+            wanted = indices[groups == group]
+            table = self._row_group(int(group))
+            rows = table.take(pa.array(wanted - self._group_starts[group])).to_pylist()
+            records.update(zip(wanted.tolist(), rows))
         return records
 
-    def _row_group(self, group: int) -> list[dict]:
+    def _row_group(self, group: int) -> pa.Table:
         if group in self._cache:
             self._cache.move_to_end(group)
             return self._cache[group]
-        rows = self._file.read_row_group(group, columns=list(OUTCOME_COLUMNS)).to_pylist()
-        self._cache[group] = rows
+        table = self._file.read_row_group(group, columns=list(OUTCOME_COLUMNS), use_threads=False)
+        self._cache[group] = table
         if len(self._cache) > CACHED_ROW_GROUPS:
             self._cache.popitem(last=False)
-        return rows
+        return table
