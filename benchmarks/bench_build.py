@@ -1,0 +1,193 @@
+"""Builder overhead: a whole ``orandcar build`` of a synthetic pool with a zero-cost engine, against
+writing the same final rows the way a user would without the builder, in the same run.
+
+The pool has N QA items over N/2 small distinct PNGs (about 100 bytes each; two questions per
+image, and every 50th item asks about an image first seen 1000 items earlier so that rows
+gather QA items from across the pool) in five families (alnum, vqa, exact, anls and relaxed
+rules). The engine is ``replay`` over recordings made with the pool: 70% right, 10% right with
+reasoning and extra case/punctuation, 15% wrong, 5% cut off at the token limit.
+
+- ours: ``build(pool, out, engine=ReplayEngine(recordings))``: read the pool (hash and decode
+  check of every image), clean, prompt, generate through the SQLite generation cache, verify,
+  route, write the three configs, render the card and validate the folder. The engine is
+  created inside the timing (it reads the recordings).
+- baseline: for each config, ``datasets.Dataset.from_generator`` over the very rows our build
+  wrote (QA lists and clean_meta prepared in memory beforehand; the generator reads each image
+  file), with the config's features, then ``to_parquet``. It is given a fixed fingerprint so
+  that datasets does not hash the rows.
+
+The image files are read once before either timing so both run from the page cache.
+
+    .venv/bin/python benchmarks/bench_build.py                  # 100000 QA, a few minutes
+    .venv/bin/python benchmarks/bench_build.py --items 10000 --json out.json
+
+Prints the per-stage timings of the build, the baseline and ratio = ours / baseline (target <= 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+from PIL import Image
+
+FAMILIES = ("scene_text", "scene_text", "scene_text", "vqa", "generic", "doc_vqa", "chart_qa")
+SCATTER_EVERY = 50  # every 50th item asks about an image first seen SCATTER_BACK items earlier
+SCATTER_BACK = 1000
+
+
+def png(i: int) -> bytes:
+    """A distinct 16x16 PNG (about 100 bytes) for each i."""
+    img = Image.new("RGB", (16, 16), ((i * 7) % 256, (i // 256) % 256, (i // 65536) % 256))
+    img.putpixel((i % 16, (i // 16) % 16), (255, 255, 255))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+def reference(k: int) -> str:
+    family = FAMILIES[k % len(FAMILIES)]
+    if family == "chart_qa":
+        return str(10 + k % 890)
+    return f"Word{k % 997}x"
+
+
+def answer_text(k: int) -> tuple[str, str]:
+    """What the zero-cost engine says for item k: (raw text, finish_reason)."""
+    ref, bucket = reference(k), k % 20
+    if bucket < 14:
+        return ref, "stop"
+    if bucket < 16:
+        return f"<think>The sign reads {ref}.</think>{ref.upper()}.", "stop"
+    if bucket < 19:
+        return f"Other{k % 13}", "stop"
+    return "<think>Let me look very carefully at", "length"
+
+
+def image_of(k: int) -> int:
+    if k % SCATTER_EVERY == SCATTER_EVERY - 1 and k >= 2 * SCATTER_BACK:
+        return (k - SCATTER_BACK) // 2
+    return k // 2
+
+
+def make_pool(root: Path, n: int) -> tuple[Path, Path]:
+    """Write ``root/pool.jsonl`` (n QA items), its images and ``root/replay.jsonl``; returns both paths."""
+    images = root / "img"
+    images.mkdir(parents=True, exist_ok=True)
+    for i in range((n + 1) // 2):
+        (images / f"{i}.png").write_bytes(png(i))
+    pool, replay = root / "pool.jsonl", root / "replay.jsonl"
+    with open(pool, "w", encoding="utf-8") as fp, open(replay, "w", encoding="utf-8") as fr:
+        for k in range(n):
+            family = FAMILIES[k % len(FAMILIES)]
+            question = f"What is the value in panel {k % 11}?" if family == "chart_qa" else f"What word is shown, item {k}?"
+            fp.write(json.dumps({
+                "id": f"q{k}", "image": f"img/{image_of(k)}.png", "question": question, "answer": reference(k),
+                "family": family,
+                "source": {"dataset": "synthetic", "split": "train", "id": str(k), "origin": "benchmark"},
+            }) + "\n")
+            text, finish = answer_text(k)
+            fr.write(json.dumps({"id": f"q{k}", "text": text, "finish_reason": finish}) + "\n")
+    return pool, replay
+
+
+def warm_page_cache(root: Path) -> None:
+    for path in (root / "img").iterdir():
+        path.read_bytes()
+
+
+def run_ours(pool: Path, replay: Path, out: Path, work: Path) -> tuple[float, dict]:
+    from orandcar_builder.build import build
+    from orandcar_builder.engines.replay import ReplayEngine
+
+    t0 = time.perf_counter()
+    result = build(pool, out, work=work, engine=ReplayEngine(replay), progress=False)
+    elapsed = time.perf_counter() - t0
+    if not result.ok:
+        raise SystemExit(f"our build failed validation: {result.problems[:5]}")
+    report = json.loads((work / "report.json").read_text())
+    return elapsed, report
+
+
+def final_rows(out: Path, work: Path) -> dict[str, list[dict]]:
+    """Our build's rows per config, without image bytes; ``image`` is the source file path."""
+    import pyarrow.parquet as pq
+
+    paths = dict(zip(*pq.read_table(work / "admitted.parquet", columns=["image_sha256", "image"]).to_pydict().values()))
+    rows: dict[str, list[dict]] = {}
+    for config in ("RS_think", "RS_nothink", "rejected"):
+        rows[config] = []
+        for shard in sorted((out / config).glob("*.parquet")):
+            table = pq.read_table(shard, columns=["image_sha256", "qa", "clean_meta"])
+            for row in table.to_pylist():
+                row["image"] = paths[row["image_sha256"]]
+                rows[config].append(row)
+    return rows
+
+
+def run_baseline(rows: dict[str, list[dict]], target: Path, cache_dir: Path) -> float:
+    import datasets
+
+    from orandcar_builder.dataset.features import features
+
+    datasets.disable_progress_bars()
+
+    def generate(config: str):
+        for row in rows[config]:
+            with open(row["image"], "rb") as fh:
+                data = fh.read()
+            yield {"image": {"bytes": data, "path": os.path.basename(row["image"])},
+                   "image_sha256": row["image_sha256"], "qa": row["qa"], "clean_meta": row["clean_meta"]}
+
+    t0 = time.perf_counter()
+    for config in rows:
+        ds = datasets.Dataset.from_generator(generate, features=features(config), gen_kwargs={"config": config},
+                                             cache_dir=str(cache_dir), fingerprint=f"baseline-{config}-{time.time_ns()}")
+        ds.to_parquet(str(target / config / "train-00000-of-00001.parquet"))
+    return time.perf_counter() - t0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=100_000, help="QA items in the synthetic pool")
+    parser.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temp dir, removed)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="bench_build_"))
+    try:
+        t = time.perf_counter()
+        pool, replay = make_pool(root, args.items)
+        print(f"pool: {args.items} QA over {(args.items + 1) // 2} images, made in {time.perf_counter() - t:.1f}s")
+        warm_page_cache(root)
+
+        ours, report = run_ours(pool, replay, root / "out", root / "work")
+        stages = report["timings_s"]
+        print(f"ours      {ours:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "total"))
+        print(f"          accepted {report['accepted']}  rejected {report['rejected']}  "
+              + "  ".join(f"{c} {s['rows']} rows" for c, s in report["configs"].items()))
+
+        rows = final_rows(root / "out", root / "work")
+        baseline = run_baseline(rows, root / "baseline", root / "hf_cache")
+        print(f"baseline  {baseline:8.2f}s  (datasets.Dataset.from_generator + to_parquet, same rows)")
+        ratio = ours / baseline
+        print(f"ratio ours/baseline = {ratio:.2f}  (target <= 1.00)  {args.items / ours:,.0f} QA/s through the whole build")
+        if args.json:
+            args.json.write_text(json.dumps({"items": args.items, "ours_s": round(ours, 3), "baseline_s": round(baseline, 3),
+                                             "ratio": round(ratio, 3), "stages_s": stages}, indent=2) + "\n")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

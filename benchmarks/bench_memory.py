@@ -1,0 +1,151 @@
+"""Peak memory (RSS) of a whole build at several pool sizes, each measured in a fresh process.
+
+The pools are bench_build's synthetic pools (N QA over N/2 small PNGs). The engine answers from
+the item id with the same texts as bench_build's recordings but holds nothing (the replay engine
+keeps every recording in memory, which would measure the engine, not the builder); ``--engine
+replay`` measures with it anyway. For each size a child process runs one build and reports, from
+the kernel's high-water mark (VmHWM, reset through /proc/self/clear_refs after the admit stage):
+
+- ``floor``: RSS after importing the builder and its libraries, before any work;
+- ``admit``: peak while reading and cleaning the pool (work/admitted.parquet, dropped.jsonl);
+- ``after admit``: RSS when the admit stage has returned (what it leaves allocated);
+- ``rest``: peak of everything after it: generate, verify, route, write, card, validate;
+- ``build``: the peak over the whole build (the larger of the two).
+
+    .venv/bin/python benchmarks/bench_memory.py                    # 10000 and 100000 QA
+    .venv/bin/python benchmarks/bench_memory.py --sizes 10000 50000 --engine replay
+
+Target: the build's peak does not grow with the pool beyond the writer's buffer (one row group
+of ROW_GROUP_SIZE rows) and the compact per-item columns that routing groups with numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_build import answer_text, make_pool  # noqa: E402
+
+
+class SyntheticEngine:
+    """Answers item ``q<k>`` with ``bench_build.answer_text(k)``; keeps nothing between calls."""
+
+    kind = "synthetic"
+    can_judge = False
+
+    def fingerprint(self) -> dict:
+        return {"kind": self.kind, "version": 1}
+
+    def generate(self, requests):
+        from orandcar_builder.engines.reasoning import make_generation
+
+        out = []
+        for request in requests:
+            text, finish = answer_text(int(request.item_id[1:]))
+            out.append(make_generation(request, text, finish, model="synthetic"))
+        return out
+
+
+def _status_mb(key: str) -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024  # kB
+    raise KeyError(key)
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+
+
+def child(root: Path, engine_name: str) -> dict:
+    import datasets  # noqa: F401  (the build's validation and card import it: part of the floor)
+
+    import orandcar_builder.build as build_module
+    from orandcar_builder.engines.replay import ReplayEngine
+
+    floor = _status_mb("VmRSS")
+    marks: dict[str, float] = {}
+    admit_stage = build_module._admit_stage
+
+    def measured_admit(*args, **kwargs):
+        out = admit_stage(*args, **kwargs)
+        marks["admit_peak_mb"] = _status_mb("VmHWM")
+        marks["after_admit_mb"] = _status_mb("VmRSS")
+        _reset_peak()
+        return out
+
+    build_module._admit_stage = measured_admit
+    _reset_peak()
+    t0 = time.perf_counter()
+    engine = ReplayEngine(root / "replay.jsonl") if engine_name == "replay" else SyntheticEngine()
+    result = build_module.build(root / "pool.jsonl", root / "out", work=root / "work", engine=engine, progress=False)
+    if not result.ok:
+        raise SystemExit(f"build failed validation: {result.problems[:3]}")
+    return {"items": result.report["items"], "floor_mb": round(floor, 1),
+            **{k: round(v, 1) for k, v in marks.items()}, "rest_peak_mb": round(_status_mb("VmHWM"), 1),
+            # clear_refs resets ru_maxrss too: the build's peak is the larger of the two parts.
+            "build_peak_mb": round(max(marks["admit_peak_mb"], _status_mb("VmHWM")), 1),
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def measure(root: Path, engine_name: str) -> dict:
+    shutil.rmtree(root / "out", ignore_errors=True)
+    shutil.rmtree(root / "work", ignore_errors=True)
+    proc = subprocess.run([sys.executable, __file__, "--child", "--root", str(root), "--engine", engine_name],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="QA items per pool")
+    parser.add_argument("--engine", choices=("synthetic", "replay"), default="synthetic")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.root, args.engine)))
+        return 0
+
+    figures = []
+    for size in args.sizes:
+        root = Path(tempfile.mkdtemp(prefix=f"bench_memory_{size}_"))
+        try:
+            make_pool(root, size)
+            fig = {"size": size, "engine": args.engine, **measure(root, args.engine)}
+            figures.append(fig)
+            print(f"{size:>8} QA  floor {fig['floor_mb']:6.1f}  admit peak {fig['admit_peak_mb']:6.1f}  "
+                  f"after admit {fig['after_admit_mb']:6.1f}  rest peak {fig['rest_peak_mb']:6.1f}  "
+                  f"build peak {fig['build_peak_mb']:6.1f} MiB  ({fig['seconds']:.1f}s)", flush=True)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    if len(figures) > 1:
+        a, b = figures[0], figures[-1]
+        extra = b["size"] - a["size"]
+        for key, name in (("build_peak_mb", "whole build"), ("admit_peak_mb", "admit stage"),
+                          ("rest_peak_mb", "after admit")):
+            growth = b[key] - a[key]
+            print(f"peak growth {a['size']} -> {b['size']} QA, {name:<11}: {growth:+7.1f} MiB "
+                  f"({growth * 1024 / extra:.2f} KiB per extra QA item)")
+        growth = (b["rest_peak_mb"] - b["after_admit_mb"]) - (a["rest_peak_mb"] - a["after_admit_mb"])
+        print(f"growth of the stages after admit above what admit left: {growth:+.1f} MiB")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
