@@ -148,9 +148,9 @@ class RayExecutor:
                  cpus_per_replica: float = 1.0, max_restarts: Optional[int] = None,
                  max_task_retries: Optional[int] = None, show_progress: bool = False):
         if replicas < 1:
-            raise ValueError(f"engine replicas must be at least 1, got {replicas}")
+            raise ExecutorError(f"engine replicas must be at least 1, got {replicas}")
         if gpus_per_replica < 0 or cpus_per_replica < 0:
-            raise ValueError("GPUs and CPUs per replica cannot be negative")
+            raise ExecutorError("GPUs and CPUs per replica cannot be negative")
         self.ray = import_ray()
         self.address = address
         self.replicas = replicas
