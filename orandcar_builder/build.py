@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Union
+from typing import Iterator, Optional, Union
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,8 +43,7 @@ from .executors import EngineFactory, Executor, GenerationStage, get_executor
 from .executors.base import CHUNK_SIZE
 from .executors.local import generate
 from .executors.steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_row, apply_verdict, decide,
-                              decision_from_row, decisions_table, generation_from_row, make_request,
-                              with_verdict)
+                              decision_from_row, generation_from_row, make_request, with_verdict)
 from .families import get_family
 from .pool import read_pool
 from .records import Admitted, Dropped, Generation, PoolItem
