@@ -2,28 +2,37 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+DEMO_STAMP := $(VENV)/.demo-installed
+TEST_STAMP := $(VENV)/.test-installed
 
 .PHONY: demo test test-vllm samples clean
 
-$(STAMP): pyproject.toml setup.cfg
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --quiet -e '.[ocr,test]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+# The demo needs the package and its CPU engine.
+$(DEMO_STAMP): pyproject.toml setup.cfg | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --quiet -e '.[ocr]'
+	touch $@
+
+# The tests also need pytest/hypothesis and Ray Data (the Ray executor runs on a local cluster).
+$(TEST_STAMP): pyproject.toml setup.cfg | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --quiet -e '.[ocr,test,ray]'
+	touch $@ $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/orandcar build samples/pool.jsonl -o OrandCar --work work
 	$(BIN)/orandcar validate OrandCar
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The real-vLLM engine tests (several GB in .venv-vllm on first run; not part of `make test`).
 test-vllm:
 	bash tests/vllm/run.sh
 
-samples: $(STAMP)
+samples: $(DEMO_STAMP)
 	$(BIN)/python samples/make_samples.py
 
 clean:

@@ -44,7 +44,7 @@ from .executors.base import CHUNK_SIZE
 from .executors.local import generate
 from .executors.steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_row, apply_verdict, decide,
                               decision_from_row, generation_from_row, make_request, with_verdict)
-from .families import get_family
+from .families import rule_for
 from .pool import read_pool
 from .records import Admitted, Dropped, Generation, PoolItem
 from .route import ACCEPTED, FAILED, REJECTED, RoutePlan
@@ -493,14 +493,16 @@ class _Tally:
     rejected_by_reason: Counter = field(default_factory=Counter)
     accepted_by_verifier: Counter = field(default_factory=Counter)
     families: dict = field(default_factory=dict)
+    rules: set = field(default_factory=set)  # the rules that decide the items (see families.rule_for)
 
 
 def _tally(decisions: Path) -> _Tally:
     tally = _Tally()
-    columns = ["family", "route", "reason", "verifier"]
+    columns = ["family", "route", "reason", "verifier", "options"]
     for batch in pq.ParquetFile(decisions).iter_batches(batch_size=65536, columns=columns):
-        for family, route_to, reason, verifier in zip(*(batch.column(c).to_pylist() for c in columns)):
+        for family, route_to, reason, verifier, options in zip(*(batch.column(c).to_pylist() for c in columns)):
             tally.routes[route_to] += 1
+            tally.rules.add(rule_for(family, options))
             if route_to == FAILED:
                 continue
             counter = tally.families.setdefault(family, Counter())
@@ -517,10 +519,7 @@ def _tally(decisions: Path) -> _Tally:
 
 def _report(pool, admitted, dropped, tally, summary, clean_report, engine, limit, judge_report, facts) -> dict:
     """The build's figures; everything here is deterministic (the card renders from it)."""
-    rules = {}
-    for family in tally.families:
-        rule = get_family(family).rule
-        rules.setdefault(rule, get_rule(rule).VERSION)
+    rules = {rule: get_rule(rule).VERSION for rule in sorted(tally.rules)}
     return {
         "pool": pool.name,
         "limit": limit,

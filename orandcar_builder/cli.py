@@ -62,8 +62,17 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--max-shard-bytes", type=int, default=None, help="Upper bound of one parquet shard.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the generation cache.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where generation runs: in this process, or on a Ray cluster (the 'ray' extra).")
+@click.option("--ray-address", default=None,
+              help="Ray cluster to join (auto, HOST:PORT, ray://HOST:10001); default: start a local one.")
+@click.option("--engine-replicas", type=int, default=1, show_default=True,
+              help="Ray: engine actors, each loading one engine (a vLLM model loads once per replica).")
+@click.option("--gpus-per-replica", type=float, default=0.0, show_default=True,
+              help="Ray: GPUs reserved for each engine actor.")
 def build(pool, out, work, engine_name, replay, engine_option, threads, judge_name, judge_replay, judge_option,
-          calibrate, export_generations, limit, max_shard_bytes, no_cache, progress):
+          calibrate, export_generations, limit, max_shard_bytes, no_cache, progress, executor, ray_address,
+          engine_replicas, gpus_per_replica):
     """Build the dataset folder OUT from the pool file POOL.
 
     A rerun with the same work dir resumes: cached generations are not asked again.
@@ -73,6 +82,8 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
         orandcar build samples/pool.jsonl -o OrandCar --work work
         orandcar build pool.jsonl -o OrandCar --engine replay --replay gens.jsonl \\
             --judge replay --judge-replay verdicts.jsonl --calibrate 60
+        orandcar build pool.jsonl -o OrandCar --executor ray --ray-address auto --engine vllm \\
+            --engine-option model=Qwen/Qwen3-VL-8B-Thinking --engine-replicas 8 --gpus-per-replica 1
     """
     from .build import build as run_build, format_summary
     from .dataset.writer import DEFAULT_MAX_SHARD_BYTES
@@ -91,11 +102,15 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
         _fail("--judge replay needs --judge-replay FILE")
     if calibrate and judge_name == "none":
         _fail("--calibrate needs a judge (--judge same, or a judge engine)")
+    if executor == "local" and (ray_address or engine_replicas != 1 or gpus_per_replica):
+        _fail("--ray-address, --engine-replicas and --gpus-per-replica need --executor ray")
     try:
         result = run_build(pool, out, work=work, engine_name=engine_name, engine_options=options,
                            judge=judge_name, judge_options=judge_options, calibrate=calibrate, limit=limit,
                            max_shard_bytes=max_shard_bytes or DEFAULT_MAX_SHARD_BYTES, progress=progress,
-                           use_cache=not no_cache, export_generations=export_generations)
+                           use_cache=not no_cache, export_generations=export_generations, executor=executor,
+                           ray_address=ray_address, engine_replicas=engine_replicas,
+                           gpus_per_replica=gpus_per_replica)
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(format_summary(result))

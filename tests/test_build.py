@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections import Counter
 from pathlib import Path
@@ -165,3 +164,27 @@ def test_cli_build_and_validate(tmp_path):
     assert res.exit_code == 0 and res.output.strip().endswith(": ok")
     res = runner.invoke(main, ["build", str(tmp_path / "nope.jsonl"), "-o", str(out)])
     assert res.exit_code == 2 and "pool file not found" in res.output
+
+
+def test_prose_options_are_normalised_and_decided_by_the_choice_rule(tmp_path):
+    """A vqa item whose options were flattened into prose: cleaning renders a lettered block and
+    rewrites the reference to a letter; the choice rule decides it and recheck agrees."""
+    from orandcar_builder.verify.recheck import recheck
+
+    write_png(tmp_path / "img" / "shapes.png")
+    pool = write_pool(tmp_path / "pool.jsonl", [
+        {"id": "mc", "image": "img/shapes.png", "question": "What colour is the square? Options: red, blue, green",
+         "answer": "blue", "family": "vqa"},
+    ])
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text(json.dumps({"id": "mc", "text": "(B) blue", "finish_reason": "stop"}) + "\n")
+    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine_name="replay",
+                   engine_options={"replay": replay}, progress=False)
+    assert result.ok, result.problems
+    assert result.report["accepted_by_verifier"] == {"choice": 1}
+    assert "choice" in result.report["rules"] and "vqa" not in result.report["rules"]
+    row = _load(result.out, "RS_nothink")[0]
+    qa, source = row["qa"][0], row["clean_meta"]["sources"][0]
+    assert qa["org_answer"] == "B" and source["options"] == ["red", "blue", "green"]
+    assert "\nA. red\nB. blue\nC. green\n" in qa["question"] and qa["answer"] == "(B) blue"
+    assert recheck(result.out).ok

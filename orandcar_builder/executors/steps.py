@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from .. import judge as judging
 from ..engines.reasoning import STATUS_OK, answer_status
-from ..families import get_family
+from ..families import rule_for
 from ..images import ImageRef
 from ..prompts import question_text
 from ..records import Admitted, Decision, Generation, PoolItem, Request, Source, Verdict
@@ -111,7 +111,6 @@ def decide(admitted: Admitted, request: Request, generation: Generation) -> tupl
     final answer (``no_answer``) are rejected without a rule decision; they never go to the judge.
     """
     item = admitted.item
-    family = get_family(item.family)
     common = _common(admitted, request)
     answer = generation.answer
     if generation.unsupported:
@@ -119,7 +118,7 @@ def decide(admitted: Admitted, request: Request, generation: Generation) -> tupl
     status = answer_status(answer, generation.finish_reason)
     if status != STATUS_OK:
         return Outcome(route=REJECTED, wrong_vlm=answer, reason=status, **common), None
-    decision = verify(family.rule, answer, item.references, item.options)
+    decision = verify(rule_for(item.family, item.options), answer, item.references, item.options)
     if decision.passed:
         return Outcome(route=ACCEPTED, think=generation.think, answer=decision.text,
                        verifier=decision.rule, **common), decision

@@ -48,7 +48,7 @@ def format_explanation(result: dict) -> str:
     lines = [
         f"family:     {result['family']}",
         f"rule:       {result['rule']} (version {result['rule_version']})",
-        f"references: " + " | ".join(repr(r) for r in result["references"]),
+        "references: " + " | ".join(repr(r) for r in result["references"]),
     ]
     if result["options"]:
         lines.append("options:    " + "  ".join(f"{OPTION_LETTERS[i]}. {o}" for i, o in enumerate(result["options"])))

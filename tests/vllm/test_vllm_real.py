@@ -9,7 +9,6 @@ values.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from orandcar_builder.engines.replay import ReplayEngine, export_generations  # 
 from orandcar_builder.engines.vllm import VLLMEngine  # noqa: E402
 from orandcar_builder.images import ImageRef  # noqa: E402
 from orandcar_builder.records import Request  # noqa: E402
-from tests.fake_openai_server import FakeOpenAIServer, completion_body  # noqa: E402
+from tests.fake_openai_server import completion_body  # noqa: E402
 from tests.vllm.tiny_qwen2vl import SCRIPT_TEXT, build  # noqa: E402
 
 pytestmark = pytest.mark.vllm
