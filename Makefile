@@ -12,13 +12,13 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # The demo needs the package and its CPU engine.
-$(DEMO_STAMP): pyproject.toml setup.cfg | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --quiet -e '.[ocr]'
+$(DEMO_STAMP): pyproject.toml setup.cfg constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --quiet -c constraints.txt -e '.[ocr]'
 	touch $@
 
 # The tests also need pytest/hypothesis and Ray Data (the Ray executor runs on a local cluster).
-$(TEST_STAMP): pyproject.toml setup.cfg | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --quiet -e '.[ocr,test,ray]'
+$(TEST_STAMP): pyproject.toml setup.cfg constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --quiet -c constraints.txt -e '.[ocr,test,ray]'
 	touch $@ $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)

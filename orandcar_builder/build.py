@@ -494,6 +494,7 @@ class _Tally:
     accepted_by_verifier: Counter = field(default_factory=Counter)
     families: dict = field(default_factory=dict)
     rules: set = field(default_factory=set)  # the rules that decide the items (see families.rule_for)
+    rules_by_family: dict = field(default_factory=dict)
 
 
 def _tally(decisions: Path) -> _Tally:
@@ -502,7 +503,9 @@ def _tally(decisions: Path) -> _Tally:
     for batch in pq.ParquetFile(decisions).iter_batches(batch_size=65536, columns=columns):
         for family, route_to, reason, verifier, options in zip(*(batch.column(c).to_pylist() for c in columns)):
             tally.routes[route_to] += 1
-            tally.rules.add(rule_for(family, options))
+            rule = rule_for(family, options)
+            tally.rules.add(rule)
+            tally.rules_by_family.setdefault(family, set()).add(rule)
             if route_to == FAILED:
                 continue
             counter = tally.families.setdefault(family, Counter())
@@ -520,6 +523,7 @@ def _tally(decisions: Path) -> _Tally:
 def _report(pool, admitted, dropped, tally, summary, clean_report, engine, limit, judge_report, facts) -> dict:
     """The build's figures; everything here is deterministic (the card renders from it)."""
     rules = {rule: get_rule(rule).VERSION for rule in sorted(tally.rules)}
+    rules_by_family = {family: sorted(r) for family, r in sorted(tally.rules_by_family.items())}
     return {
         "pool": pool.name,
         "limit": limit,
@@ -534,6 +538,7 @@ def _report(pool, admitted, dropped, tally, summary, clean_report, engine, limit
         "accepted_by_verifier": dict(sorted(tally.accepted_by_verifier.items())),
         "families": {f: dict(sorted(c.items())) for f, c in sorted(tally.families.items())},
         "rules": dict(sorted(rules.items())),
+        "rules_by_family": rules_by_family,
         "configs": summary,
         "cleaning": clean_report,
         "engine": engine.fingerprint(),

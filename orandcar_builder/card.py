@@ -631,24 +631,33 @@ def engine_fingerprint(report: dict) -> Optional[str]:
 
 
 def family_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    from .families import FAMILIES
-
     families = report.get("families") or {}
     prefix = "rejected_"
     reasons = sorted({k[len(prefix):] for counts in families.values() for k in counts if k.startswith(prefix)})
     columns = ["family", "rule", "QA", "accepted", "rejected", *reasons, "accepted share"]
     rows = []
     for name, counts in families.items():
-        family = FAMILIES.get(name)
-        rows.append([f"`{name}`", f"`{family.rule}`" if family else NOT_RECORDED, number(counts.get("qa", 0)),
+        rules = family_rules(report, name)
+        rows.append([f"`{name}`", ", ".join(f"`{r}`" for r in rules) if rules else NOT_RECORDED,
+                     number(counts.get("qa", 0)),
                      number(counts.get("accepted", 0)), number(counts.get("rejected", 0)),
                      *(number(counts.get(f"rejected_{r}", 0)) for r in reasons),
                      percent(counts.get("accepted", 0), counts.get("qa", 0))])
     return columns, rows
 
 
-def rule_sections(report: dict) -> list[dict]:
+def family_rules(report: dict, family: str) -> list[str]:
+    """The rules that decided a family's items: as the build recorded them (items with options are
+    decided by ``choice``, see families.rule_for), else the family's own rule."""
     from .families import FAMILIES
+
+    recorded = (report.get("rules_by_family") or {}).get(family)
+    if recorded:
+        return list(recorded)
+    return [FAMILIES[family].rule] if family in FAMILIES else []
+
+
+def rule_sections(report: dict) -> list[dict]:
     from .verify import get_rule
 
     used_families = set(report.get("families") or {})
@@ -669,7 +678,7 @@ def rule_sections(report: dict) -> list[dict]:
         sections.append({
             "name": name,
             "version": rule.VERSION,
-            "families": [f for f in sorted(FAMILIES) if FAMILIES[f].rule == name and f in used_families],
+            "families": [f for f in sorted(used_families) if name in family_rules(report, f)],
             "doc": inspect.cleandoc(rule.__doc__ or ""),
             "constants": constants,
             "source": fence(source, "python"),

@@ -59,7 +59,7 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--export-generations", type=click.Path(path_type=Path), default=None,
               help="Also write what the engine produced as a replay file.")
 @click.option("--limit", type=int, default=None, help="Read only the first N pool lines.")
-@click.option("--max-shard-bytes", type=int, default=None, help="Upper bound of one parquet shard.")
+@click.option("--max-shard-bytes", type=click.IntRange(min=1), default=None, help="Upper bound of one parquet shard.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the generation cache.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,

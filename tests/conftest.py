@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 from PIL import Image
+
+# load_dataset caches what it reads: keep that out of the user's ~/.cache (set before datasets is
+# imported by any test module).
+os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="orandcar-test-datasets-cache-")
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"

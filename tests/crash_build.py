@@ -33,8 +33,27 @@ class LoggingReplay(ReplayEngine):
         return super().generate(requests)
 
 
+def mark_writes(log: Path) -> None:
+    """Log a ``#write`` marker (and pause) each time a row group is written, so the test can kill
+    the build while the dataset folder is half written."""
+    from orandcar_builder.dataset import writer
+
+    original = writer.ConfigWriter._write_group
+
+    def _write_group(self):
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"#write {self.config}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        time.sleep(PAUSE_S)
+        return original(self)
+
+    writer.ConfigWriter._write_group = _write_group
+
+
 def main(argv: list[str]) -> int:
     pool, out, work, replay, log = map(Path, argv)
+    mark_writes(log)
     result = build(pool, out, work=work, engine=LoggingReplay(replay, log), progress=False,
                    generation_batch=BATCH)
     return 0 if result.ok else 1

@@ -96,12 +96,17 @@ def test_accepted_answer_is_the_models_text_and_rejected_answer_the_reference(sa
 
 
 def test_rows_group_qa_items_of_one_image(sample_build):
-    result, _ = sample_build
-    shas = [row["image_sha256"] for config in ("RS_nothink", "rejected") for row in _load(result.out, config)]
-    multi = [row for row in _load(result.out, "RS_nothink") if len(row["qa"]) > 1]
-    multi += [row for row in _load(result.out, "rejected") if len(row["qa"]) > 1]
-    assert multi, "the sample pool has images with two questions"
-    assert len(set(shas)) <= len(shas)
+    """One row per image per config, holding that config's QA items of the image."""
+    result, engine = sample_build
+    per_image = Counter(r.image.sha256 for r in engine.requests)
+    in_rows = Counter()
+    for config in ("RS_nothink", "rejected"):
+        shas = [row["image_sha256"] for row in _load(result.out, config)]
+        assert len(set(shas)) == len(shas), f"{config}: an image has two rows"
+        for row in _load(result.out, config):
+            in_rows[row["image_sha256"]] += len(row["qa"])
+    assert in_rows == per_image
+    assert any(n > 1 for n in per_image.values()), "the sample pool has images with two questions"
 
 
 def test_two_builds_are_byte_identical(tmp_path, ocr_engine, sample_build):
@@ -188,3 +193,67 @@ def test_prose_options_are_normalised_and_decided_by_the_choice_rule(tmp_path):
     assert qa["org_answer"] == "B" and source["options"] == ["red", "blue", "green"]
     assert "\nA. red\nB. blue\nC. green\n" in qa["question"] and qa["answer"] == "(B) blue"
     assert recheck(result.out).ok
+    assert result.report["rules_by_family"] == {"vqa": ["choice"]}
+    assert "| `vqa` | `choice` |" in (result.out / "README.md").read_text()
+
+
+class _ScriptedEngine:
+    """Answers each request with a scripted (text, finish_reason), keyed by item id."""
+
+    kind = "scripted"
+    can_judge = False
+
+    def __init__(self, script):
+        self.script = script
+
+    def fingerprint(self):
+        return {"kind": self.kind, "script": sorted(self.script.items())}
+
+    def generate(self, requests):
+        from orandcar_builder.records import Generation
+
+        out = []
+        for r in requests:
+            text, finish = self.script[r.item_id]
+            think, _, answer = text.rpartition("</think>") if "</think>" in text else ("", "", text)
+            out.append(Generation(item_id=r.item_id, text=text, think=think, answer=answer.strip() if think else text,
+                                  finish_reason=finish, model="scripted"))
+        return out
+
+
+def test_incomplete_and_reasoning_only_generations(tmp_path):
+    """An aborted generation is never decided (failed, asked again on rerun); an answer made of
+    leaked reasoning only is no_answer, not wrong_answer."""
+    write_png(tmp_path / "a.png")
+    base = {"image": "a.png", "question": "What is written?", "answer": "HARBOR", "family": "scene_text"}
+    pool = write_pool(tmp_path / "pool.jsonl", [
+        {**base, "id": "ok"}, {**base, "id": "abort", "question": "Which word?"},
+        {**base, "id": "leak", "question": "Read it."}])
+    engine = _ScriptedEngine({"ok": ("HARBOR", "stop"), "abort": ("HARBOR", "abort"),
+                              "leak": ("<think>hmm</think><think>still</think>", "stop")})
+    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine=engine, progress=False)
+    assert result.ok, result.problems
+    report = result.report
+    assert report["accepted"] == 1 and report["failed"] == 1
+    assert report["rejected_by_reason"] == {"no_answer": 1}
+    failed = [json.loads(x) for x in (tmp_path / "work" / "failed.jsonl").read_text().splitlines()]
+    assert [f["id"] for f in failed] == ["abort"] and "finish_reason 'abort'" in failed[0]["detail"]
+
+
+@pytest.mark.parametrize("line, reason", [
+    ({"answer": ["", "HARBOR"]}, "empty_field"),
+    ({"options": [f"o{i}" for i in range(27)], "family": "multiple_choice", "answer": "A"}, "bad_field"),
+])
+def test_more_bad_pool_fields(tmp_path, ocr_engine, line, reason):
+    write_png(tmp_path / "a.png")
+    pool = write_pool(tmp_path / "pool.jsonl", [{"id": "x", "image": "a.png", "question": "What is written?",
+                                                 "answer": "HARBOR", "family": "scene_text", **line}])
+    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine=ocr_engine, progress=False)
+    assert result.ok and result.report["dropped_by_reason"] == {reason: 1}
+
+
+def test_bad_engine_setting_is_a_clear_error(tmp_path):
+    res = CliRunner().invoke(main, ["build", str(SAMPLES / "pool.jsonl"), "-o", str(tmp_path / "o"), "--work",
+                                    str(tmp_path / "w"), "--engine-option", "bogus=1", "--no-progress"])
+    assert res.exit_code == 2 and "engine 'rapidocr': bad setting" in res.output
+    assert "Traceback" not in res.output

@@ -85,8 +85,15 @@ def test_a_reference_naming_no_option_or_several_is_unresolvable(question, refer
     ],
 )
 def test_a_question_with_a_lettered_block_is_left_byte_for_byte(question):
+    """The question is untouched; the block's options are recorded and a text reference becomes
+    its letter, so the choice rule can decide the item."""
     result = normalise_choices(question, "dog", None)
-    assert result.question is question and result.answer == "dog" and result.action is None and result.problem is None
+    assert result.question is question and result.problem is None
+    assert result.answer == "B" and result.options == ("cat", "dog") and result.action == "mc_reference_lettered"
+    letter = normalise_choices(question, "B", None)
+    assert letter.question is question and letter.answer == "B" and letter.options == ("cat", "dog")
+    unresolvable = normalise_choices(question, "horse", None)
+    assert unresolvable.problem is not None and "matches none" in unresolvable.problem
 
 
 @pytest.mark.parametrize(
@@ -169,3 +176,22 @@ def test_option_block_letters_each_option_on_its_own_line():
 
 def test_inline_options_spanning_lines_are_not_taken_apart():
     assert parse_prose_options("Which? (A) cat\nand more (B) dog") is None
+
+
+def test_list_like_text_in_a_free_text_family_is_not_a_multiple_choice(tmp_path):
+    """'A: 30 degrees, B: 60 degrees' in a math question whose answer names no option: the item
+    is admitted unchanged; the same shape in the multiple_choice family is dropped."""
+    from orandcar_builder.clean import clean
+    from orandcar_builder.images import ImageRef
+    from orandcar_builder.records import Dropped, PoolItem
+
+    from .conftest import write_png
+
+    image = ImageRef.from_file(write_png(tmp_path / "t.png"))
+    question = "In triangle ABC, A: 30 degrees, B: 60 degrees. What is angle C?"
+    items = [PoolItem(id="m", image=image, question=question, answer="90", family="math", where="p:1"),
+             PoolItem(id="c", image=image, question=question, answer="90", family="multiple_choice", where="p:2")]
+    math_item, mc_item = list(clean(items, {}))
+    assert not isinstance(math_item, Dropped) and math_item.item.question == question
+    assert math_item.item.answer == "90" and math_item.item.options is None
+    assert isinstance(mc_item, Dropped) and mc_item.reason == "mc_unresolvable"

@@ -28,8 +28,13 @@ def _cached_ids(work: Path) -> set[str]:
         return {row[0] for row in con.execute("SELECT item_id FROM generations")}
 
 
+def _lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
 def _asked(log: Path) -> list[str]:
-    return log.read_text().split() if log.exists() else []
+    """The item ids the engine was asked for, in order (``#`` lines are stage markers)."""
+    return [line for line in _lines(log) if not line.startswith("#")]
 
 
 def _run(args, *, kill_when=None) -> int:
@@ -71,24 +76,23 @@ def test_killed_builds_resume_to_identical_bytes(crash_pool, tmp_path):
 
     out, work, log = tmp_path / "out", tmp_path / "work", tmp_path / "asked.log"
     rng = random.Random(1234)
-    kills = 0
+    kills = kills_while_writing = 0
     for k in range(KILLS):
         cached_before = _cached_ids(work)
         asked_before = len(_asked(log))
+        lines_before = len(_lines(log))
         if k < KILLS - 2:  # during generation: after a random number of engine batches
             target = asked_before + rng.randint(1, 3) * 4 + rng.randint(0, 3)
             kill_when = lambda target=target: len(_asked(log)) >= target  # noqa: E731
-        else:  # after generation: somewhere in verify / route / write / card / validate
-            started = []
-            delay = rng.uniform(0.0, 1.5)
+        else:  # while the dataset folder is being written: after a random number of row groups
+            groups = rng.randint(1, 3)
 
-            def kill_when(delay=delay, started=started):
-                if len(_asked(log)) < N_ITEMS and not started:
-                    return False
-                started.append(started[0] if started else time.monotonic())
-                return time.monotonic() - started[0] >= delay
+            def kill_when(groups=groups, lines_before=lines_before):
+                return sum(line.startswith("#write") for line in _lines(log)[lines_before:]) >= groups
         rc = _run([pool, out, work, replay, log], kill_when=kill_when)
-        kills += rc == -signal.SIGKILL
+        killed = rc == -signal.SIGKILL
+        kills += killed
+        kills_while_writing += killed and any(line.startswith("#write") for line in _lines(log)[lines_before:])
         asked_now = _asked(log)[asked_before:]
         assert not cached_before & set(asked_now), "a cached generation was asked for again"
     cached_before = _cached_ids(work)
@@ -104,5 +108,7 @@ def test_killed_builds_resume_to_identical_bytes(crash_pool, tmp_path):
     assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
     for rel in files:
         assert (reference / "out" / rel).read_bytes() == (out / rel).read_bytes(), rel
-    assert kills >= KILLS - 2, "the runs should have been killed mid-way"
-    print(f"\ncrash test: {kills} kills, {reasked} requests re-asked (in-flight batches), {N_ITEMS} requests")
+    assert kills == KILLS, "every run should have been killed mid-way"
+    assert kills_while_writing >= 2, "some kills should land while the dataset folder is written"
+    print(f"\ncrash test: {kills} kills ({kills_while_writing} while writing the folder), {reasked} requests "
+          f"re-asked (in-flight batches), {N_ITEMS} requests")

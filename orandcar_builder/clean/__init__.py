@@ -33,7 +33,7 @@ from ..records import Admitted, Dropped, PoolItem
 from . import choices, provenance, purity
 
 # Bumped whenever a cleaning rule changes what is admitted.
-POLICY_ID = "orandcar-clean/0.2"
+POLICY_ID = "orandcar-clean/0.3"
 DUPLICATE = "duplicate_qa"
 DROP_REASONS = (provenance.UNRESOLVED, provenance.MISMATCH, purity.REASON, choices.REASON, DUPLICATE)
 ACTIONS = (provenance.UNCHECKED, choices.ACTION_NORMALISED, choices.ACTION_REFERENCE_LETTERED)
@@ -70,7 +70,12 @@ class _Cleaner:
             return self._drop(item, purity.REASON, self.meter.detail(item.family))
         choice = choices.normalise_choices(item.question, item.answer, item.options)
         if choice.problem is not None:
-            return self._drop(item, choices.REASON, choice.problem)
+            if item.options is None and item.family != choices.MC_FAMILY:
+                # Options found in a free-text family's question that the reference does not
+                # name: an ordinary question that reads like a list, not a multiple choice.
+                choice = choices.ChoiceResult(item.question, item.answer, None)
+            else:
+                return self._drop(item, choices.REASON, choice.problem)
         if choice.action is not None:
             actions.append(choice.action)
             item = replace(item, question=choice.question, answer=choice.answer, options=choice.options)

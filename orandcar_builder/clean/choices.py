@@ -23,6 +23,9 @@ from typing import Optional, Sequence, Union
 from ..prompts import OPTION_LETTERS, has_lettered_block, option_block
 
 REASON = "mc_unresolvable"
+# The family whose items are multiple choice by definition: an option list it cannot resolve drops
+# the item. Elsewhere, text that merely reads like an option list is left alone.
+MC_FAMILY = "multiple_choice"
 ACTION_NORMALISED = "mc_normalised"  # prose options re-rendered as a lettered block, reference lettered
 ACTION_REFERENCE_LETTERED = "mc_reference_lettered"  # structured options kept, reference text -> letter
 MIN_OPTIONS = 2
@@ -245,12 +248,40 @@ class ChoiceResult:
     problem: Optional[str] = None
 
 
+_BLOCK_LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+(\S.*?)\s*$", re.MULTILINE)
+
+
+def parse_lettered_block(question: str) -> Optional[tuple[str, ...]]:
+    """The option texts of a lettered block already in the question (lines ``A. x``, ``B. y``...
+    lettered A, B, C... in order from the first A), or None when there is no such block."""
+    lines = _BLOCK_LINE.findall(question)
+    start = next((i for i, (letter, _) in enumerate(lines) if letter == "A"), None)
+    if start is None:
+        return None
+    found = []
+    for letter, text in lines[start:]:
+        if letter != OPTION_LETTERS[len(found)]:
+            break
+        found.append(text)
+    return tuple(found) if len(found) >= 2 else None
+
+
 def normalise_choices(question: str, answer: Union[str, tuple[str, ...]], options: Optional[Sequence[str]]) -> ChoiceResult:
     """Normalise one QA item's multiple-choice form; see the module docstring for the rules."""
     references = [answer] if isinstance(answer, str) else list(answer)
     unchanged = ChoiceResult(question, answer, tuple(options) if options else None)
     if has_lettered_block(question):
-        return unchanged
+        # The question is left byte for byte; only a reference given as an option's text (or a
+        # missing options list) is completed from the block, so the choice rule can decide it.
+        block = tuple(options) if options else parse_lettered_block(question)
+        if block is None:
+            return unchanged
+        resolved = resolve_references(references, block)
+        if isinstance(resolved, str):
+            return ChoiceResult(question, answer, block, problem=resolved)
+        if references == [resolved[0]] and options:
+            return unchanged
+        return ChoiceResult(question, resolved[0], block, ACTION_REFERENCE_LETTERED)
     if options:
         resolved = resolve_references(references, options)
         if isinstance(resolved, str):

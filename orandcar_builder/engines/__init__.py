@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..errors import UnknownNameError
+from ..errors import OrandCarError, UnknownNameError
 from .base import Engine, EngineUnavailable
 
 # name -> "module:factory"; imported lazily so heavy optional dependencies load only when used.
@@ -22,7 +22,10 @@ def create_engine(name: str, **options: Any) -> Engine:
         raise UnknownNameError("engine", name, ENGINES)
     module_name, factory = ENGINES[name].split(":")
     module = importlib.import_module(module_name)
-    return getattr(module, factory)(**options)
+    try:
+        return getattr(module, factory)(**options)
+    except (TypeError, ValueError) as exc:  # an unknown or out-of-range setting
+        raise OrandCarError(f"engine {name!r}: bad setting ({exc})") from None
 
 
 __all__ = ["Engine", "EngineUnavailable", "ENGINES", "create_engine"]

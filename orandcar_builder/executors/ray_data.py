@@ -43,7 +43,7 @@ from ..errors import OrandCarError
 from ..images import ImageRef
 from ..records import Generation, Request
 from .base import DecidedChunk, GenerationStage
-from .steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_from_row, decide, decision_row, failed_row,
+from .steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_from_row, decided_row, failed_row,
                     make_request)
 
 RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "
@@ -91,8 +91,7 @@ class GenerateAndDecide:
                 blobs.append(None)
                 continue
             try:
-                outcome, decision = decide(a, request, generation)
-                rows.append(decision_row(outcome, generation, decision))
+                rows.append(decided_row(a, request, generation))
             except Exception as exc:  # a rule that raises must not sink the other items
                 row = failed_row(a, request, f"{type(exc).__name__}: {exc}")
                 rows.append({**row, "reason": DECISION_FAILED})
@@ -338,9 +337,8 @@ class RayExecutor:
                     rows.append(failed_row(a, request, "the same request failed for an earlier item"))
                     continue
                 generation = generation if generation.item_id == request.item_id else replace(generation, item_id=request.item_id)
-                outcome, decision = decide(a, request, generation)
                 generations.append(generation)
-                rows.append(decision_row(outcome, generation, decision))
+                rows.append(decided_row(a, request, generation))
             stage.stats.total += len(admitted)
             stage.progress(stage.stats)
             yield DecidedChunk(requests=requests, generations=generations, rows=rows)

@@ -25,7 +25,9 @@ from ..images import ImageRef
 from ..prompts import question_text
 from ..records import Admitted, Decision, Generation, PoolItem, Request, Source, Verdict
 from ..route import ACCEPTED, FAILED, OUTCOME_FIELDS, REJECTED, Outcome, outcome_from_record, outcome_record
+from ..cache import is_complete
 from ..verify import verify
+from ..verify.candidates import strip_reasoning
 
 # The reason recorded on an item whose generation failed (the error text goes to ``error``).
 GENERATION_FAILED = "generation_failed"
@@ -115,7 +117,8 @@ def decide(admitted: Admitted, request: Request, generation: Generation) -> tupl
     answer = generation.answer
     if generation.unsupported:
         return Outcome(route=REJECTED, wrong_vlm="", reason="no_answer", **common), None
-    status = answer_status(answer, generation.finish_reason)
+    # Leaked reasoning alone is no answer: the rule and the judge would see nothing else.
+    status = answer_status(strip_reasoning(answer), generation.finish_reason)
     if status != STATUS_OK:
         return Outcome(route=REJECTED, wrong_vlm=answer, reason=status, **common), None
     decision = verify(rule_for(item.family, item.options), answer, item.references, item.options)
@@ -190,14 +193,22 @@ def with_verdict(row: dict, verdict: Verdict) -> dict:
     return {**row, **outcome_record(outcome), "verdict": verdict.label, "verdict_raw": verdict.raw}
 
 
+def decided_row(admitted: Admitted, request: Request, generation: Generation) -> dict:
+    """The decision record of one item. A generation the engine did not complete (a finish
+    reason other than stop or length, e.g. an abort) is never decided: it is not cached either,
+    so deciding it would let a rerun change the dataset; the item is recorded as failed and a
+    rerun asks for it again."""
+    if not is_complete(generation):
+        return failed_row(admitted, request, f"the engine did not complete the generation "
+                                             f"(finish_reason {generation.finish_reason!r})")
+    outcome, decision = decide(admitted, request, generation)
+    return decision_row(outcome, generation, decision)
+
+
 def decide_rows(admitted: Sequence[Admitted], requests: Sequence[Request],
                 generations: Sequence[Generation]) -> list[dict]:
     """The decision records of one chunk, in its order."""
-    rows = []
-    for a, r, g in zip(admitted, requests, generations):
-        outcome, decision = decide(a, r, g)
-        rows.append(decision_row(outcome, g, decision))
-    return rows
+    return [decided_row(a, r, g) for a, r, g in zip(admitted, requests, generations)]
 
 
 def decisions_table(rows: list[dict]) -> pa.Table:

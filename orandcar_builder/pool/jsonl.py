@@ -18,6 +18,7 @@ from typing import Iterator, Optional, Union
 
 from ..errors import UnknownNameError
 from ..families import get_family
+from ..prompts import OPTION_LETTERS
 from ..images import ImageError, ImageRef
 from ..records import Dropped, PoolItem, Source
 
@@ -57,8 +58,8 @@ def parse_pool_line(obj: object) -> dict:
     if isinstance(answer, list):
         if not answer or not all(isinstance(a, str) for a in answer):
             raise PoolLineError("bad_field", "field 'answer' must be a string or a non-empty list of strings")
-        if not any(a.strip() for a in answer):
-            raise PoolLineError("empty_field", "field 'answer' holds only empty strings")
+        if not all(a.strip() for a in answer):
+            raise PoolLineError("empty_field", "field 'answer' holds an empty reference")
         answer = tuple(answer)
     elif isinstance(answer, str):
         if not answer.strip():
@@ -69,6 +70,8 @@ def parse_pool_line(obj: object) -> dict:
     if options is not None:
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) < 2:
             raise PoolLineError("bad_field", "field 'options' must be null or a list of at least two strings")
+        if len(options) > len(OPTION_LETTERS):
+            raise PoolLineError("bad_field", f"field 'options' has {len(options)} options; at most {len(OPTION_LETTERS)} can be lettered")
         options = tuple(options)
     source = obj.get("source") or {}
     if not isinstance(source, dict):
