@@ -530,7 +530,7 @@ def end_to_end(tmp_path_factory, built_sample):
                 item = json.loads(line)
                 steps[item.pop("step")] = item
         yield types.SimpleNamespace(proc=proc, steps=steps, server=server, token=server.token,
-                                    folder=built_sample, tampered=tampered)
+                                    folder=built_sample, tampered=tampered, root=root)
 
 
 @pytest.mark.slow
@@ -591,5 +591,9 @@ def test_end_to_end_token_never_in_output(end_to_end):
     output = end_to_end.proc.stdout + end_to_end.proc.stderr
     assert end_to_end.token not in output
     assert f"{REPO} @ main" in end_to_end.proc.stderr  # the formatted results were printed
-    assert not any(end_to_end.token.encode() in p.read_bytes()
-                   for p in (end_to_end.folder.parent).rglob("*") if p.is_file())
+    # Neither the dataset folder and its work dir nor the client's HF_HOME (caches, downloads)
+    # holds the token.
+    client_home = end_to_end.root / "hf-home"
+    assert client_home.is_dir()
+    for place in (end_to_end.folder.parent, client_home):
+        assert not any(end_to_end.token.encode() in p.read_bytes() for p in place.rglob("*") if p.is_file())
