@@ -17,6 +17,10 @@ ENGINES: dict[str, str] = {
 }
 
 
+class EngineSettingError(OrandCarError, ValueError):
+    """An unknown or out-of-range engine setting; the message names the engine."""
+
+
 def create_engine(name: str, **options: Any) -> Engine:
     if name not in ENGINES:
         raise UnknownNameError("engine", name, ENGINES)
@@ -25,7 +29,7 @@ def create_engine(name: str, **options: Any) -> Engine:
     try:
         return getattr(module, factory)(**options)
     except (TypeError, ValueError) as exc:  # an unknown or out-of-range setting
-        raise OrandCarError(f"engine {name!r}: bad setting ({exc})") from None
+        raise EngineSettingError(f"engine {name!r}: bad setting ({exc})") from None
 
 
-__all__ = ["Engine", "EngineUnavailable", "ENGINES", "create_engine"]
+__all__ = ["Engine", "EngineSettingError", "EngineUnavailable", "ENGINES", "create_engine"]
