@@ -24,13 +24,13 @@ import pyarrow.parquet as pq
 import yaml
 
 from ..families import FAMILIES
+from ..judge import JUDGE_VERIFIER
 from ..verify import RULE_MODULES
 from .features import CONFIGS, SPLIT, configs_block, features
 
 SCHEMA_DIR = Path(__file__).with_name("schemas")
 _SHARD_NAME = re.compile(rf"^{SPLIT}-(\d{{5}})-of-(\d{{5}})\.parquet$")
 BATCH_ROWS = 64
-JUDGE_VERIFIER = "judge"
 
 
 @functools.lru_cache(maxsize=None)

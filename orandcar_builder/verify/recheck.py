@@ -30,13 +30,13 @@ import pyarrow.parquet as pq
 
 from ..errors import OrandCarError, UnknownNameError
 from ..families import rule_for
+from ..judge import JUDGE_VERIFIER
 from . import verify
 
 ACCEPTED_CONFIGS = ("RS_think", "RS_nothink")
 REJECTED_CONFIG = "rejected"
 CONFIGS = ACCEPTED_CONFIGS + (REJECTED_CONFIG,)
 SHARD_GLOB = "train-*.parquet"
-JUDGE_VERIFIER = "judge"
 RECHECKED_REASONS = ("wrong_answer", "unsure")
 COUNTED_REASONS = ("truncated", "no_answer")
 BATCH_ROWS = 4096
