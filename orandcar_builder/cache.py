@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import sqlite3
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -89,7 +89,8 @@ def is_complete(generation: Generation) -> bool:
 
 
 def generation_to_json(generation: Generation) -> str:
-    return _canonical(asdict(generation))
+    # Generation holds only flat values: a plain dict gives asdict's JSON without its deep copy.
+    return _canonical({name: getattr(generation, name) for name in _GENERATION_FIELDS})
 
 
 def generation_from_json(blob: str) -> Generation:
