@@ -8,9 +8,9 @@ folder --validate.
 Each stage reads what the previous one wrote and handles it in chunks, so memory does not grow
 with the pool beyond a chunk, the writer's row group and a few compact columns (image sha256,
 order, route) that routing groups with numpy. Every pool line ends in exactly one place: dropped
-(work/dropped.jsonl, with a reason), accepted or rejected; an item whose generation failed (ray
-executor) is counted as ``failed`` with its reason in work/failed.jsonl and asked again by the
-next run. Timings and paths go to the work dir only; the dataset folder depends on nothing but
+(work/dropped.jsonl, with a reason), accepted or rejected; an item with no complete generation
+(an engine error on the ray executor, or a finish reason other than stop/length) is counted as
+``failed`` with its reason in work/failed.jsonl and asked again by the next run. Timings and paths go to the work dir only; the dataset folder depends on nothing but
 the pool, the engine's outputs and the code, so two builds of the same pool give the same bytes.
 """
 

@@ -155,14 +155,14 @@ def test_concurrency_is_bounded():
             with lock:
                 active[0] += 1
                 peak[0] = max(peak[0], active[0])
-            time.sleep(0.01)  # hold the slot so overlaps can happen
+            time.sleep(0.05)  # hold the slot so overlaps happen
             with lock:
                 active[0] -= 1
             return original(body)
 
         server._answer = counting
         engine_for(server, concurrency=3).generate([req(f"q{i}", f"Q{i}") for i in range(15)])
-    assert 1 <= peak[0] <= 3
+    assert 2 <= peak[0] <= 3  # requests do overlap, and never more than the bound
 
 
 def test_fingerprint_ignores_where_the_model_is_served():
