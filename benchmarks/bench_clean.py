@@ -16,7 +16,6 @@ Prints one line per phase and the ratio (import + clean) / (read + hash).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import resource
@@ -26,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from PIL import Image
+from synthetic import png  # benchmarks/ is on sys.path when a script runs
 
 from orandcar_builder.clean import clean_pool
 from orandcar_builder.images import sha256_file
@@ -37,15 +36,6 @@ OFF_TASK_SHARE = 0.3  # of the mixed items, off-task for scene_text (so purity t
 MC_EVERY = 50  # every 50th mixed item is a prose multiple-choice question
 DUPLICATE_EVERY = 100  # every 100th mixed record (a multiple-choice one) asks its question twice
 IMAGE_DIRS = ("scene/IMG", "mixed")
-
-
-def png(i: int) -> bytes:
-    """A distinct 16x16 PNG (about 100 bytes) for each i."""
-    img = Image.new("RGB", (16, 16), ((i * 7) % 256, (i // 256) % 256, (i // 65536) % 256))
-    img.putpixel((i % 16, (i // 16) % 16), (255, 255, 255))
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return buf.getvalue()
 
 
 def mixed_turns(k: int, i: int) -> list[tuple[str, str]]:
