@@ -33,6 +33,7 @@ from . import __version__
 from . import judge as judging
 from .cache import CacheStats, GenerationCache
 from .clean import clean
+from .clean.purity import measure_pool_file
 from .dataset.features import CONFIGS
 from .dataset.validate import validate_folder
 from .dataset.writer import DEFAULT_MAX_SHARD_BYTES, write_dataset
@@ -87,10 +88,12 @@ def admitted_stream(pool: Path, *, limit: Optional[int] = None,
             else:
                 yield record
 
+    # Purity shares come from a first, image-free pass over the pool, so cleaning streams; and
     # source.image paths are relative to the pool file, like the item's own image path.
-    cleaned = clean(items(), report, base_dir=pool.parent)
+    meter = measure_pool_file(pool, limit=limit)
+    cleaned = clean(items(), report, base_dir=pool.parent, meter=meter)
     for record in cleaned:
-        # clean reads every item before its first verdict: hand read_pool's drops on first.
+        # read_pool's drops that came before this item, then the item: every line in pool order.
         yield from read_drops
         read_drops.clear()
         yield record

@@ -257,3 +257,33 @@ def test_bad_engine_setting_is_a_clear_error(tmp_path):
                                     str(tmp_path / "w"), "--engine-option", "bogus=1", "--no-progress"])
     assert res.exit_code == 2 and "engine 'rapidocr': bad setting" in res.output
     assert "Traceback" not in res.output
+
+
+def test_build_applies_task_purity_while_streaming(tmp_path, ocr_engine):
+    """The build measures purity shares in a first pass over the pool, then cleans items as they
+    stream: a mixed collection half off-task loses all its items, benchmark items stay; the
+    verdicts equal those of clean() holding every item."""
+    from orandcar_builder.clean import clean
+    from orandcar_builder.pool import read_pool
+
+    for i in range(7):
+        write_png(tmp_path / "img" / f"{i}.png", colour=(30 * i, 40, 50))
+    lines = [{"id": f"b{i}", "image": f"img/{i}.png", "question": "What is written in the image?",
+              "answer": "x", "family": "scene_text"} for i in range(3)]
+    questions = ["What text is on the sign?", "Describe this image in detail.", "Read the word shown.",
+                 "Write a story about this picture."]
+    lines += [{"id": f"m{i}", "image": f"img/{3 + i}.png", "question": q, "answer": "x", "family": "scene_text",
+               "source": {"origin": "InfinityMM"}} for i, q in enumerate(questions)]
+    lines.insert(4, '{"id": "broken", ')  # a malformed line between them keeps its place
+    pool = write_pool(tmp_path / "pool.jsonl", lines)
+    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine=ocr_engine, progress=False)
+    assert result.ok, result.problems
+    assert result.report["dropped_by_reason"] == {"malformed_json": 1, "task_purity": 4}
+    assert result.report["cleaning"]["purity"]["families"]["scene_text"]["off_task_share"] == 0.5
+    dropped = [json.loads(x) for x in (tmp_path / "work" / "dropped.jsonl").read_text().splitlines()]
+    # every dropped line in pool order, the malformed one among the purity drops
+    assert [d["where"] for d in dropped] == [f"pool.jsonl:{n}" for n in (4, 5, 6, 7, 8)]
+    from orandcar_builder.records import Dropped
+
+    held = list(clean([r for r in read_pool(pool) if not isinstance(r, Dropped)], {}, base_dir=tmp_path))
+    assert [r.id for r in held if isinstance(r, Dropped)] == [d["id"] for d in dropped if d["reason"] == "task_purity"]

@@ -112,15 +112,29 @@ def clean(
     report: Optional[dict] = None,
     *,
     base_dir: Optional[Union[str, os.PathLike]] = None,
+    meter: Optional[purity.PurityMeter] = None,
 ) -> Iterator[Union[Admitted, Dropped]]:
     """Yield exactly one ``Admitted`` or ``Dropped`` per item, in the order given.
 
     ``base_dir`` is the pool file's directory, against which ``source.image`` paths resolve;
     without it a relative ``source.image`` cannot be checked and its item counts as unchecked.
+    Task purity needs a family's off-task share before it can decide any of its items: without
+    ``meter`` the items are held until the last one is measured; with a ``meter`` that already
+    measured them (``purity.measure_pool_file``), they stream through.
     ``report`` is filled once the last record is yielded.
     """
     report = report if report is not None else {}
     report.setdefault("policy", POLICY_ID)
+    if meter is not None:
+        # The purity shares were measured beforehand (purity.measure_pool_file, a first pass over
+        # the pool file): each item is decided as it comes, and none is held.
+        cleaner = _Cleaner(meter, Path(base_dir) if base_dir is not None else None)
+        total = 0
+        for item in items:
+            yield cleaner.decide(item, total)
+            total += 1
+        cleaner.fill(report, total)
+        return
     meter = purity.PurityMeter()
     pending: deque[PoolItem] = deque()
     for item in items:

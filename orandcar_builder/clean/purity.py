@@ -187,3 +187,32 @@ class PurityMeter:
             "threshold": PURITY_THRESHOLD,
             "families": {name: counts.to_dict() for name, counts in sorted(self.families.items())},
         }
+
+
+def measure_pool_file(path, *, limit: Optional[int] = None) -> PurityMeter:
+    """A first pass over a pool file that measures the purity shares from its lines alone (no image
+    is read), so that ``clean(..., meter=...)`` can then decide items as they stream.
+
+    It measures the lines ``read_pool`` would turn into items, except that a line whose image turns
+    out missing or undecodable on the second pass is still counted: it is an item of its family all
+    the same. Malformed lines and repeated ids are skipped, as ``read_pool`` drops them.
+    """
+    from ..pool.jsonl import PoolLineError, decode_json_lines, parse_pool_line
+    from ..records import Dropped
+
+    meter = PurityMeter()
+    seen: set[str] = set()
+    for lineno, (_, obj) in enumerate(decode_json_lines(path), 1):
+        if limit is not None and lineno > limit:
+            break
+        if isinstance(obj, Dropped):
+            continue
+        try:
+            fields = parse_pool_line(obj)
+        except PoolLineError:
+            continue
+        if fields["id"] in seen:
+            continue
+        seen.add(fields["id"])
+        meter.measure(fields["family"], fields["question"], fields["options"], fields["source"].origin)
+    return meter

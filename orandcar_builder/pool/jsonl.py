@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional, Union
@@ -22,6 +23,7 @@ from ..prompts import OPTION_LETTERS
 from ..images import ImageError, ImageRef
 from ..records import Dropped, PoolItem, Source
 
+IMAGE_CHECK_CACHE = 4096  # image files whose hash and decode check are remembered
 REQUIRED_FIELDS = ("id", "image", "question", "answer", "family")
 SOURCE_FIELDS = ("dataset", "split", "id", "origin", "image", "image_sha256")
 
@@ -129,7 +131,9 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None) -> 
     path = Path(path)
     base = os.path.abspath(path.parent)
     seen_ids: set[str] = set()
-    images: dict[str, ImageRef | ImageError] = {}  # one hash and decode check per image file
+    # One hash and decode check per image file while its QA items come close together; bounded, so
+    # memory does not grow with the pool (an image seen again much later is checked again).
+    images: OrderedDict[str, ImageRef | ImageError] = OrderedDict()
     for lineno, (where, obj) in enumerate(decode_json_lines(path), 1):
         if limit is not None and lineno > limit:
             return
@@ -146,11 +150,15 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None) -> 
             yield Dropped(where, "duplicate_id", f"id {item_id!r} already used earlier in the pool", item_id)
             continue
         image_path = os.path.abspath(os.path.join(base, fields["image"]))  # no syscall; keeps the pool's file name
-        if image_path not in images:
+        if image_path in images:
+            images.move_to_end(image_path)
+        else:
             try:
                 images[image_path] = ImageRef.from_file(image_path)
             except ImageError as exc:
                 images[image_path] = exc
+            if len(images) > IMAGE_CHECK_CACHE:
+                images.popitem(last=False)
         ref = images[image_path]
         if isinstance(ref, ImageError):
             reason = "image_missing" if "not found" in str(ref) else "image_undecodable"
