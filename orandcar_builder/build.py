@@ -32,8 +32,7 @@ import pyarrow.parquet as pq
 from . import __version__
 from . import judge as judging
 from .cache import CacheStats, GenerationCache
-from .clean import clean
-from .clean.purity import measure_pool_file
+from .clean.pool_file import clean_lines
 from .dataset.features import CONFIGS
 from .dataset.validate import validate_folder
 from .dataset.writer import DEFAULT_MAX_SHARD_BYTES, write_dataset
@@ -46,14 +45,13 @@ from .executors.local import generate
 from .executors.steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_row, apply_verdict, decide,
                               decision_from_row, generation_from_row, make_request, with_verdict)
 from .families import rule_for
-from .pool import read_pool
-from .records import Admitted, Dropped, Generation, PoolItem
+from .records import Dropped, Generation
 from .route import ACCEPTED, FAILED, REJECTED, RoutePlan
 from .verify import get_rule
 
 GENERATION_BATCH = 32
 
-__all__ = ["BuildError", "BuildResult", "GENERATION_BATCH", "admit", "apply_verdict", "build", "decide",
+__all__ = ["BuildError", "BuildResult", "GENERATION_BATCH", "apply_verdict", "build", "decide",
            "format_summary", "make_request"]
 
 
@@ -71,42 +69,6 @@ class BuildResult:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def admitted_stream(pool: Path, *, limit: Optional[int] = None,
-                    clean_report: Optional[dict] = None) -> Iterator[Union[Admitted, Dropped]]:
-    """Every pool line as one Admitted or Dropped record: the lines read_pool drops, then
-    cleaning's verdicts in pool order. ``clean_report`` is filled once the stream ends."""
-    pool = Path(pool)
-    report = clean_report if clean_report is not None else {}
-    read_drops: list[Dropped] = []
-
-    def items() -> Iterator[PoolItem]:
-        for record in read_pool(pool, limit=limit):
-            if isinstance(record, Dropped):
-                read_drops.append(record)
-            else:
-                yield record
-
-    # Purity shares come from a first, image-free pass over the pool, so cleaning streams; and
-    # source.image paths are relative to the pool file, like the item's own image path.
-    meter = measure_pool_file(pool, limit=limit)
-    cleaned = clean(items(), report, base_dir=pool.parent, meter=meter)
-    for record in cleaned:
-        # read_pool's drops that came before this item, then the item: every line in pool order.
-        yield from read_drops
-        read_drops.clear()
-        yield record
-    yield from read_drops
-
-
-def admit(pool: Path, *, limit: Optional[int] = None, clean_report: Optional[dict] = None) -> tuple[list[Admitted], list[Dropped]]:
-    """Read and clean the pool: the admitted items in pool order, and every dropped line."""
-    dropped: list[Dropped] = []
-    admitted: list[Admitted] = []
-    for record in admitted_stream(pool, limit=limit, clean_report=clean_report):
-        (dropped if isinstance(record, Dropped) else admitted).append(record)
-    return admitted, dropped
 
 
 # --- work-dir files, each written under a temporary name and renamed when complete ---------
@@ -214,7 +176,7 @@ def _admit_stage(pool: Path, work: Path, limit: Optional[int], clean_report: dic
     dropped = Counter()
     with _Files(admitted=_ParquetFile(work / "admitted.parquet", ADMITTED_SCHEMA),
                 dropped=_JsonlFile(work / "dropped.jsonl")) as files:
-        for record in admitted_stream(pool, limit=limit, clean_report=clean_report):
+        for record in clean_lines(pool, clean_report, limit=limit):
             if isinstance(record, Dropped):
                 files.dropped.write(record.to_dict())
                 dropped[record.reason] += 1

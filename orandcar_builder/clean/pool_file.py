@@ -12,7 +12,7 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 from ..errors import OrandCarError
 from ..pool.jsonl import SOURCE_FIELDS, encode_pool_line, read_pool
@@ -21,8 +21,35 @@ from ..records import Admitted, Dropped, PoolItem
 DROPPED_FILE = "dropped.jsonl"
 
 
-def _line_number(where: str) -> int:
-    return int(where.rsplit(":", 1)[1])
+def clean_lines(pool: Path, report: Optional[dict] = None, *,
+                limit: Optional[int] = None) -> Iterator[Union[Admitted, Dropped]]:
+    """Every line of the pool file as one Admitted or Dropped record, in line order: what
+    read_pool drops (bad lines, images, repeated ids) and cleaning's verdict on the rest.
+
+    Purity shares come from a first, image-free pass over the file (purity.measure_pool_file), so
+    the items then stream through cleaning and none is held. ``source.image`` paths resolve against
+    the pool file's folder, like the item's own image path. ``report`` is filled at the end.
+    """
+    from . import clean  # the package defines clean(); imported here to avoid a cycle
+    from .purity import measure_pool_file
+
+    pool = Path(pool)
+    read_drops: list[Dropped] = []
+
+    def items() -> Iterator[PoolItem]:
+        for record in read_pool(pool, limit=limit):
+            if isinstance(record, Dropped):
+                read_drops.append(record)
+            else:
+                yield record
+
+    meter = measure_pool_file(pool, limit=limit)
+    for record in clean(items(), report, base_dir=pool.parent, meter=meter):
+        # read_pool's drops that came before this item, then the item's verdict.
+        yield from read_drops
+        read_drops.clear()
+        yield record
+    yield from read_drops
 
 
 def _rebased(path: str, old_base: str, new_base: str) -> str:
@@ -54,7 +81,7 @@ def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None) -> dict
 
     Both files are written under a temporary name and renamed when complete.
     """
-    from . import clean  # the package defines clean(); imported here to avoid a cycle
+    from . import DROP_REASONS
 
     pool, out = Path(pool), Path(out)
     dropped = Path(dropped) if dropped is not None else out.parent / DROPPED_FILE
@@ -65,56 +92,38 @@ def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None) -> dict
     out.parent.mkdir(parents=True, exist_ok=True)
     dropped.parent.mkdir(parents=True, exist_ok=True)
 
-    read_drops: list[Dropped] = []
-
-    def items() -> Iterator[PoolItem]:
-        for record in read_pool(pool):
-            if isinstance(record, Dropped):
-                read_drops.append(record)
-            else:
-                yield record
-
     report: dict = {}
     out_dir, pool_dir = os.path.abspath(out.parent), os.path.abspath(pool.parent)
     partial_out, partial_dropped = out.with_name(out.name + ".partial"), dropped.with_name(dropped.name + ".partial")
     admitted = 0
+    read_reasons: Counter = Counter()
     cleaned_drops: Counter = Counter()
     try:
         with open(partial_out, "w", encoding="utf-8", newline="\n") as out_fh, \
                 open(partial_dropped, "w", encoding="utf-8", newline="\n") as dropped_fh:
-            pending = 0  # index into read_drops: written up to here
-
-            def flush_read_drops(before: Optional[int]) -> None:
-                nonlocal pending
-                while pending < len(read_drops) and (before is None or _line_number(read_drops[pending].where) < before):
-                    dropped_fh.write(json.dumps(read_drops[pending].to_dict(), ensure_ascii=False) + "\n")
-                    pending += 1
-
-            for record in clean(items(), report, base_dir=pool.parent):
+            for record in clean_lines(pool, report):
                 if isinstance(record, Admitted):
                     out_fh.write(cleaned_line(record, pool_dir, out_dir) + "\n")
                     admitted += 1
                 else:
-                    flush_read_drops(_line_number(record.where))
                     dropped_fh.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
-                    cleaned_drops[record.reason] += 1
-            flush_read_drops(None)
+                    (cleaned_drops if record.reason in DROP_REASONS else read_reasons)[record.reason] += 1
         os.replace(partial_out, out)
         os.replace(partial_dropped, dropped)
     finally:
         partial_out.unlink(missing_ok=True)
         partial_dropped.unlink(missing_ok=True)
 
-    read_reasons = Counter(d.reason for d in read_drops)
+    read_dropped = sum(read_reasons.values())
     report.setdefault("items", 0)
     report.update({
         "pool": str(pool),
         "out": str(out),
         "dropped_file": str(dropped),
-        "lines": len(read_drops) + report["items"],
-        "read_dropped": len(read_drops),
+        "lines": read_dropped + report["items"],
+        "read_dropped": read_dropped,
         "read_dropped_by_reason": dict(sorted(read_reasons.items())),
-        "lines_dropped": len(read_drops) + sum(cleaned_drops.values()),
+        "lines_dropped": read_dropped + sum(cleaned_drops.values()),
         "lines_admitted": admitted,
     })
     if report["lines"] != report["lines_admitted"] + report["lines_dropped"]:

@@ -16,7 +16,6 @@ from datasets import Features
 
 CONFIGS = ("RS_think", "RS_nothink", "rejected")
 SPLIT = "train"
-REJECT_REASONS = ("wrong_answer", "unsure", "truncated", "no_answer")
 
 
 def loading_definition_path() -> Path:

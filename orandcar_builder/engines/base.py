@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Protocol, Sequence, runtime_checkable
 
 from ..errors import OrandCarError
@@ -25,8 +23,3 @@ class Engine(Protocol):
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         """One generation per request, in the order of ``requests``."""
-
-
-def fingerprint_hash(fingerprint: dict) -> str:
-    blob = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()

@@ -209,7 +209,3 @@ def decide_rows(admitted: Sequence[Admitted], requests: Sequence[Request],
                 generations: Sequence[Generation]) -> list[dict]:
     """The decision records of one chunk, in its order."""
     return [decided_row(a, r, g) for a, r, g in zip(admitted, requests, generations)]
-
-
-def decisions_table(rows: list[dict]) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
