@@ -71,15 +71,23 @@ def engine_hash(fingerprint: dict) -> str:
 
 
 def request_key(fingerprint: dict, request: Request) -> str:
-    """The cache key of ``request`` for an engine with ``fingerprint``: hex sha256 of the
-    fingerprint (less RECORD_ONLY_KEYS), the exact question text and the image sha256."""
-    payload = {
-        "scheme": KEY_SCHEME,
-        "engine": cache_fingerprint(fingerprint),
-        "question": request.question,
-        "image_sha256": request.image.sha256 if request.image is not None else None,
-    }
-    return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
+    """The cache key of ``request`` for an engine with ``fingerprint``: hex sha256 of the canonical
+    JSON of ``{"scheme", "engine": fingerprint less RECORD_ONLY_KEYS, "question": the exact
+    text, "image_sha256"}``."""
+    return request_keys(fingerprint, [request])[0]
+
+
+def request_keys(fingerprint: dict, requests: Iterable[Request]) -> list[str]:
+    """``request_key`` of each request; the fingerprint is serialised once, and each payload is the
+    same canonical JSON text, put together in sorted key order."""
+    head = '{"engine":' + _canonical(cache_fingerprint(fingerprint)) + ',"image_sha256":'
+    tail = ',"scheme":' + _canonical(KEY_SCHEME) + "}"
+    keys = []
+    for request in requests:
+        image = _canonical(request.image.sha256) if request.image is not None else "null"
+        text = head + image + ',"question":' + _canonical(request.question) + tail
+        keys.append(hashlib.sha256(text.encode("utf-8")).hexdigest())
+    return keys
 
 
 def is_complete(generation: Generation) -> bool:
@@ -252,7 +260,7 @@ def generate_cached(
     stats = stats if stats is not None else CacheStats()
     stats.total += len(requests)
     fingerprint = engine.fingerprint()
-    keys = [request_key(fingerprint, r) for r in requests]
+    keys = request_keys(fingerprint, requests)
     known = cache.get_many(keys)
     results: dict[str, Generation] = dict(known)
     stats.hits += sum(1 for k in keys if k in known)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -14,14 +15,19 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orandcar_builder.cache import (
+    KEY_SCHEME,
     CacheError,
     CacheStats,
     EngineContractError,
     GenerationCache,
+    cache_fingerprint,
     generate_cached,
     request_key,
+    request_keys,
 )
 from orandcar_builder.images import ImageRef
 from orandcar_builder.records import Generation, Request
@@ -88,6 +94,20 @@ def test_key_covers_engine_question_and_image(tmp_path):
     assert request_key(FP, req("x", "Q", None)) != base
     assert request_key({**FP, "revision": "r2"}, req("x", "Q", img_a)) != base
     assert request_key({**FP, "sampling": {"temperature": 0.0, "max_tokens": 65}}, req("x", "Q", img_a)) != base
+
+
+@given(question=st.text(max_size=40), with_image=st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_keys_are_the_documented_payload_hash(question, with_image):
+    """The assembled payload text is exactly the canonical JSON of the documented payload, so
+    caches written by earlier versions keep their keys."""
+    image = ImageRef(path="/x.png", sha256="ab" * 32) if with_image else None
+    request = Request(item_id="x", question=question, image=image, family="scene_text")
+    payload = {"scheme": KEY_SCHEME, "engine": cache_fingerprint(FP), "question": question,
+               "image_sha256": image.sha256 if image else None}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert request_key(FP, request) == hashlib.sha256(text.encode("utf-8")).hexdigest()
+    assert request_keys(FP, [request, request]) == [request_key(FP, request)] * 2
 
 
 def test_key_ignores_key_order_and_record_only_settings(tmp_path):

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..cache import engine_hash, generation_from_json, generation_to_json, is_complete, request_key
+from ..cache import engine_hash, generation_from_json, generation_to_json, is_complete, request_key, request_keys
 from ..engines.base import EngineUnavailable
 from ..errors import OrandCarError
 from ..images import ImageRef
@@ -220,7 +220,7 @@ class RayExecutor:
         try:
             for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
                 rows = batch.to_pylist()
-                keys = [request_key(fingerprint, make_request(admitted_from_row(row))) for row in rows]
+                keys = request_keys(fingerprint, [make_request(admitted_from_row(row)) for row in rows])
                 cached = set(stage.cache.get_many(keys)) if stage.cache is not None else set()
                 for row, key in zip(rows, keys):
                     if key in cached:
@@ -310,7 +310,7 @@ class RayExecutor:
         for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
             admitted = [admitted_from_row(row) for row in batch.to_pylist()]
             requests = [make_request(a) for a in admitted]
-            keys = [request_key(fingerprint, r) for r in requests]
+            keys = request_keys(fingerprint, requests)
             classes = status[position:position + len(admitted)]
             position += len(admitted)
             hits = stage.cache.get_many([k for k, c in zip(keys, classes) if c == _HIT]) if stage.cache else {}
