@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
+import functools
 import importlib
 import inspect
 import io
@@ -445,10 +446,16 @@ def candidates_source() -> str:
     return bundle.render(f"{CANDIDATES_BLOCK_PREFIX}: which parts of an answer a rule is tried on", ["candidates"])
 
 
-def third_party_packages(source: str) -> list[str]:
-    """Distribution names of the non-standard-library modules a block imports."""
+@functools.lru_cache(maxsize=1)
+def _packages_distributions() -> dict[str, list[str]]:
+    """Import name -> distribution names; walks every installed distribution's file list, so once."""
     from importlib.metadata import packages_distributions
 
+    return packages_distributions()
+
+
+def third_party_packages(source: str) -> list[str]:
+    """Distribution names of the non-standard-library modules a block imports."""
     roots = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -456,7 +463,7 @@ def third_party_packages(source: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             roots.add(node.module.split(".")[0])
     roots -= set(sys.stdlib_module_names) | {"__future__"}
-    mapping = packages_distributions()
+    mapping = _packages_distributions()
     return sorted({(mapping.get(root) or [root])[0] for root in roots})
 
 
