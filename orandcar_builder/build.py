@@ -172,11 +172,12 @@ class _ReplayExport(_JsonlFile):
 
 
 def _admit_stage(pool: Path, work: Path, limit: Optional[int], clean_report: dict) -> tuple[int, Counter]:
-    """work/admitted.parquet and work/dropped.jsonl; returns (admitted, drops per reason)."""
+    """work/admitted.parquet and work/dropped.jsonl; returns (admitted, drops per reason). The ids
+    seen while reading spill to scratch files in the work dir once there are many."""
     dropped = Counter()
     with _Files(admitted=_ParquetFile(work / "admitted.parquet", ADMITTED_SCHEMA),
                 dropped=_JsonlFile(work / "dropped.jsonl")) as files:
-        for record in clean_lines(pool, clean_report, limit=limit):
+        for record in clean_lines(pool, clean_report, limit=limit, spill_dir=work):
             if isinstance(record, Dropped):
                 files.dropped.write(record.to_dict())
                 dropped[record.reason] += 1

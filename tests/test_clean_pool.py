@@ -204,3 +204,16 @@ def test_dropped_file_location_can_be_chosen(mixed_pool, tmp_path):
     report = clean_pool(mixed_pool, tmp_path / "a" / "pool.jsonl", dropped=tmp_path / "b" / "drops.jsonl")
     assert len((tmp_path / "b" / "drops.jsonl").read_text().splitlines()) == report["lines_dropped"]
     assert not list(tmp_path.rglob("*.partial"))
+
+
+def test_ids_spilled_to_disk_clean_the_same(mixed_pool, tmp_path, monkeypatch):
+    from orandcar_builder import spill
+
+    expected = clean_pool(mixed_pool, tmp_path / "memory" / "pool.jsonl")
+    monkeypatch.setattr(spill, "DEFAULT_THRESHOLD", 0)  # every id seen goes through SQLite
+    monkeypatch.setattr(spill, "BATCH", 2)
+    report = clean_pool(mixed_pool, tmp_path / "disk" / "pool.jsonl")
+    for name in ("pool.jsonl", "dropped.jsonl"):
+        assert (tmp_path / "disk" / name).read_bytes() == (tmp_path / "memory" / name).read_bytes()
+    assert {k: v for k, v in report.items() if k not in ("out", "dropped_file")} == \
+        {k: v for k, v in expected.items() if k not in ("out", "dropped_file")}

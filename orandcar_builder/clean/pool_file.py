@@ -21,14 +21,16 @@ from ..records import Admitted, Dropped, PoolItem
 DROPPED_FILE = "dropped.jsonl"
 
 
-def clean_lines(pool: Path, report: Optional[dict] = None, *,
-                limit: Optional[int] = None) -> Iterator[Union[Admitted, Dropped]]:
+def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[int] = None,
+                spill_dir: Optional[Union[str, os.PathLike]] = None) -> Iterator[Union[Admitted, Dropped]]:
     """Every line of the pool file as one Admitted or Dropped record, in line order: what
     read_pool drops (bad lines, images, repeated ids) and cleaning's verdict on the rest.
 
     Purity shares come from a first, image-free pass over the file (purity.measure_pool_file), so
     the items then stream through cleaning and none is held. ``source.image`` paths resolve against
-    the pool file's folder, like the item's own image path. ``report`` is filled at the end.
+    the pool file's folder, like the item's own image path. ``report`` is filled at the end. Both
+    passes remember the ids seen in scratch files under ``spill_dir`` (e.g. the build's work dir;
+    None: the system temp dir) once there are many.
     """
     from . import clean  # the package defines clean(); imported here to avoid a cycle
     from .purity import measure_pool_file
@@ -37,13 +39,13 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *,
     read_drops: list[Dropped] = []
 
     def items() -> Iterator[PoolItem]:
-        for record in read_pool(pool, limit=limit):
+        for record in read_pool(pool, limit=limit, spill_dir=spill_dir):
             if isinstance(record, Dropped):
                 read_drops.append(record)
             else:
                 yield record
 
-    meter = measure_pool_file(pool, limit=limit)
+    meter = measure_pool_file(pool, limit=limit, spill_dir=spill_dir)
     for record in clean(items(), report, base_dir=pool.parent, meter=meter):
         # read_pool's drops that came before this item, then the item's verdict.
         yield from read_drops

@@ -189,30 +189,31 @@ class PurityMeter:
         }
 
 
-def measure_pool_file(path, *, limit: Optional[int] = None) -> PurityMeter:
+def measure_pool_file(path, *, limit: Optional[int] = None, spill_dir=None) -> PurityMeter:
     """A first pass over a pool file that measures the purity shares from its lines alone (no image
     is read), so that ``clean(..., meter=...)`` can then decide items as they stream.
 
     It measures the lines ``read_pool`` would turn into items, except that a line whose image turns
     out missing or undecodable on the second pass is still counted: it is an item of its family all
-    the same. Malformed lines and repeated ids are skipped, as ``read_pool`` drops them.
+    the same. Malformed lines and repeated ids are skipped, as ``read_pool`` drops them; the ids
+    seen are kept in a SpillSet (scratch file under ``spill_dir`` past its threshold), so memory
+    does not grow with the pool.
     """
     from ..pool.jsonl import PoolLineError, decode_json_lines, parse_pool_line
     from ..records import Dropped
+    from ..spill import SpillSet
 
     meter = PurityMeter()
-    seen: set[str] = set()
-    for lineno, (_, obj) in enumerate(decode_json_lines(path), 1):
-        if limit is not None and lineno > limit:
-            break
-        if isinstance(obj, Dropped):
-            continue
-        try:
-            fields = parse_pool_line(obj)
-        except PoolLineError:
-            continue
-        if fields["id"] in seen:
-            continue
-        seen.add(fields["id"])
-        meter.measure(fields["family"], fields["question"], fields["options"], fields["source"].origin)
+    with SpillSet(spill_dir) as seen:
+        for lineno, (_, obj) in enumerate(decode_json_lines(path), 1):
+            if limit is not None and lineno > limit:
+                break
+            if isinstance(obj, Dropped):
+                continue
+            try:
+                fields = parse_pool_line(obj)
+            except PoolLineError:
+                continue
+            if seen.add(fields["id"]):
+                meter.measure(fields["family"], fields["question"], fields["options"], fields["source"].origin)
     return meter

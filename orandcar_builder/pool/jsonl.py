@@ -22,6 +22,7 @@ from ..families import get_family
 from ..prompts import OPTION_LETTERS
 from ..images import ImageError, ImageRef
 from ..records import Dropped, PoolItem, Source
+from ..spill import SpillSet
 
 IMAGE_CHECK_CACHE = 4096  # image files whose hash and decode check are remembered
 REQUIRED_FIELDS = ("id", "image", "question", "answer", "family")
@@ -123,14 +124,22 @@ def _line_id(obj: object) -> Optional[str]:
     return obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
 
 
-def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None) -> Iterator[Union[PoolItem, Dropped]]:
+def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
+              spill_dir: Optional[Union[str, os.PathLike]] = None) -> Iterator[Union[PoolItem, Dropped]]:
     """Yield a PoolItem for each good line and a Dropped for each bad one, in file order.
 
-    ``limit`` stops after that many lines have been read (good or bad).
+    ``limit`` stops after that many lines have been read (good or bad). The ids already used are
+    remembered in a SpillSet, so memory does not grow with the pool: past its threshold they go
+    to a scratch file in a temporary folder under ``spill_dir`` (None: the system temp dir),
+    removed when the read ends.
     """
     path = Path(path)
     base = os.path.abspath(path.parent)
-    seen_ids: set[str] = set()
+    with SpillSet(spill_dir) as seen_ids:
+        yield from _read_pool(path, base, limit, seen_ids)
+
+
+def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet) -> Iterator[Union[PoolItem, Dropped]]:
     # One hash and decode check per image file while its QA items come close together; bounded, so
     # memory does not grow with the pool (an image seen again much later is checked again).
     images: OrderedDict[str, ImageRef | ImageError] = OrderedDict()
@@ -146,7 +155,9 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None) -> 
         except PoolLineError as exc:
             yield Dropped(where, exc.reason, exc.detail, item_id)
             continue
-        if item_id in seen_ids:
+        # The id is claimed here and given back if the item's image fails, so that one SpillSet
+        # call decides the common case (an id counts as used once its item is yielded).
+        if not seen_ids.add(item_id):
             yield Dropped(where, "duplicate_id", f"id {item_id!r} already used earlier in the pool", item_id)
             continue
         image_path = os.path.abspath(os.path.join(base, fields["image"]))  # no syscall; keeps the pool's file name
@@ -161,10 +172,10 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None) -> 
                 images.popitem(last=False)
         ref = images[image_path]
         if isinstance(ref, ImageError):
+            seen_ids.discard(item_id)
             reason = "image_missing" if "not found" in str(ref) else "image_undecodable"
             yield Dropped(where, reason, f"image {fields['image']!r}: {ref}", item_id)
             continue
-        seen_ids.add(item_id)
         yield PoolItem(
             id=fields["id"],
             image=ref,
