@@ -177,3 +177,19 @@ def test_cli_exhaustive_flag(sample_copy):
     slow = runner.invoke(main, ["validate", "--exhaustive", str(sample_copy)])
     assert fast.exit_code == slow.exit_code == 1
     assert fast.output == slow.output and "row 0 field qa.0.reason" in fast.output
+
+
+def test_duplicate_image_found_after_the_seen_map_spills_to_disk(monkeypatch, sample_copy):
+    """The map of images seen keeps few keys in memory; a repeat far back is still found."""
+    from orandcar_builder import spill
+
+    monkeypatch.setattr(spill, "DEFAULT_THRESHOLD", 2)
+    shard = sorted((sample_copy / "RS_think").glob("train-*.parquet"))[0]
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    assert len(rows) > 5
+    rows[-1]["image_sha256"] = rows[0]["image_sha256"]
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
+    last = len(rows) - 1
+    assert (f"RS_think/{shard.name} row {last} field image_sha256: image already has a row "
+            f"(RS_think/{shard.name} row 0)") in validate_folder(sample_copy)

@@ -30,6 +30,7 @@ import yaml
 
 from ..families import FAMILIES
 from ..judge import JUDGE_VERIFIER
+from ..spill import SpillMap
 from ..verify import RULE_MODULES
 from .columnar import Unsupported, compile_schema
 from .features import CONFIGS, SPLIT, configs_block, features
@@ -240,25 +241,29 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     for config in CONFIGS:
         shards, name_problems = _check_shard_names(folder, config)
         problems.extend(name_problems)
-        seen_images: dict[str, str] = {}
-        for shard in shards:
-            label = f"{config}/{shard.name}"
-            schema_problems = _check_schema(config, shard, label)
-            problems.extend(schema_problems)
-            if schema_problems:
-                continue
-            row_index = 0
-            parquet = pq.ParquetFile(shard)
-            for batch in parquet.iter_batches(batch_size=_batch_rows(parquet), use_threads=False):
-                suspects = np.ones(batch.num_rows, dtype=bool) if exhaustive else _suspect_rows(config, batch)
-                for i, (sha, suspect) in enumerate(zip(batch.column("image_sha256").to_pylist(), suspects.tolist())):
-                    where = f"{label} row {row_index + i}"
-                    if suspect:
-                        problems.extend(_check_row(config, batch.slice(i, 1).to_pylist()[0], where))
-                    if sha is not None:
-                        if sha in seen_images:
-                            problems.append(f"{where} field image_sha256: image already has a row ({seen_images[sha]})")
-                        else:
-                            seen_images[sha] = where
-                row_index += batch.num_rows
+        with SpillMap() as seen_images:  # image sha256 -> where its first row is; bounded memory
+            problems.extend(_check_rows(config, shards, seen_images, exhaustive))
     return problems
+
+
+def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhaustive: bool) -> Iterator[str]:
+    """Every problem in the rows of ``config``'s shards, in row order."""
+    for shard in shards:
+        label = f"{config}/{shard.name}"
+        schema_problems = _check_schema(config, shard, label)
+        yield from schema_problems
+        if schema_problems:
+            continue
+        row_index = 0
+        parquet = pq.ParquetFile(shard)
+        for batch in parquet.iter_batches(batch_size=_batch_rows(parquet), use_threads=False):
+            suspects = np.ones(batch.num_rows, dtype=bool) if exhaustive else _suspect_rows(config, batch)
+            for i, (sha, suspect) in enumerate(zip(batch.column("image_sha256").to_pylist(), suspects.tolist())):
+                where = f"{label} row {row_index + i}"
+                if suspect:
+                    yield from _check_row(config, batch.slice(i, 1).to_pylist()[0], where)
+                if sha is not None:
+                    earlier = seen_images.first_seen(sha, where)
+                    if earlier is not None:
+                        yield f"{where} field image_sha256: image already has a row ({earlier})"
+            row_index += batch.num_rows
