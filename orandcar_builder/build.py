@@ -329,9 +329,9 @@ def build(
             cache.close()
 
     t4 = time.perf_counter()
-    plan = RoutePlan(work / "decisions.parquet")
-    summary = write_dataset(out, {config: _rows(plan.rows(config)) for config in CONFIGS},
-                            max_shard_bytes=max_shard_bytes)
+    with RoutePlan(work / "decisions.parquet") as plan:
+        summary = write_dataset(out, {config: _rows(plan.rows(config)) for config in CONFIGS},
+                                max_shard_bytes=max_shard_bytes)
     report = _report(pool, n_admitted, dropped, _tally(work / "decisions.parquet"), summary, clean_report,
                      engine, limit, judge_report, facts)
     timings["write"] = time.perf_counter() - t4

@@ -50,19 +50,43 @@ def _plans(plans):
     return [(p.image.sha256, p.image.path, p.qa, p.sources, p.actions, p.policy) for p in plans]
 
 
-routes = st.sampled_from([ACCEPTED, ACCEPTED, REJECTED, FAILED])
+ROUTE_CHOICES = (ACCEPTED, ACCEPTED, REJECTED, FAILED)
+routes = st.sampled_from(ROUTE_CHOICES)
 
 
 @settings(max_examples=60, deadline=None)
 @given(items=st.lists(st.tuples(st.integers(0, 12), routes), max_size=80),
-       row_group=st.integers(1, 17), window=st.integers(1, 9))
-def test_streaming_plan_equals_in_memory_route(tmp_path_factory, items, row_group, window):
+       row_group=st.integers(1, 17), window=st.integers(1, 9), bucket_rows=st.integers(1, 30))
+def test_streaming_plan_equals_in_memory_route(tmp_path_factory, items, row_group, window, bucket_rows):
     outcomes = [_outcome(2 * i + 1, image, route_to) for i, (image, route_to) in enumerate(items)]
-    path = _write_decisions(tmp_path_factory.mktemp("route") / "decisions.parquet", outcomes, row_group)
+    folder = tmp_path_factory.mktemp("route")
+    path = _write_decisions(folder / "decisions.parquet", outcomes, row_group)
     expected = route(outcomes)
-    plan = RoutePlan(path, window=window)
-    for config in CONFIGS:
-        assert _plans(plan.rows(config)) == _plans(expected[config])
+    with RoutePlan(path, window=window, bucket_rows=bucket_rows) as plan:
+        assert len(plan) == len(outcomes)
+        for config in CONFIGS:
+            assert _plans(plan.rows(config)) == _plans(expected[config])
+    assert [p.name for p in folder.iterdir()] == ["decisions.parquet"]  # the bucket files are gone
+
+
+@settings(max_examples=25, deadline=None)
+@given(images=st.integers(1, 60), repeats=st.lists(st.tuples(st.integers(0, 59), st.integers(0, 399), routes),
+                                                    max_size=40),
+       bucket_rows=st.sampled_from([5, 16, 64, 1000]), seed=st.randoms(use_true_random=False))
+def test_images_repeating_far_apart_group_as_in_memory(tmp_path_factory, images, repeats, bucket_rows, seed):
+    # Every image first appears within the first `images` items; the repeats land anywhere in a
+    # pool of a few hundred items, so an image's rows gather items from across the pool and the
+    # buckets of both passes (by image, then by first appearance) each hold many images.
+    pool = [(k, seed.choice(ROUTE_CHOICES)) for k in range(images)]
+    pool += [(seed.randrange(images), seed.choice(ROUTE_CHOICES)) for _ in range(200)]
+    for image, position, route_to in repeats:
+        pool.insert(min(position, len(pool)), (image % images, route_to))
+    outcomes = [_outcome(i, image, route_to) for i, (image, route_to) in enumerate(pool)]
+    path = _write_decisions(tmp_path_factory.mktemp("far") / "decisions.parquet", outcomes, 37)
+    expected = route(outcomes)
+    with RoutePlan(path, window=50, bucket_rows=bucket_rows) as plan:
+        for config in CONFIGS:
+            assert _plans(plan.rows(config)) == _plans(expected[config])
 
 
 def test_rows_follow_first_appearance_and_pool_order(tmp_path):
@@ -82,8 +106,47 @@ def test_out_of_order_decisions_are_refused(tmp_path):
     outcomes = [_outcome(3, 1, ACCEPTED), _outcome(2, 1, ACCEPTED)]
     with pytest.raises(ValueError, match="not in pool order"):
         route(outcomes)
-    with pytest.raises(ValueError, match="not in pool order"):
+    with pytest.raises(ValueError, match=r"not in pool order \(row 1, order 2\)"):
         RoutePlan(_write_decisions(tmp_path / "d.parquet", outcomes, 10))
+    assert [p.name for p in tmp_path.iterdir()] == ["d.parquet"]  # nothing left behind
+
+
+@pytest.mark.parametrize("bucket_rows", [1, 2, 3, 100])
+def test_order_is_checked_across_batches(tmp_path, bucket_rows):
+    outcomes = [_outcome(order, 1, ACCEPTED) for order in (0, 1, 2, 2, 5)]
+    with pytest.raises(ValueError, match=r"not in pool order \(row 3, order 2\)"):
+        RoutePlan(_write_decisions(tmp_path / "d.parquet", outcomes, 10), bucket_rows=bucket_rows)
+
+
+def _records(outcomes):
+    return [{**outcome_record(o), "think": o.think} for o in outcomes]
+
+
+@pytest.mark.parametrize("sha", ["abc", None, "f" * 65])
+def test_a_bad_image_sha_is_refused(tmp_path, sha):
+    records = _records([_outcome(0, 1, ACCEPTED), _outcome(1, 2, ACCEPTED)])
+    records[1]["image_sha256"] = sha
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist(records, schema=pa.schema(list(OUTCOME_FIELDS))), path)
+    with pytest.raises(ValueError, match="image_sha256 must be 64 hex digits in every row"):
+        RoutePlan(path)
+
+
+def test_an_unknown_route_is_refused(tmp_path):
+    records = _records([_outcome(i, i % 2, ACCEPTED) for i in range(5)])
+    records[3]["route"] = "maybe"
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist(records, schema=pa.schema(list(OUTCOME_FIELDS))), path)
+    with pytest.raises(ValueError, match=r"d.parquet: row 3: unknown route"):
+        RoutePlan(path, bucket_rows=2)
+
+
+def test_a_closed_plan_refuses_rows(tmp_path):
+    plan = RoutePlan(_write_decisions(tmp_path / "d.parquet", [_outcome(0, 1, ACCEPTED)], 10))
+    plan.close()
+    with pytest.raises(ValueError, match="closed"):
+        list(plan.rows("RS_think"))
+    assert [p.name for p in tmp_path.iterdir()] == ["d.parquet"]
 
 
 def test_policy_must_agree_within_a_row(tmp_path):
