@@ -4,19 +4,22 @@ The pools are bench_build's synthetic pools (N QA over N/2 small PNGs). The engi
 the item id with the same texts as bench_build's recordings but holds nothing (the replay engine
 keeps every recording in memory, which would measure the engine, not the builder); ``--engine
 replay`` measures with it anyway. For each size a child process runs one build and reports, from
-the kernel's high-water mark (VmHWM, reset through /proc/self/clear_refs after the admit stage):
+the kernel's high-water mark (VmHWM, reset through /proc/self/clear_refs as each stage starts):
 
 - ``floor``: RSS after importing the builder and its libraries, before any work;
-- ``admit``: peak while reading and cleaning the pool (work/admitted.parquet, dropped.jsonl);
+- per stage, its peak: ``admit`` (read and clean the pool: work/admitted.parquet,
+  dropped.jsonl), ``generate`` (prompt, generate, verify: work/decisions.parquet), ``route``
+  (RoutePlan: the rows' grouping), ``write`` (the three configs' shards), ``tally`` (the
+  report's counts), ``card`` and ``validate``;
 - ``after admit``: RSS when the admit stage has returned (what it leaves allocated);
-- ``rest``: peak of everything after it: generate, verify, route, write, card, validate;
-- ``build``: the peak over the whole build (the larger of the two).
+- ``rest``: the peak of every stage after admit; ``build``: the peak over the whole build.
 
     .venv/bin/python benchmarks/bench_memory.py                    # 10000 and 100000 QA
     .venv/bin/python benchmarks/bench_memory.py --sizes 10000 50000 --engine replay
 
 Target: the build's peak does not grow with the pool beyond the writer's buffer (one row group
-of ROW_GROUP_SIZE rows) and the compact per-item columns that routing groups with numpy.
+of ROW_GROUP_SIZE rows) and fixed-size buffers (spill.py's dict threshold and Bloom filter,
+RoutePlan's bucket).
 """
 
 from __future__ import annotations
@@ -67,36 +70,57 @@ def _reset_peak() -> None:
         fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
 
 
+# (stage, module attribute that runs it), in build order.
+STAGES = (("admit", "build", "_admit_stage"), ("generate", "build", "_generation_stage"),
+          ("route", "build", "RoutePlan"), ("write", "build", "write_dataset"), ("tally", "build", "_tally"),
+          ("card", "card", "write_card"), ("validate", "build", "validate_folder"))
+
+
 def child(root: Path, engine_name: str) -> dict:
     import importlib
 
     importlib.import_module("datasets")  # the build's validation and card import it: part of the floor
 
     import orandcar_builder.build as build_module
+    import orandcar_builder.card as card_module
     from orandcar_builder.engines.replay import ReplayEngine
 
     floor = _status_mb("VmRSS")
-    marks: dict[str, float] = {}
-    admit_stage = build_module._admit_stage
+    peaks: dict[str, float] = {}
+    starts: dict[str, float] = {}  # RSS as each stage starts
+    gaps: list[float] = []  # peaks between stages
+    after_admit: list[float] = []
 
-    def measured_admit(*args, **kwargs):
-        out = admit_stage(*args, **kwargs)
-        marks["admit_peak_mb"] = _status_mb("VmHWM")
-        marks["after_admit_mb"] = _status_mb("VmRSS")
-        _reset_peak()
-        return out
+    def measured(name: str, run):
+        def stage(*args, **kwargs):
+            gaps.append(_status_mb("VmHWM"))
+            _reset_peak()
+            starts.setdefault(name, _status_mb("VmRSS"))
+            out = run(*args, **kwargs)
+            peaks[name] = max(peaks.get(name, 0.0), _status_mb("VmHWM"))
+            if name == "admit":
+                after_admit.append(_status_mb("VmRSS"))
+            _reset_peak()
+            return out
+        return stage
 
-    build_module._admit_stage = measured_admit
+    modules = {"build": build_module, "card": card_module}
+    for name, module, attribute in STAGES:
+        setattr(modules[module], attribute, measured(name, getattr(modules[module], attribute)))
     _reset_peak()
     t0 = time.perf_counter()
     engine = ReplayEngine(root / "replay.jsonl") if engine_name == "replay" else SyntheticEngine()
     result = build_module.build(root / "pool.jsonl", root / "out", work=root / "work", engine=engine, progress=False)
     if not result.ok:
         raise SystemExit(f"build failed validation: {result.problems[:3]}")
+    gaps.append(_status_mb("VmHWM"))
+    rest = max([v for k, v in peaks.items() if k != "admit"] + gaps[1:])
+    # clear_refs resets ru_maxrss too: the build's peak is the largest of the parts.
     return {"items": result.report["items"], "floor_mb": round(floor, 1),
-            **{k: round(v, 1) for k, v in marks.items()}, "rest_peak_mb": round(_status_mb("VmHWM"), 1),
-            # clear_refs resets ru_maxrss too: the build's peak is the larger of the two parts.
-            "build_peak_mb": round(max(marks["admit_peak_mb"], _status_mb("VmHWM")), 1),
+            "stage_start_mb": {name: round(starts[name], 1) for name, _, _ in STAGES},
+            "stage_peak_mb": {name: round(peaks[name], 1) for name, _, _ in STAGES},
+            "admit_peak_mb": round(peaks["admit"], 1), "after_admit_mb": round(after_admit[0], 1),
+            "rest_peak_mb": round(rest, 1), "build_peak_mb": round(max(peaks["admit"], rest, gaps[0]), 1),
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
@@ -129,9 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             make_pool(root, size)
             fig = {"size": size, "engine": args.engine, **measure(root, args.engine)}
             figures.append(fig)
+            stages = "  ".join(f"{name} {fig['stage_start_mb'][name]:.1f}->{peak:.1f}"
+                               for name, peak in fig["stage_peak_mb"].items())
             print(f"{size:>8} QA  floor {fig['floor_mb']:6.1f}  admit peak {fig['admit_peak_mb']:6.1f}  "
                   f"after admit {fig['after_admit_mb']:6.1f}  rest peak {fig['rest_peak_mb']:6.1f}  "
-                  f"build peak {fig['build_peak_mb']:6.1f} MiB  ({fig['seconds']:.1f}s)", flush=True)
+                  f"build peak {fig['build_peak_mb']:6.1f} MiB  ({fig['seconds']:.1f}s)\n"
+                  f"{'':>12}stages (RSS at start -> peak): {stages}", flush=True)
         finally:
             shutil.rmtree(root, ignore_errors=True)
     if len(figures) > 1:
@@ -144,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"({growth * 1024 / extra:.2f} KiB per extra QA item)")
         growth = (b["rest_peak_mb"] - b["after_admit_mb"]) - (a["rest_peak_mb"] - a["after_admit_mb"])
         print(f"growth of the stages after admit above what admit left: {growth:+.1f} MiB")
+        print("peak growth per stage: " + "  ".join(
+            f"{name} {b['stage_peak_mb'][name] - a['stage_peak_mb'][name]:+.1f}" for name in a["stage_peak_mb"]) + " MiB")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
