@@ -47,6 +47,18 @@ def test_exact_duplicates_are_merged_into_the_first(images):
     assert report["duplicates_merged"] == 2 and report["dropped_by_reason"] == {DUPLICATE: 2}
 
 
+def test_duplicates_found_after_the_kept_keys_spill_to_disk(images, monkeypatch):
+    from orandcar_builder import spill
+
+    monkeypatch.setattr(spill, "DEFAULT_THRESHOLD", 1)
+    monkeypatch.setattr(spill, "BATCH", 2)
+    red, blue = images["red"], images["blue"]
+    items = [qa(0, red), qa(1, blue), qa(2, red, answer="EXIT"), qa(3, blue, answer="EXIT"), qa(4, red), qa(5, blue)]
+    records = list(clean(items))
+    assert [r.reason if isinstance(r, Dropped) else "ok" for r in records] == ["ok"] * 4 + [DUPLICATE] * 2
+    assert "'q0'" in records[4].detail and "'q1'" in records[5].detail
+
+
 def test_duplicates_are_judged_after_normalisation(images):
     red = images["red"]
     items = [qa(0, red, "Which? Options: cat, dog", "dog", family="multiple_choice"),

@@ -102,7 +102,7 @@ def test_without_base_dir_a_relative_path_is_unchecked_but_a_hash_or_absolute_pa
     assert isinstance(record, Dropped) and record.reason == MISMATCH
 
 
-def test_each_source_file_is_hashed_once(base, monkeypatch):
+def test_each_source_file_is_hashed_once_while_remembered(base, monkeypatch):
     import orandcar_builder.clean.provenance as provenance
 
     calls = []
@@ -112,3 +112,9 @@ def test_each_source_file_is_hashed_once(base, monkeypatch):
     for _ in range(3):
         assert check_provenance(item(base, image="img/copy_of_a.png"), hashes).reason is None
     assert len(calls) == 1
+    # Only the last ``keep`` files are remembered: memory stays bounded, a file seen again later
+    # is hashed again, with the same verdicts.
+    hashes = SourceImageHashes(base, keep=1)
+    for name, reason in (("img/copy_of_a.png", None), ("img/b.png", MISMATCH), ("img/copy_of_a.png", None)):
+        assert check_provenance(item(base, image=name), hashes).reason == reason
+    assert len(calls) == 4 and len(hashes._digests) == 1

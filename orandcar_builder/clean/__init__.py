@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional, Union
 
 from ..records import Admitted, Dropped, PoolItem
+from ..spill import SpillMap
 from . import choices, provenance, purity
 
 # Bumped whenever a cleaning rule changes what is admitted.
@@ -48,10 +49,11 @@ def qa_key(item: PoolItem) -> bytes:
 class _Cleaner:
     """The per-item decisions, once purity has been measured over the whole pool."""
 
-    def __init__(self, meter: purity.PurityMeter, base_dir: Optional[Path]):
+    def __init__(self, meter: purity.PurityMeter, base_dir: Optional[Path], spill_dir=None):
         self.meter = meter
         self.hashes = provenance.SourceImageHashes(base_dir)
-        self.kept: dict[bytes, str] = {}  # qa_key -> id of the admitted item it belongs to
+        # qa_key (hex) -> id of the admitted item it belongs to; on disk under spill_dir once large.
+        self.kept = SpillMap(spill_dir)
         self.dropped: Counter = Counter()
         self.actions: Counter = Counter()
         self.provenance: Counter = Counter()
@@ -79,13 +81,18 @@ class _Cleaner:
         if choice.action is not None:
             actions.append(choice.action)
             item = replace(item, question=choice.question, answer=choice.answer, options=choice.options)
-        key = qa_key(item)
-        if key in self.kept:
-            return self._drop(item, DUPLICATE, f"same image, question and reference as {self.kept[key]!r}; merged into it")
-        self.kept[key] = item.id
+        earlier = self.kept.first_seen(qa_key(item).hex(), item.id)
+        if earlier is not None:
+            return self._drop(item, DUPLICATE, f"same image, question and reference as {earlier!r}; merged into it")
         self.actions.update(actions)
         self.admitted += 1
         return Admitted(item=item, order=order, policy=POLICY_ID, actions=tuple(actions))
+
+    def __enter__(self) -> "_Cleaner":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.kept.close()
 
     def _drop(self, item: PoolItem, reason: str, detail: str) -> Dropped:
         self.dropped[reason] += 1
@@ -113,6 +120,7 @@ def clean(
     *,
     base_dir: Optional[Union[str, os.PathLike]] = None,
     meter: Optional[purity.PurityMeter] = None,
+    spill_dir: Optional[Union[str, os.PathLike]] = None,
 ) -> Iterator[Union[Admitted, Dropped]]:
     """Yield exactly one ``Admitted`` or ``Dropped`` per item, in the order given.
 
@@ -120,20 +128,21 @@ def clean(
     without it a relative ``source.image`` cannot be checked and its item counts as unchecked.
     Task purity needs a family's off-task share before it can decide any of its items: without
     ``meter`` the items are held until the last one is measured; with a ``meter`` that already
-    measured them (``purity.measure_pool_file``), they stream through.
-    ``report`` is filled once the last record is yielded.
+    measured them (``purity.measure_pool_file``), they stream through. The keys of the items
+    admitted so far (for ``duplicate_qa``) go to scratch files under ``spill_dir`` (None: the
+    system temp dir) once there are many. ``report`` is filled once the last record is yielded.
     """
     report = report if report is not None else {}
     report.setdefault("policy", POLICY_ID)
     if meter is not None:
         # The purity shares were measured beforehand (purity.measure_pool_file, a first pass over
         # the pool file): each item is decided as it comes, and none is held.
-        cleaner = _Cleaner(meter, Path(base_dir) if base_dir is not None else None)
-        total = 0
-        for item in items:
-            yield cleaner.decide(item, total)
-            total += 1
-        cleaner.fill(report, total)
+        with _Cleaner(meter, Path(base_dir) if base_dir is not None else None, spill_dir) as cleaner:
+            total = 0
+            for item in items:
+                yield cleaner.decide(item, total)
+                total += 1
+            cleaner.fill(report, total)
         return
     meter = purity.PurityMeter()
     pending: deque[PoolItem] = deque()
@@ -141,12 +150,12 @@ def clean(
         meter.measure(item.family, item.question, item.options, item.source.origin)
         pending.append(item)
     total = len(pending)
-    cleaner = _Cleaner(meter, Path(base_dir) if base_dir is not None else None)
-    order = 0
-    while pending:
-        yield cleaner.decide(pending.popleft(), order)  # popped: a decided item is not held twice
-        order += 1
-    cleaner.fill(report, total)
+    with _Cleaner(meter, Path(base_dir) if base_dir is not None else None, spill_dir) as cleaner:
+        order = 0
+        while pending:
+            yield cleaner.decide(pending.popleft(), order)  # popped: a decided item is not held twice
+            order += 1
+        cleaner.fill(report, total)
 
 
 from .pool_file import clean_pool  # noqa: E402  (uses clean and POLICY_ID defined above)

@@ -46,7 +46,7 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
                 yield record
 
     meter = measure_pool_file(pool, limit=limit, spill_dir=spill_dir)
-    for record in clean(items(), report, base_dir=pool.parent, meter=meter):
+    for record in clean(items(), report, base_dir=pool.parent, meter=meter, spill_dir=spill_dir):
         # read_pool's drops that came before this item, then the item's verdict.
         yield from read_drops
         read_drops.clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
@@ -34,14 +35,17 @@ class ProvenanceResult:
 
 
 class SourceImageHashes:
-    """sha256 of recorded source image files, each file hashed once (paths and digests only).
+    """sha256 of recorded source image files: the last ``keep`` files' digests are remembered
+    (a file's QA items usually come together), so memory does not grow with the pool; a file
+    seen again after that is hashed again.
 
     ``base_dir`` is the pool file's directory; None means relative locators cannot be resolved.
     """
 
-    def __init__(self, base_dir: Optional[os.PathLike | str]):
+    def __init__(self, base_dir: Optional[os.PathLike | str], *, keep: int = 4096):
         self.base_dir = os.path.abspath(base_dir) if base_dir is not None else None
-        self._digests: dict[str, str | OSError] = {}
+        self.keep = keep
+        self._digests: OrderedDict[str, str | OSError] = OrderedDict()
 
     def path(self, recorded: str) -> Optional[str]:
         """The absolute path ``recorded`` names, or None when it is relative and there is no base."""
@@ -50,12 +54,17 @@ class SourceImageHashes:
         return os.path.abspath(os.path.join(self.base_dir or "", recorded))
 
     def digest(self, path: str) -> str | OSError:
-        if path not in self._digests:
-            try:
-                self._digests[path] = sha256_file(path)
-            except OSError as exc:
-                self._digests[path] = exc
-        return self._digests[path]
+        if path in self._digests:
+            self._digests.move_to_end(path)
+            return self._digests[path]
+        try:
+            digest: str | OSError = sha256_file(path)
+        except OSError as exc:
+            digest = exc
+        self._digests[path] = digest
+        if len(self._digests) > self.keep:
+            self._digests.popitem(last=False)
+        return digest
 
 
 def check_provenance(item: PoolItem, hashes: SourceImageHashes) -> ProvenanceResult:
