@@ -408,7 +408,7 @@ def _judge_pass(judge_engine: Engine, decisions: Path, cache: Optional[Generatio
             return out
 
         with _Files(judged=_ParquetFile(decisions.with_name(decisions.name + ".judged"), DECISION_SCHEMA)) as files:
-            for batch in pq.ParquetFile(decisions).iter_batches(batch_size=chunk):
+            for batch in pq.ParquetFile(decisions, pre_buffer=False).iter_batches(batch_size=chunk):
                 rows = batch.to_pylist()
                 to_judge: list[int] = []
                 items: list[judging.JudgeItem] = []
@@ -466,7 +466,7 @@ class _Tally:
 def _tally(decisions: Path) -> _Tally:
     tally = _Tally()
     columns = ["family", "route", "reason", "verifier", "options"]
-    for batch in pq.ParquetFile(decisions).iter_batches(batch_size=65536, columns=columns):
+    for batch in pq.ParquetFile(decisions, pre_buffer=False).iter_batches(batch_size=65536, columns=columns):
         for family, route_to, reason, verifier, options in zip(*(batch.column(c).to_pylist() for c in columns)):
             tally.routes[route_to] += 1
             rule = rule_for(family, options)

@@ -145,7 +145,7 @@ def arrow_bytes(shards: Iterable[Path]) -> int:
     ``num_bytes`` that ``datasets`` records for a split."""
     total = 0
     for shard in shards:
-        parquet = pq.ParquetFile(shard)
+        parquet = pq.ParquetFile(shard, pre_buffer=False)  # pre-buffered reads stay cached until closed
         for group in range(parquet.num_row_groups):
             total += parquet.read_row_group(group).nbytes
     return total

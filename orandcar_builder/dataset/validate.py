@@ -255,7 +255,7 @@ def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhausti
         if schema_problems:
             continue
         row_index = 0
-        parquet = pq.ParquetFile(shard)
+        parquet = pq.ParquetFile(shard, pre_buffer=False)
         for batch in parquet.iter_batches(batch_size=_batch_rows(parquet), use_threads=False):
             suspects = np.ones(batch.num_rows, dtype=bool) if exhaustive else _suspect_rows(config, batch)
             for i, (sha, suspect) in enumerate(zip(batch.column("image_sha256").to_pylist(), suspects.tolist())):

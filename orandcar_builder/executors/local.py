@@ -41,7 +41,7 @@ class LocalExecutor:
     name = "local"
 
     def run(self, stage: GenerationStage) -> Iterator[DecidedChunk]:
-        admitted_file = pq.ParquetFile(stage.admitted)
+        admitted_file = pq.ParquetFile(stage.admitted, pre_buffer=False)
         for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
             admitted = [admitted_from_row(row) for row in batch.to_pylist()]
             requests = [make_request(a) for a in admitted]

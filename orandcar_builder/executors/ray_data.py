@@ -196,7 +196,7 @@ class RayExecutor:
     def _write_asks(self, stage: GenerationStage, fingerprint: dict, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
         """Classify every admitted item (cached, to ask, or sharing an earlier ask's key) and
         write the ones to ask; returns the classes (one byte per item) and the files."""
-        admitted_file = pq.ParquetFile(stage.admitted)
+        admitted_file = pq.ParquetFile(stage.admitted, pre_buffer=False)
         status = np.empty(admitted_file.metadata.num_rows, dtype=np.int8)
         asked: set[bytes] = set()  # 32 bytes per asked key: what a later item may share
         files: list[Path] = []
@@ -305,7 +305,7 @@ class RayExecutor:
 
     def _merge(self, stage: GenerationStage, fingerprint: dict, status: np.ndarray,
                results: _Peekable) -> Iterator[DecidedChunk]:
-        admitted_file = pq.ParquetFile(stage.admitted)
+        admitted_file = pq.ParquetFile(stage.admitted, pre_buffer=False)
         position = 0
         for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
             admitted = [admitted_from_row(row) for row in batch.to_pylist()]

@@ -130,7 +130,7 @@ def _offsets(lengths: list) -> list[int]:
 def _items(path: Path, config: str, shard: str, report: RecheckReport) -> Iterator[_Item]:
     """The QA items of one shard with their sources; malformed rows go to the report."""
     try:
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(path, pre_buffer=False)
     except (OSError, pa.ArrowInvalid) as exc:
         raise OrandCarError(f"{shard}: not a readable parquet file ({exc})") from None
     columns = set(parquet.schema_arrow.names)
