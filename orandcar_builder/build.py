@@ -274,8 +274,8 @@ def build(
     ``executor`` says where generation runs: ``"local"`` (here) or ``"ray"`` (Ray Data on the
     cluster at ``ray_address``, or a local one: ``engine_replicas`` actors, each with its own
     engine made from ``engine_name`` and ``engine_options`` and ``gpus_per_replica`` GPUs; the
-    work dir and the pool's images must be on storage every node sees at the same path). The
-    judge pass, routing and writing run here either way; both executors give the same bytes.
+    pool's images must be on storage every node sees at the same path, while the work dir and
+    its generation cache stay with this process). The judge pass, routing and writing run here either way; both executors give the same bytes.
     ``engine_factory`` (anything picklable with a ``create()`` method) replaces the name and
     options where replicas make their engines; its engines must have the build engine's
     fingerprint.
