@@ -103,7 +103,9 @@ class _ParquetFile:
     def __init__(self, path: Path, schema: pa.Schema, *, chunk: int = CHUNK_SIZE):
         self.path, self.schema, self.chunk = Path(path), schema, chunk
         self.tmp = self.path.with_name(self.path.name + ".tmp")
-        self.writer = pq.ParquetWriter(self.tmp, schema)
+        # No column statistics: nothing filters these work files, and the writer would hold every
+        # row group's min/max strings (its footer) in memory until it closes.
+        self.writer = pq.ParquetWriter(self.tmp, schema, write_statistics=False)
         self.buffer: list[dict] = []
         self.rows = 0
 

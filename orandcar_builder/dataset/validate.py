@@ -238,10 +238,12 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     if not folder.is_dir():
         return [f"{folder}: not a folder"]
     problems = list(_check_readme(folder))
-    for config in CONFIGS:
-        shards, name_problems = _check_shard_names(folder, config)
-        problems.extend(name_problems)
-        with SpillMap() as seen_images:  # image sha256 -> where its first row is; bounded memory
+    # "config/sha256" -> where the image's first row in that config is. One map for the folder:
+    # past its threshold it holds a fixed Bloom filter and page cache, paid once, not per config.
+    with SpillMap() as seen_images:
+        for config in CONFIGS:
+            shards, name_problems = _check_shard_names(folder, config)
+            problems.extend(name_problems)
             problems.extend(_check_rows(config, shards, seen_images, exhaustive))
     return problems
 
@@ -263,7 +265,7 @@ def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhausti
                 if suspect:
                     yield from _check_row(config, batch.slice(i, 1).to_pylist()[0], where)
                 if sha is not None:
-                    earlier = seen_images.first_seen(sha, where)
+                    earlier = seen_images.first_seen(f"{config}/{sha}", where)
                     if earlier is not None:
                         yield f"{where} field image_sha256: image already has a row ({earlier})"
             row_index += batch.num_rows
