@@ -6,8 +6,9 @@ pool --read--> items --clean--> admitted (work/admitted.parquet)
 folder --validate.
 
 Each stage reads what the previous one wrote and handles it in chunks, so memory does not grow
-with the pool beyond a chunk, the writer's row group and a few compact columns (image sha256,
-order, route) that routing groups with numpy. Every pool line ends in exactly one place: dropped
+with the pool beyond a chunk and the open shard: what must see every item (repeated ids and QA,
+images already written, the grouping of rows by image) is kept on disk in the work dir
+(spill.py, route.RoutePlan). Every pool line ends in exactly one place: dropped
 (work/dropped.jsonl, with a reason), accepted or rejected; an item with no complete generation
 (an engine error on the ray executor, or a finish reason other than stop/length) is counted as
 ``failed`` with its reason in work/failed.jsonl and asked again by the next run. Timings and paths go to the work dir only; the dataset folder depends on nothing but
