@@ -173,8 +173,11 @@ class SpillMap:
     def _flush(self) -> None:
         """Insert the pending keys (all new) in one statement: SQLite reads them from a JSON object."""
         if self._memory:
-            self._db.execute("INSERT INTO seen (key, value) SELECT key, value FROM json_each(?)",
-                             (json.dumps(self._memory, ensure_ascii=False),))
+            text = json.dumps(self._memory, ensure_ascii=False)
+            if "\\u0000" in text:  # json_each would cut a key or value at U+0000: bind each pair
+                self._db.executemany("INSERT INTO seen (key, value) VALUES (?, ?)", self._memory.items())
+            else:
+                self._db.execute("INSERT INTO seen (key, value) SELECT key, value FROM json_each(?)", (text,))
             self._memory = {}
 
 

@@ -54,6 +54,18 @@ def test_beyond_threshold_answers_the_same(tmp_path, small_batches, threshold):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_nul_in_keys_and_values_survives_the_spill(tmp_path, small_batches):
+    """SQLite's json_each cuts text at U+0000 (a pool id may hold one, written "\\u0000"): such
+    keys must neither collide on their prefix nor lose their repeats."""
+    keys = ["x\x00a", "x\x00b", "x", "\x00", "", "y\x00"]
+    with SpillMap(tmp_path, threshold=0) as seen:
+        for i, key in enumerate(keys):
+            assert seen.first_seen(key, f"v\x00{i}") is None
+        for i, key in enumerate(keys):
+            assert seen.first_seen(key, "later") == f"v\x00{i}"
+        assert len(seen) == len(keys)
+
+
 def test_bloom_false_positives_still_answer_right(tmp_path, small_batches, colliding_bloom):
     with SpillMap(tmp_path, threshold=2) as seen:
         for i in range(20):
