@@ -136,6 +136,25 @@ def test_sliced_batches_keep_row_numbers(rows_by_config):
     assert _suspect_rows(config, tail).tolist() == [False, True]
 
 
+def test_null_struct_over_filled_children(rows_by_config):
+    """A struct nulled by its validity bitmap alone keeps its children's lists: struct_field then
+    gives null lists over non-empty ranges, which list_flatten skips and list_parent_indices
+    does not (parquet never reads back such arrays; arrays built in memory can hold them)."""
+    config = "RS_think"
+    rows = copy.deepcopy(rows_by_config[config][:4])
+    assert len(rows) == 4
+    rows[1]["clean_meta"]["sources"][0]["family"] = "poetry"  # hidden under the null clean_meta
+    rows[3]["clean_meta"]["sources"][-1]["origin"] = ""
+    schema = features(config).arrow_schema
+    batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+    meta = batch.column("clean_meta")
+    nulled = pa.StructArray.from_arrays([meta.field(i) for i in range(meta.type.num_fields)], fields=list(meta.type),
+                                        mask=pa.array([False, True, False, False]))
+    batch = pa.RecordBatch.from_arrays([batch.column(i) for i in range(3)] + [nulled], schema=schema)
+    expected = [bool(list(_check_row(config, row, "row"))) for row in batch.to_pylist()]
+    assert expected == [False, True, False, True]
+    assert _suspect_rows(config, batch).tolist() == expected
+
 def test_unsupported_keyword_falls_back_to_every_row(monkeypatch, rows_by_config):
     with pytest.raises(Unsupported):
         compile_schema({"type": "string", "maxLength": 3}, pa.string())

@@ -61,6 +61,16 @@ def _null_mask(array: pa.Array) -> Mask:
     return np.array(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def _flattened_parents(lists: pa.Array) -> np.ndarray:
+    """The row of each value ``pc.list_flatten(lists)`` gives. list_parent_indices also counts the
+    values under a null list whose range is not empty (as ``pc.struct_field`` of a null struct
+    leaves them); list_flatten skips those."""
+    parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+    if lists.null_count:
+        parents = parents[~_null_mask(lists)[parents]]
+    return parents
+
+
 def _bool(array) -> Mask:
     """A pyarrow boolean result as numpy, null counted as True (the value is missing)."""
     return np.array(pc.fill_null(array, True).to_numpy(zero_copy_only=False), dtype=bool)
@@ -142,7 +152,7 @@ def _array(schema: dict, arrow_type: pa.DataType, where: str) -> Check:
             if len(values):
                 bad = items(values)
                 if bad.any():
-                    parents = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)
+                    parents = _flattened_parents(array)
                     mask[parents[bad]] = True
         return mask
 

@@ -32,7 +32,7 @@ from ..families import FAMILIES
 from ..judge import JUDGE_VERIFIER
 from ..spill import SpillMap
 from ..verify import RULE_MODULES
-from .columnar import Unsupported, compile_schema
+from .columnar import Unsupported, _flattened_parents, compile_schema
 from .features import CONFIGS, SPLIT, configs_block, features
 
 SCHEMA_DIR = Path(__file__).with_name("schemas")
@@ -192,7 +192,7 @@ def _unknown_names(lists: pa.Array, field: str, known: frozenset) -> np.ndarray:
         bad = pc.and_(pc.invert(pc.is_in(names, value_set=pa.array(sorted(known), pa.string()))), pc.is_valid(names))
         bad = np.array(pc.fill_null(bad, False).to_numpy(zero_copy_only=False), dtype=bool)
         if bad.any():
-            mask[pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)[bad]] = True
+            mask[_flattened_parents(lists)[bad]] = True
     return mask
 
 
