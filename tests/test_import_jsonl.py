@@ -53,6 +53,7 @@ def test_lines_are_rewritten_canonically_relative_to_the_new_pool(pool_dir, tmp_
     [
         (b"{not json", "malformed_json"),
         (b'{"id": "\xff"}', "not_utf8"),
+        (json.dumps(line(question="What is \ud800?")).encode(), "not_utf8"),  # a lone surrogate escape
         (b"   ", "blank_line"),
         (json.dumps(line(question="  ")).encode(), "empty_field"),
         (json.dumps(line(answer="")).encode(), "empty_field"),

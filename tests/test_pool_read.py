@@ -81,3 +81,20 @@ def test_purity_pass_skips_repeated_ids_beyond_the_threshold(pool, tmp_path, mon
     monkeypatch.setattr(spill, "DEFAULT_THRESHOLD", 2)
     monkeypatch.setattr(spill, "BATCH", 4)
     assert measure_pool_file(pool, spill_dir=tmp_path).to_report() == expected
+
+
+def test_lone_surrogate_escapes_are_dropped_and_pairs_kept(tmp_path: Path, monkeypatch):
+    """A \\ud800 escape alone decodes to a str that is not Unicode text (UTF-8 cannot hold it, so
+    neither parquet nor the spill file can): dropped as not_utf8. A surrogate pair is one code
+    point and passes, on disk too."""
+    monkeypatch.setattr(spill, "DEFAULT_THRESHOLD", 0)
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (4, 4), "red").save(tmp_path / "img" / "a.png")
+    path = tmp_path / "pool.jsonl"
+    path.write_text("\n".join([_line("q\ud800"), _line("q\U0001F600"), _line("x", question="Why \udfff?"),
+                               _line("q\U0001F600")]) + "\n", encoding="utf-8")
+    assert "\\ud800" in path.read_text(encoding="utf-8")  # json.dumps wrote the escape
+    records = list(read_pool(path))
+    assert [(r.where, r.reason) if isinstance(r, Dropped) else (r.where, r.id) for r in records] == [
+        ("pool.jsonl:1", "not_utf8"), ("pool.jsonl:2", "q\U0001F600"), ("pool.jsonl:3", "not_utf8"),
+        ("pool.jsonl:4", "duplicate_id")]

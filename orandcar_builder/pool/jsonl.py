@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -100,6 +101,19 @@ def parse_pool_line(obj: object) -> dict:
     }
 
 
+# A JSON escape of a UTF-16 surrogate; only such an escape can put a lone surrogate into a str
+# decoded from UTF-8 text (valid pairs decode to one code point).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value: object) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]]:
     """Yield ``(where, value)`` per line of a JSONL file: the decoded JSON value, or a ``Dropped``
     for a blank, non-UTF-8 or malformed line. ``where`` is ``"name:line"``."""
@@ -115,9 +129,15 @@ def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]
                 yield where, Dropped(where, "not_utf8", f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})")
                 continue
             try:
-                yield where, json.loads(text)
+                value = json.loads(text)
             except json.JSONDecodeError as exc:
                 yield where, Dropped(where, "malformed_json", f"not valid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
+                yield where, Dropped(where, "not_utf8", "holds a lone surrogate escape (\\uD800-\\uDFFF without its "
+                                                       "pair): not Unicode text, it cannot be stored")
+                continue
+            yield where, value
 
 
 def _line_id(obj: object) -> Optional[str]:
