@@ -32,10 +32,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_build import answer_text, make_pool  # noqa: E402
+
+from orandcar_builder.dataset.writer import DEFAULT_MAX_SHARD_BYTES  # noqa: E402
 
 
 class SyntheticEngine:
@@ -76,7 +78,7 @@ STAGES = (("admit", "build", "_admit_stage"), ("generate", "build", "_generation
           ("card", "card", "write_card"), ("validate", "build", "validate_folder"))
 
 
-def child(root: Path, engine_name: str, max_shard_bytes: Optional[int]) -> dict:
+def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
     import importlib
 
     importlib.import_module("datasets")  # the build's validation and card import it: part of the floor
@@ -110,9 +112,8 @@ def child(root: Path, engine_name: str, max_shard_bytes: Optional[int]) -> dict:
     _reset_peak()
     t0 = time.perf_counter()
     engine = ReplayEngine(root / "replay.jsonl") if engine_name == "replay" else SyntheticEngine()
-    shards = {"max_shard_bytes": max_shard_bytes} if max_shard_bytes else {}
     result = build_module.build(root / "pool.jsonl", root / "out", work=root / "work", engine=engine, progress=False,
-                                **shards)
+                                max_shard_bytes=max_shard_bytes)
     if not result.ok:
         raise SystemExit(f"build failed validation: {result.problems[:3]}")
     gaps.append(_status_mb("VmHWM"))
@@ -126,13 +127,11 @@ def child(root: Path, engine_name: str, max_shard_bytes: Optional[int]) -> dict:
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def measure(root: Path, engine_name: str, max_shard_bytes: Optional[int]) -> dict:
+def measure(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
     shutil.rmtree(root / "out", ignore_errors=True)
     shutil.rmtree(root / "work", ignore_errors=True)
-    command = [sys.executable, __file__, "--child", "--root", str(root), "--engine", engine_name]
-    if max_shard_bytes:
-        command += ["--max-shard-bytes", str(max_shard_bytes)]
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    proc = subprocess.run([sys.executable, __file__, "--child", "--root", str(root), "--engine", engine_name,
+                           "--max-shard-bytes", str(max_shard_bytes)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -142,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="QA items per pool")
     parser.add_argument("--engine", choices=("synthetic", "replay"), default="synthetic")
-    parser.add_argument("--max-shard-bytes", type=int, default=None,
+    parser.add_argument("--max-shard-bytes", type=int, default=DEFAULT_MAX_SHARD_BYTES,
                         help="the build's shard bound (default: the builder's, 256 MiB); an open shard's "
                              "footer grows with its rows, so a smaller bound shows the build without it")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")

@@ -46,6 +46,7 @@ from .executors.local import generate
 from .executors.steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_row, apply_verdict, decide,
                               decision_from_row, generation_from_row, make_request, with_verdict)
 from .families import rule_for
+from .parquetio import open_parquet
 from .records import Dropped, Generation
 from .route import ACCEPTED, FAILED, REJECTED, RoutePlan
 from .verify import get_rule
@@ -278,7 +279,8 @@ def build(
     cluster at ``ray_address``, or a local one: ``engine_replicas`` actors, each with its own
     engine made from ``engine_name`` and ``engine_options`` and ``gpus_per_replica`` GPUs; the
     pool's images must be on storage every node sees at the same path, while the work dir and
-    its generation cache stay with this process). The judge pass, routing and writing run here either way; both executors give the same bytes.
+    its generation cache stay with this process). The judge pass, routing and writing run here
+    either way; both executors give the same bytes.
     ``engine_factory`` (anything picklable with a ``create()`` method) replaces the name and
     options where replicas make their engines; its engines must have the build engine's
     fingerprint.
@@ -411,7 +413,7 @@ def _judge_pass(judge_engine: Engine, decisions: Path, cache: Optional[Generatio
             return out
 
         with _Files(judged=_ParquetFile(decisions.with_name(decisions.name + ".judged"), DECISION_SCHEMA)) as files:
-            for batch in pq.ParquetFile(decisions, pre_buffer=False).iter_batches(batch_size=chunk):
+            for batch in open_parquet(decisions).iter_batches(batch_size=chunk):
                 rows = batch.to_pylist()
                 to_judge: list[int] = []
                 items: list[judging.JudgeItem] = []
@@ -469,7 +471,7 @@ class _Tally:
 def _tally(decisions: Path) -> _Tally:
     tally = _Tally()
     columns = ["family", "route", "reason", "verifier", "options"]
-    for batch in pq.ParquetFile(decisions, pre_buffer=False).iter_batches(batch_size=65536, columns=columns):
+    for batch in open_parquet(decisions).iter_batches(batch_size=65536, columns=columns):
         for family, route_to, reason, verifier, options in zip(*(batch.column(c).to_pylist() for c in columns)):
             tally.routes[route_to] += 1
             rule = rule_for(family, options)

@@ -35,6 +35,7 @@ import yaml
 
 from .dataset.features import CONFIGS, SPLIT, configs_block, features
 from .errors import OrandCarError
+from .parquetio import open_parquet
 
 DEFAULT_REPO_ID = "ORG/OrandCar"
 NOT_RECORDED = "not recorded"
@@ -145,7 +146,7 @@ def arrow_bytes(shards: Iterable[Path]) -> int:
     ``num_bytes`` that ``datasets`` records for a split."""
     total = 0
     for shard in shards:
-        parquet = pq.ParquetFile(shard, pre_buffer=False)  # pre-buffered reads stay cached until closed
+        parquet = open_parquet(shard)
         for group in range(parquet.num_row_groups):
             total += parquet.read_row_group(group).nbytes
     return total

@@ -26,9 +26,9 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .images import ImageRef
+from .parquetio import open_parquet
 
 ACCEPTED = "accepted"
 REJECTED = "rejected"
@@ -250,10 +250,7 @@ class RoutePlan:
     def __init__(self, decisions: Path, *, window: int = WINDOW, bucket_rows: int = BUCKET_ROWS):
         self.path = Path(decisions)
         self.window = window
-        # pre_buffer=False: with pyarrow's default the reader keeps the column chunks of every row
-        # group it has read until the file is closed (about 45 KB per 1024 decisions for pass 1's
-        # three columns), which would grow with the pool.
-        self._file = pq.ParquetFile(self.path, pre_buffer=False)
+        self._file = open_parquet(self.path)
         meta = self._file.metadata
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         self._group_starts = np.cumsum([0] + sizes)

@@ -42,6 +42,12 @@ _PRAGMAS = ("journal_mode=OFF", "synchronous=OFF", "temp_store=FILE", "locking_m
             f"cache_size=-{CACHE_KIB}")
 
 
+def _bloom_position(key: str) -> tuple[int, int]:
+    """The byte of the Bloom filter that holds ``key``'s one probe, and the bit in it."""
+    position = hash(key) & _BLOOM_MASK
+    return position >> 3, 1 << (position & 7)
+
+
 class SpillMap:
     """A str -> str map for "was this key seen before, and what was recorded then".
 
@@ -82,14 +88,13 @@ class SpillMap:
             if self._count > self.threshold:
                 self._spill()
             return None
-        bit = hash(key) & _BLOOM_MASK
-        bloom = self._bloom
-        if (bloom[bit >> 3] >> (bit & 7)) & 1:
+        byte, bit = _bloom_position(key)
+        if self._bloom[byte] & bit:
             row = self._db.execute("SELECT value FROM seen WHERE key = ?", (key,)).fetchone()
             if row is not None:
                 return row[0]
         else:
-            bloom[bit >> 3] |= 1 << (bit & 7)
+            self._bloom[byte] |= bit
         memory[key] = value
         self._count += 1
         if len(memory) >= BATCH:
@@ -105,8 +110,8 @@ class SpillMap:
             if self._closed:
                 raise ValueError("this SpillMap is closed")
             return None
-        bit = hash(key) & _BLOOM_MASK
-        if not (self._bloom[bit >> 3] >> (bit & 7)) & 1:
+        byte, bit = _bloom_position(key)
+        if not self._bloom[byte] & bit:
             return None
         row = self._db.execute("SELECT value FROM seen WHERE key = ?", (key,)).fetchone()
         return row[0] if row is not None else None
@@ -165,10 +170,9 @@ class SpillMap:
         self._flush()
 
     def _set_bits(self, keys: Iterable[str]) -> None:
-        bloom = self._bloom
         for key in keys:
-            bit = hash(key) & _BLOOM_MASK
-            bloom[bit >> 3] |= 1 << (bit & 7)
+            byte, bit = _bloom_position(key)
+            self._bloom[byte] |= bit
 
     def _flush(self) -> None:
         """Insert the pending keys (all new) in one statement: SQLite reads them from a JSON object."""

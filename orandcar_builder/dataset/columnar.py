@@ -61,14 +61,22 @@ def _null_mask(array: pa.Array) -> Mask:
     return np.array(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _flattened_parents(lists: pa.Array) -> np.ndarray:
-    """The row of each value ``pc.list_flatten(lists)`` gives. list_parent_indices also counts the
-    values under a null list whose range is not empty (as ``pc.struct_field`` of a null struct
-    leaves them); list_flatten skips those."""
-    parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
-    if lists.null_count:
-        parents = parents[~_null_mask(lists)[parents]]
-    return parents
+def any_item(lists: pa.Array, check: Check) -> Mask:
+    """Rows of ``lists`` with an item for which ``check`` (over ``pc.list_flatten(lists)``) is True.
+
+    Items are mapped to rows with list_parent_indices, keeping only the parents of non-null
+    lists: it also counts the values under a null list whose range is not empty (as
+    ``pc.struct_field`` of a null struct leaves them), which list_flatten skips."""
+    mask = np.zeros(len(lists), dtype=bool)
+    values = pc.list_flatten(lists)
+    if len(values):
+        bad = check(values)
+        if bad.any():
+            parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+            if lists.null_count:
+                parents = parents[~_null_mask(lists)[parents]]
+            mask[parents[bad]] = True
+    return mask
 
 
 def _bool(array) -> Mask:
@@ -139,21 +147,15 @@ def _array(schema: dict, arrow_type: pa.DataType, where: str) -> Check:
     if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):
         raise Unsupported(f"{where}: type array over arrow {arrow_type}")
     min_items = schema.get("minItems")
+    # A non-object ``items`` (a tuple form) is refused by _compile as "not an object".
     items = _compile(schema["items"], arrow_type.value_type, f"{where}/items") if "items" in schema else None
-    if "items" in schema and not isinstance(schema["items"], dict):
-        raise Unsupported(f"{where}: only a single items schema is compiled")
 
     def check(array: pa.Array) -> Mask:
         mask = np.zeros(len(array), dtype=bool)
         if min_items is not None:
             mask |= _bool(pc.less(pc.list_value_length(array), min_items)) & ~_null_mask(array)
         if items is not None:
-            values = pc.list_flatten(array)
-            if len(values):
-                bad = items(values)
-                if bad.any():
-                    parents = _flattened_parents(array)
-                    mask[parents[bad]] = True
+            mask |= any_item(array, items)
         return mask
 
     return check

@@ -30,9 +30,10 @@ import yaml
 
 from ..families import FAMILIES
 from ..judge import JUDGE_VERIFIER
+from ..parquetio import open_parquet
 from ..spill import SpillMap
 from ..verify import RULE_MODULES
-from .columnar import Unsupported, _flattened_parents, compile_schema
+from .columnar import Unsupported, any_item, compile_schema
 from .features import CONFIGS, SPLIT, configs_block, features
 
 SCHEMA_DIR = Path(__file__).with_name("schemas")
@@ -185,15 +186,15 @@ def _path(array: pa.Array, *names: str) -> pa.Array:
 
 def _unknown_names(lists: pa.Array, field: str, known: frozenset) -> np.ndarray:
     """Rows where some ``lists[i][j][field]`` is a string outside ``known``."""
-    mask = np.zeros(len(lists), dtype=bool)
-    values = pc.list_flatten(lists)
-    if len(values):
-        names = pc.struct_field(values, field)
-        bad = pc.and_(pc.invert(pc.is_in(names, value_set=pa.array(sorted(known), pa.string()))), pc.is_valid(names))
-        bad = np.array(pc.fill_null(bad, False).to_numpy(zero_copy_only=False), dtype=bool)
-        if bad.any():
-            mask[_flattened_parents(lists)[bad]] = True
-    return mask
+    value_set = pa.array(sorted(known), pa.string())
+
+    def unknown(items: pa.Array) -> np.ndarray:
+        names = pc.struct_field(items, field)
+        # is_in gives False for a null name: a missing name is not an unknown one.
+        return pc.and_(pc.invert(pc.is_in(names, value_set=value_set)), pc.is_valid(names)).to_numpy(
+            zero_copy_only=False)
+
+    return any_item(lists, unknown)
 
 
 def _suspect_rows(config: str, batch: pa.RecordBatch) -> np.ndarray:
@@ -257,7 +258,7 @@ def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhausti
         if schema_problems:
             continue
         row_index = 0
-        parquet = pq.ParquetFile(shard, pre_buffer=False)
+        parquet = open_parquet(shard)
         for batch in parquet.iter_batches(batch_size=_batch_rows(parquet), use_threads=False):
             suspects = np.ones(batch.num_rows, dtype=bool) if exhaustive else _suspect_rows(config, batch)
             for i, (sha, suspect) in enumerate(zip(batch.column("image_sha256").to_pylist(), suspects.tolist())):

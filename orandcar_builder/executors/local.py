@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterator, Optional, Sequence
 
-import pyarrow.parquet as pq
 
 from ..cache import CacheStats, EngineContractError, GenerationCache, generate_cached
 from ..engines import Engine
+from ..parquetio import open_parquet
 from ..records import Generation, Request
 from .base import DecidedChunk, GenerationStage
 from .steps import admitted_from_row, decide_rows, make_request
@@ -41,7 +41,7 @@ class LocalExecutor:
     name = "local"
 
     def run(self, stage: GenerationStage) -> Iterator[DecidedChunk]:
-        admitted_file = pq.ParquetFile(stage.admitted, pre_buffer=False)
+        admitted_file = open_parquet(stage.admitted)
         for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
             admitted = [admitted_from_row(row) for row in batch.to_pylist()]
             requests = [make_request(a) for a in admitted]

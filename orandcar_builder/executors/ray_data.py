@@ -37,10 +37,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..cache import engine_hash, generation_from_json, generation_to_json, is_complete, request_key, request_keys
+from ..cache import engine_hash, generation_from_json, generation_to_json, is_complete, request_keys
 from ..engines.base import EngineUnavailable
 from ..errors import OrandCarError
 from ..images import ImageRef
+from ..parquetio import open_parquet
 from ..records import Generation, Request
 from .base import DecidedChunk, GenerationStage
 from .steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_from_row, decided_row, failed_row,
@@ -196,7 +197,7 @@ class RayExecutor:
     def _write_asks(self, stage: GenerationStage, fingerprint: dict, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
         """Classify every admitted item (cached, to ask, or sharing an earlier ask's key) and
         write the ones to ask; returns the classes (one byte per item) and the files."""
-        admitted_file = pq.ParquetFile(stage.admitted, pre_buffer=False)
+        admitted_file = open_parquet(stage.admitted)
         status = np.empty(admitted_file.metadata.num_rows, dtype=np.int8)
         asked: set[bytes] = set()  # 32 bytes per asked key: what a later item may share
         files: list[Path] = []
@@ -261,7 +262,7 @@ class RayExecutor:
         # One block per engine batch, so that every replica gets work however few items there are.
         refs = []
         for path in files:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=stage.batch_size):
+            for batch in open_parquet(path).iter_batches(batch_size=stage.batch_size):
                 refs.append(self.ray.put(pa.Table.from_batches([batch])))
         dataset = ray.data.from_arrow_refs(refs)
         options: dict[str, Any] = dict(
@@ -288,14 +289,15 @@ class RayExecutor:
     def _commit(self, stage: GenerationStage, fingerprint: dict, tables) -> Iterator[dict]:
         for table in tables:
             rows = table.to_pylist()
-            entries = []
+            complete = []
             for row in rows:
                 blob = row.pop(GENERATION_COLUMN)
                 row["_generation"] = generation_from_json(blob) if blob is not None else None
                 if row["_generation"] is not None and is_complete(row["_generation"]):
-                    request = Request(item_id=row["id"], question=row["question"], family=row["family"],
-                                      image=_image_of(row))
-                    entries.append((request_key(fingerprint, request), row["_generation"]))
+                    complete.append(row)
+            requests = [Request(item_id=row["id"], question=row["question"], family=row["family"],
+                                image=_image_of(row)) for row in complete]
+            entries = list(zip(request_keys(fingerprint, requests), (row["_generation"] for row in complete)))
             stage.stats.asked += len(rows)
             stage.stats.uncached += sum(1 for r in rows if r["_generation"] is not None) - len(entries)
             if entries and stage.cache is not None:
@@ -305,7 +307,7 @@ class RayExecutor:
 
     def _merge(self, stage: GenerationStage, fingerprint: dict, status: np.ndarray,
                results: _Peekable) -> Iterator[DecidedChunk]:
-        admitted_file = pq.ParquetFile(stage.admitted, pre_buffer=False)
+        admitted_file = open_parquet(stage.admitted)
         position = 0
         for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
             admitted = [admitted_from_row(row) for row in batch.to_pylist()]

@@ -26,11 +26,11 @@ from typing import Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..errors import OrandCarError, UnknownNameError
 from ..families import rule_for
 from ..judge import JUDGE_VERIFIER
+from ..parquetio import open_parquet
 from . import verify
 
 ACCEPTED_CONFIGS = ("RS_think", "RS_nothink")
@@ -130,7 +130,7 @@ def _offsets(lengths: list) -> list[int]:
 def _items(path: Path, config: str, shard: str, report: RecheckReport) -> Iterator[_Item]:
     """The QA items of one shard with their sources; malformed rows go to the report."""
     try:
-        parquet = pq.ParquetFile(path, pre_buffer=False)
+        parquet = open_parquet(path)
     except (OSError, pa.ArrowInvalid) as exc:
         raise OrandCarError(f"{shard}: not a readable parquet file ({exc})") from None
     columns = set(parquet.schema_arrow.names)
