@@ -103,10 +103,12 @@ class Decision:
 
     rule: str
     rule_version: str
-    candidate: str  # "full", "first_line" or "first_paragraph"; the one that passed or scored best
-    text: str  # that candidate's text exactly as the model wrote it (stripped)
+    candidate: str  # "statement", "full", "first_line" or "first_paragraph"; the one that passed or scored best
+    text: str  # that candidate's text exactly as the model wrote it (stripped): a substring of the answer
     score: float
     passed: bool
+    extraction: str = ""  # the final-answer pattern whose statement decided ("boxed", ...); "" when none applied
+    extraction_version: str = ""  # verify.extract.EXTRACTION_VERSION of the extraction that ran
 
 
 @dataclass(frozen=True)

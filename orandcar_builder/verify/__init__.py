@@ -15,8 +15,10 @@ leave-one-out accuracy, the pass needs min(3, n) matching references) also defin
 decision then comes from ``decide``. Rules may define ``detail(...) -> str``, one line that
 ``explain`` shows (the normalised text, the extracted letter).
 
-``verify`` applies the rule to the answer as a whole, its first line and its first paragraph
-(after removing a leaked reasoning block) and records which candidate decided.
+``verify`` removes a leaked reasoning block, runs final-answer extraction (``extract.py``) and
+applies the rule to the explicit statement's span when the answer has one, else to the answer as
+a whole, its first line and its first paragraph (``candidates.py``); the decision records which
+candidate decided and which extraction pattern, with ``EXTRACTION_VERSION``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Iterable, Optional, Sequence
 
 from ..errors import UnknownNameError
 from ..records import Decision
-from .candidates import candidates, strip_reasoning
+from .candidates import candidates, final_answer_candidates, strip_reasoning
+from .extract import EXTRACTION_VERSION
 
 # name -> module path; modules are imported on first use so a heavy dependency (math-verify)
 # costs nothing to builds that never use its rule.
@@ -107,24 +110,25 @@ def verify(
 ) -> Decision:
     """Decide ``answer`` against ``references`` with the named rule.
 
-    Candidates are tried in order (full answer, first line, first paragraph); the first that
+    An explicit final-answer statement, when the answer has one, is the only candidate; otherwise
+    candidates are tried in order (full answer, first line, first paragraph); the first that
     passes decides. When none passes, the best-scoring candidate is recorded (earliest on ties).
     Empty ``options`` count as none.
     """
     rule = get_rule(rule_name)
     refs, opts = check_inputs(answer, references, options)
     best: Optional[Decision] = None
-    for label, text in candidates(answer):
+    for label, text, extraction in final_answer_candidates(answer):
         s, passed = decide(rule, text, refs, opts)
-        decision = Decision(rule.NAME, rule.VERSION, label, text, s, passed)
+        decision = Decision(rule.NAME, rule.VERSION, label, text, s, passed, extraction, EXTRACTION_VERSION)
         if decision.passed:
             return decision
         if best is None or s > best.score:
             best = decision
     if best is None:  # empty answer: nothing to try
-        best = Decision(rule.NAME, rule.VERSION, "full", "", 0.0, False)
+        best = Decision(rule.NAME, rule.VERSION, "full", "", 0.0, False, "", EXTRACTION_VERSION)
     return best
 
 
 __all__ = ["verify", "decide", "reference_decide", "get_rule", "register_rule", "RULE_MODULES", "candidates",
-           "strip_reasoning"]
+           "final_answer_candidates", "strip_reasoning", "EXTRACTION_VERSION"]

@@ -1,10 +1,22 @@
-"""Which parts of a model's answer a rule is tried on."""
+"""Which parts of a model's answer a rule is tried on.
+
+The final answer (leaked reasoning removed) first goes through final-answer extraction
+(``extract.py``). When it carries an explicit statement of its answer ("The answer is (C).",
+``\\boxed{0.6}``, "**Answer:** B"), that statement's span is the one candidate (``statement``):
+the reply has said what it answers, and nothing else in it is tried. Otherwise the candidates are
+the published protocol's: the answer as a whole, its first line and its first paragraph, which
+serve a reply that answers first and explains after (the rules that find a value inside a text,
+``math`` and ``choice``, do not search a candidate that is a sentence; see ``shape.py``).
+"""
 
 from __future__ import annotations
 
 import re
 
-CANDIDATES = ("full", "first_line", "first_paragraph")
+from .extract import conclusion, conclusion_number, extract
+
+CANDIDATES = ("statement", "full", "first_line", "first_paragraph", "conclusion", "conclusion_number")
+STATEMENT_CANDIDATE = "statement"
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 
@@ -18,18 +30,31 @@ def strip_reasoning(text: str) -> str:
     return text
 
 
-def candidates(answer: str) -> list[tuple[str, str]]:
-    """The answer as a whole, its first line and its first paragraph, each stripped; a candidate
-    equal to an earlier one is not repeated. An empty answer has no candidates."""
+def final_answer_candidates(answer: str) -> list[tuple[str, str, str]]:
+    """(candidate, text, extraction) for each text a rule is tried on, in order. When ``answer``
+    carries an explicit statement: only ``("statement", span, pattern name)``. Otherwise the
+    answer as a whole, its first line and its first paragraph, each stripped, with extraction
+    ``""``, then what its last sentence concludes (``"conclusion"``); a text equal to an earlier
+    one is not repeated. An empty answer has no candidates."""
     full = strip_reasoning(answer).strip()
     if not full:
         return []
-    out = [("full", full)]
+    statement = extract(full)
+    if statement is not None:
+        return [(STATEMENT_CANDIDATE, statement[1], statement[0])]
+    out = [("full", full, "")]
     first_line = full.split("\n", 1)[0].strip()
     first_paragraph = _PARAGRAPH_BREAK.split(full, 1)[0].strip()
     seen = {full}
-    for label, text in (("first_line", first_line), ("first_paragraph", first_paragraph)):
+    for label, text, extraction in (("first_line", first_line, ""), ("first_paragraph", first_paragraph, ""),
+                                    ("conclusion", conclusion(full) or "", "conclusion"),
+                                    ("conclusion_number", conclusion_number(full) or "", "conclusion_number")):
         if text and text not in seen:
-            out.append((label, text))
+            out.append((label, text, extraction))
             seen.add(text)
     return out
+
+
+def candidates(answer: str) -> list[tuple[str, str]]:
+    """The (candidate, text) pairs of ``answer`` (see ``final_answer_candidates``)."""
+    return [(label, text) for label, text, _ in final_answer_candidates(answer)]

@@ -8,16 +8,33 @@ reference letter. Extraction, first rule that applies wins:
    ``MARKUP`` and trailing periods ignored): that option's letter;
 2. the whole answer is one letter once ``DECORATION`` (brackets, periods, bold markup, white
    space) is stripped from its ends ("B", "(B)", "B.", "**B**", "b"): that letter;
-3. the answer's words, after every ``MARKUP`` character becomes a space, include capital option
-   letters standing alone ("The answer is B", "B) cat", "Answer: **B**"): exactly one distinct
-   letter is the answer; two or more ("A or B", "B, not C") extract nothing;
-4. no letter stands alone, and exactly one option's text occurs in the answer as whole words
-   ("It says STOP."): that option's letter.
+3. an answer that is a sentence (``shape.is_sentence``: ``SENTENCE_WORDS`` words or more, the
+   words of the options' texts not counted) names nothing: a letter or an option's text
+   mentioned in reasoning is not a pick;
+4. the answer's words, after every ``MARKUP`` character becomes a space, include capital option
+   letters standing alone ("(C) 60°", "C. 60°", "Answer: **B**"): exactly one distinct letter is
+   the answer, unless the answer also holds the text of another option (below); two or more
+   letters ("A or B", "B, not C") extract nothing;
+5. no letter stands alone, and exactly one option's text occurs in the answer as whole words
+   ("It says STOP"): that option's letter. An option text found inside another option text that
+   also occurs counts as that longer option ("quarter past" is not also "quarter").
+
+When rules 1 and 2 name different letters (the answer "(E)" where option C's text is "(e)"),
+the answer is ambiguous and names nothing. Before texts are compared, ``LATEX_SYMBOLS`` are
+replaced by the characters they stand for ("13^\\circ" is "13°").
+
+Options whose text is a single character or one of ``PROSE_WORDS`` (words ordinary prose
+contains, such as "a", "yes", "no") are never found inside an answer (rules 4 and 5): "a square"
+is not option A when the options are the letters A to E. Rule 4 finds no pick when the answer
+holds, as whole words, the text of an option other than the letter's (and not inside the
+letter's own text): "(D) quarter past" names two options when D is "quarter to".
 
 Valid letters are the first ``len(options)`` of ``OPTION_LETTERS``; without options, all of
-them. Rule 3 is the token counting of VLMEvalKit's ``can_infer_option`` (same markup set) and
-rule 4 its ``can_infer_text``, restricted to whole words. Without options, a capital "I" or a
+them. Rule 4 is the token counting of VLMEvalKit's ``can_infer_option`` (same markup set) and
+rule 5 its ``can_infer_text``, restricted to whole words. Without options, a capital "I" or a
 sentence-initial "A" counts as a letter, so "I think C" extracts nothing: give the options.
+Explicit statements ("The answer is (C).", ``\\boxed{C}``) are found before this rule runs, by
+final-answer extraction (``verify/extract.py``), which hands the rule the span "(C)" or "C".
 
 A reference written as "(B)", "b" or "B." is read as B, and a reference equal to one option's
 text as that option's letter; any other reference matches nothing. Score 1.0 or 0.0.
@@ -27,12 +44,16 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from .shape import SENTENCE_WORDS, is_sentence
+
 NAME = "choice"
-VERSION = "1"
+VERSION = "2"
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MARKUP = ".()[],:;!*#{}"  # turned into spaces before letters are looked for
 DECORATION = " \t\r\n*_()[]."  # stripped from both ends of a bare-letter answer
-CONSTANTS = ("OPTION_LETTERS", "MARKUP", "DECORATION")
+LATEX_SYMBOLS = (("^{\\circ}", "°"), ("^\\circ", "°"), ("\\circ", "°"), ("\\%", "%"))
+PROSE_WORDS = ("a", "an", "the", "i", "it", "is", "yes", "no", "not", "none", "all", "both", "and", "or")
+CONSTANTS = ("OPTION_LETTERS", "MARKUP", "DECORATION", "LATEX_SYMBOLS", "PROSE_WORDS", "SENTENCE_WORDS")
 
 _MARKUP_TABLE = str.maketrans({char: " " for char in MARKUP})
 
@@ -50,7 +71,13 @@ def bare_letter(text: str, options: Optional[Sequence[str]] = None) -> Optional[
 
 
 def _text_key(text: str) -> str:
+    for latex, symbol in LATEX_SYMBOLS:
+        text = text.replace(latex, symbol)
     return " ".join(text.translate(_MARKUP_TABLE).casefold().split())
+
+
+def _option_words(options: Optional[Sequence[str]]) -> frozenset:
+    return frozenset(word for option in options or () for word in _text_key(option).split())
 
 
 def _option_with_text(text: str, options: Optional[Sequence[str]]) -> Optional[int]:
@@ -61,26 +88,44 @@ def _option_with_text(text: str, options: Optional[Sequence[str]]) -> Optional[i
     return hits[0] if len(hits) == 1 else None
 
 
-def _option_inside(text: str, options: Sequence[str]) -> Optional[int]:
+def _findable(option: str) -> bool:
+    """Whether an option's text may be found inside an answer (rules 4 and 5)."""
+    key = _text_key(option)
+    return len(key) > 1 and key not in PROSE_WORDS
+
+
+def _options_inside(text: str, options: Sequence[str]) -> list[int]:
+    """The findable options whose text occurs in ``text`` as whole words, less those whose text
+    only occurs inside another such option's text."""
     padded = f" {_text_key(text)} "
-    hits = [i for i, option in enumerate(options) if _text_key(option) and f" {_text_key(option)} " in padded]
-    return hits[0] if len(hits) == 1 else None
+    hits = [i for i, option in enumerate(options) if _findable(option) and f" {_text_key(option)} " in padded]
+    return [i for i in hits if not any(j != i and f" {_text_key(options[i])} " in f" {_text_key(options[j])} "
+                                       and _text_key(options[i]) != _text_key(options[j]) for j in hits)]
 
 
 def extract_letter(answer: str, options: Optional[Sequence[str]] = None) -> Optional[str]:
     """The one option letter ``answer`` names, or None when it names none or several."""
     letters = valid_letters(options)
     index = _option_with_text(answer, options)
+    bare = bare_letter(answer, options)
+    if index is not None and bare is not None and letters[index] != bare:
+        return None
     if index is not None:
         return letters[index]
-    bare = bare_letter(answer, options)
     if bare is not None:
         return bare
+    if is_sentence(answer, _option_words(options)):
+        return None
     named = {word for word in answer.translate(_MARKUP_TABLE).split() if len(word) == 1 and word in letters}
+    inside = _options_inside(answer, options) if options else []
     if named:
-        return named.pop() if len(named) == 1 else None
-    index = _option_inside(answer, options) if options else None
-    return letters[index] if index is not None else None
+        if len(named) > 1:
+            return None
+        letter = named.pop()
+        own = f" {_text_key(options[letters.index(letter)])} " if options else ""
+        others = [i for i in inside if letters[i] != letter and f" {_text_key(options[i])} " not in own]
+        return None if others else letter
+    return letters[inside[0]] if len(inside) == 1 else None
 
 
 def reference_letter(reference: str, options: Optional[Sequence[str]] = None) -> Optional[str]:
@@ -118,7 +163,12 @@ def reference_score(prediction, references, options=None):
         return text
 
     def key(text):
+        for latex, symbol in LATEX_SYMBOLS:
+            text = text.replace(latex, symbol)
         return " ".join(spaced(text).casefold().split())
+
+    def contains(text, words):
+        return f" {words} " in f" {text} "
 
     def option_equal_to(text):
         found = [i for i, opt in enumerate(options or []) if key(text) != "" and key(opt) == key(text)]
@@ -133,15 +183,36 @@ def reference_score(prediction, references, options=None):
             return text.upper()
         return None
 
+    def options_inside(text):
+        found = [i for i, opt in enumerate(options or [])
+                 if len(key(opt)) > 1 and key(opt) not in PROSE_WORDS and contains(key(text), key(opt))]
+        return [i for i in found
+                if not any(key(options[j]) != key(options[i]) and contains(key(options[j]), key(options[i]))
+                           for j in found)]
+
     def extract(text):
-        if option_equal_to(text) is not None:
-            return option_equal_to(text)
-        if bare(text) is not None:
-            return bare(text)
+        by_text, by_letter = option_equal_to(text), bare(text)
+        if by_text is not None and by_letter is not None and by_text != by_letter:
+            return None
+        if by_text is not None:
+            return by_text
+        if by_letter is not None:
+            return by_letter
+        option_words = set()
+        for opt in options or []:
+            option_words.update(key(opt).split())
+        if is_sentence(text, frozenset(option_words)):
+            return None
         named = set(word for word in spaced(text).split() if word in letters)
+        inside = options_inside(text)
+        if len(named) == 1:
+            letter = named.pop()
+            own = key(options[letters.index(letter)]) if options else ""
+            if any(letters[i] != letter and not contains(own, key(options[i])) for i in inside):
+                return None
+            return letter
         if named:
-            return named.pop() if len(named) == 1 else None
-        inside = [i for i, opt in enumerate(options or []) if key(opt) != "" and f" {key(opt)} " in f" {key(text)} "]
+            return None
         return letters[inside[0]] if len(inside) == 1 else None
 
     letter = extract(prediction)

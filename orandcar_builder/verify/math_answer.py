@@ -4,8 +4,16 @@ An answer passes when
 
 1. it is the reference text itself, once white space is collapsed (math-verify alone rejects
    identical answers it cannot parse, such as a word or an option letter), or
-2. ``math_verify.verify(parse(reference), parse(answer))`` holds (reference first: the call is
+2. it is not a sentence (``shape.is_sentence``: ``SENTENCE_WORDS`` words or more, so "The area
+   of the rectangle ABEF is 4 x 2 = 8 cm^2." is not searched for a number) and
+   ``math_verify.verify(parse(reference), parse(answer))`` holds (reference first: the call is
    not symmetric), with ``FLOAT_ROUNDING`` and ``NUMERIC_PRECISION`` as given below.
+
+A text that is one of ``NUMBER_WORDS`` ("two", "Three"), markup aside, is read as its number
+(math-verify reads no number words): "There are two bars." concludes "two", which equals 2.
+
+Explicit statements ("The answer is 8.", ``\\boxed{0.6}``) are found before this rule runs, by
+final-answer extraction (``verify/extract.py``), which hands the rule the span "8" or "0.6".
 
 Before parsing, text without a math delimiter (``MATH_DELIMITERS``) is wrapped in ``$...$`` when
 it carries LaTeX markup (``LATEX_MARKUP``), or when it is a formula: only
@@ -24,7 +32,7 @@ Known leniencies (math-verify's behaviour; tests pin each one):
 
 - symbols are lower-cased: ``\\frac{L}{n}`` equals ``\\frac{l}{n}``; ``\\frac{L}{n}`` still
   differs from ``\\frac{L}{n-1}``;
-- numbers in prose are extracted: "The answer is 5" equals 5, "12 and 13" equals 13;
+- numbers in short prose are extracted: "5 apples" equals 5, "12 and 13" equals 13;
 - an equation's right-hand side is compared with a bare value: "x = 2" equals 2;
 - units, degree signs and thousands separators are dropped: "10 cm" equals 10, "45^\\circ"
   equals 45, "1,000" equals 1000;
@@ -42,8 +50,11 @@ import re
 import threading
 from typing import Optional, Sequence
 
+from .extract import NUMBER_WORDS
+from .shape import SENTENCE_WORDS, is_sentence
+
 NAME = "math"
-VERSION = "1"
+VERSION = "2"
 PARSING_TIMEOUT_SECONDS = 5
 COMPARISON_TIMEOUT_SECONDS = 5
 FLOAT_ROUNDING = 6
@@ -51,7 +62,7 @@ NUMERIC_PRECISION = 15
 MATH_DELIMITERS = ("$", "\\(", "\\[", "\\boxed")
 LATEX_MARKUP = ("\\", "^", "_", "{", "π", "×", "÷")
 FORMULA_CHARACTERS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ +-*/=<>()[],.!|"
-CONSTANTS = ("FLOAT_ROUNDING", "NUMERIC_PRECISION", "MATH_DELIMITERS", "LATEX_MARKUP", "FORMULA_CHARACTERS",
+CONSTANTS = ("SENTENCE_WORDS", "NUMBER_WORDS", "FLOAT_ROUNDING", "NUMERIC_PRECISION", "MATH_DELIMITERS", "LATEX_MARKUP", "FORMULA_CHARACTERS",
              "PARSING_TIMEOUT_SECONDS", "COMPARISON_TIMEOUT_SECONDS")
 PARSE_CACHE_SIZE = 1 << 14
 COMPARISON_CACHE_SIZE = 1 << 16
@@ -124,9 +135,17 @@ def clear_caches() -> None:
     _equivalent.cache_clear()
 
 
+def number_word_value(text: str) -> str:
+    """``text`` with a number word ("Two", "**three**") replaced by its digits; else unchanged."""
+    word = text.strip(" *_.").casefold()
+    return str(NUMBER_WORDS.index(word)) if word in NUMBER_WORDS else text
+
+
 def score(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> float:
+    prediction = number_word_value(prediction)
+    searchable = not is_sentence(prediction)
     for ref in references:
-        if same_text(prediction, ref) or equivalent(prediction, ref):
+        if same_text(prediction, ref) or (searchable and equivalent(prediction, ref)):
             return 1.0
     return 0.0
 
@@ -146,6 +165,8 @@ def reference_score(prediction, references, options=None):
     from math_verify import parse, verify
 
     parsing_timeout, comparison_timeout = timeouts()
+    if prediction.strip(" *_.").casefold() in NUMBER_WORDS:
+        prediction = str(NUMBER_WORDS.index(prediction.strip(" *_.").casefold()))
 
     def wrap(text):
         text = text.strip()
@@ -160,6 +181,8 @@ def reference_score(prediction, references, options=None):
     for ref in references:
         if prediction.split() == ref.split():
             return 1.0
+        if is_sentence(prediction):
+            continue
         gold = parse(wrap(ref), parsing_timeout=parsing_timeout)
         answer = parse(wrap(prediction), parsing_timeout=parsing_timeout)
         if verify(gold, answer, float_rounding=FLOAT_ROUNDING, numeric_precision=NUMERIC_PRECISION,

@@ -1,0 +1,256 @@
+"""Final-answer extraction: the explicit statement of its answer a reply carries, if any.
+
+This step comes before any rule and knows no rule (as lm-evaluation-harness keeps its filters
+apart from its metrics): it reads the final answer (reasoning already split off) and returns the
+span the model marked as its answer, with the name of the pattern that found it, or nothing.
+
+The patterns (``STATEMENT_PATTERNS``, plus the boxed form and the lone letter on the last line):
+
+- ``boxed``: ``\\boxed{..}`` or ``\\fbox{..}`` with balanced braces; the last one in the reply.
+  Content that is one ``\\text{..}`` (or ``\\textbf``, ``\\mathrm``, ``\\mathbf``) wrapper is
+  unwrapped: ``\\boxed{\\text{C}}`` gives ``C``;
+- ``answer_is``: "the answer is ...", with up to three qualifiers from ``ANSWER_QUALIFIERS``
+  ("the correct answer is", "the final integer answer is"); "is", "would be", "should be";
+  not after "if" or "whether";
+- ``answer_label``: a line that starts with "Answer:" / "Final answer:" / "Correct answer:", in
+  bold, as a heading (``### Final answer``), with the answer on the same line after the colon or
+  on the next non-empty line;
+- ``option_is``: "the correct option is (B)", "the best choice is B";
+- ``option_correct``: "option (B) is correct", "choice B is the right one";
+- ``last_line_letter``: the last non-empty line of a reply of two or more lines is one capital
+  letter, bracketed, bold or followed by a period ("(B)", "**B**", "B.");
+- ``answer_zh``, ``option_zh``: the same statements in Chinese ("答案是 (C)", "答案:D", "选项为C",
+  "故选C").
+
+A reply with none of these may still end on a conclusion: ``conclusion`` is what its last sentence
+says a thing is ("Therefore, the range of the set is 7 miles." -> "7 miles"). It is weaker than a
+statement, so it does not decide alone: it is tried after the protocol's candidates (whole
+answer, first line, first paragraph; see ``candidates.py``), which keep serving a reply that
+answers first and explains after.
+
+The span of a statement is the rest of its sentence: up to the end of the line, or a period,
+exclamation or question mark followed by white space, whichever comes first; when nothing but
+markup follows on the line ("The answer is:" then a blank line then "B"), the next non-empty
+line. ``SPAN_TRIM`` (white space, bold and italic marks, colons, trailing periods and commas) is
+stripped from both ends. A span that is empty or starts with "not" is no statement.
+
+Which statement decides: the last ``boxed`` when the reply has one (the conventional final
+marker); otherwise the statement that starts last in the reply (a model that corrects itself
+corrects towards the end). The span is always a substring of the reply: ``answer`` in an
+accepted row is text the model wrote.
+
+Why a statement decides alone: a reply that says "the answer is (C)" has told us what it picks;
+looking for values elsewhere in it (a first line of reasoning, a number computed on the way)
+can only add accepts the reply did not claim. Patterns that would find an answer in a reply with
+no such statement (the first option a reply lists, a number at the start of a line) are left out
+on purpose: they trade wrong accepts for fewer wrong rejects.
+
+``EXTRACTION_VERSION`` changes whenever what a reply extracts to changes; decisions record it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+EXTRACTION_VERSION = "1"
+ANSWER_QUALIFIERS = ("final", "correct", "right", "best", "most likely", "likely", "closest", "only", "exact",
+                     "true", "integer", "numerical", "numeric", "short", "resulting")
+SPAN_TRIM = " \t\r\n*_:,.：，。"
+SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？；]")
+# A comma followed by a word ends a span outside brackets: "no, there are not more buses" is "no".
+CLAUSE_COMMA = re.compile(r"[,，]\s*(?=[^\W\d_])")
+BRACKETS = {"(": ")", "[": "]", "{": "}"}
+BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{")
+STATEMENT_PATTERNS = (
+    ("answer_is", re.compile(
+        r"(?<![A-Za-z])(?<!if )(?<!whether )(?:the|my|our)\s+(?:(?:" + "|".join(q.replace(" ", r"\s+") for q in ANSWER_QUALIFIERS)
+        + r")\s+){0,3}answer\s*(?:\*\*|__)?\s+(?:is|would\s+be|should\s+be|will\s+be)(?![A-Za-z])\s*(?:\*\*|__)?\s*:?",
+        re.IGNORECASE)),
+    ("answer_label", re.compile(
+        r"^[ \t>#*_-]*(?:(?:final|correct)\s+)?answer[ \t*_]*(?:[:：]|(?=[ \t*_]*$))", re.IGNORECASE | re.MULTILINE)),
+    ("option_is", re.compile(
+        r"(?<![A-Za-z])(?:(?:correct|right|best|final)\s+(?:option|choice)(?:\s+letter)?|(?:option|choice)\s+letter)"
+        r"\s+(?:is|would\s+be)(?![A-Za-z])\s*:?", re.IGNORECASE)),
+    ("option_correct", re.compile(
+        r"(?<![A-Za-z])(?:option|choice)\s+(\(?[A-Z]\)?)\s+is\s+(?:the\s+)?(?:correct|right|best)(?![A-Za-z])",
+        re.IGNORECASE)),
+    ("answer_zh", re.compile(r"(?:最终|正确)?答案\s*(?:是|为|為|[:：])\s*[:：]?")),
+    ("option_zh", re.compile(r"(?:选项\s*(?:是|为|為)|故选|应选|應選)\s*[:：]?")),
+)
+LAST_LINE_LETTER = re.compile(r"[ \t*_(\[]*([A-Z])[ \t*_)\].]*")
+CONCLUSION_VERB = re.compile(r"(?<![A-Za-z])(?:is|are|was|were|equals|be)(?![A-Za-z])|[=≈＝]|为|是")
+# Closing courtesies a reply may end with after its conclusion; they are skipped to find it.
+COURTESY = re.compile(r"(?:i hope|hope this|let me know|is there anything|do you have|do you want|feel free|please let|"
+                      r"if you have|thank you|thanks)(?![A-Za-z])", re.IGNORECASE)
+# The value a conclusion states: right after its verb, past hedges and markup ("is about **2**").
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                "twelve")
+HEDGES = ("about", "approximately", "around", "roughly", "nearly", "almost", "exactly", "only", "just", "still")
+CONCLUDED_NUMBER = re.compile(
+    r"(?:[\s*_$]|" + "|".join(HEDGES) + r")*"
+    r"([-−]?\d+(?:,\d{3})*(?:\.\d+)?%?|" + "|".join(NUMBER_WORDS) + ")"
+    r"(?![\w.,:/^]\w|\w)", re.IGNORECASE)
+# A number as written, not part of a name, a power, a ratio or a fraction ("x2", "cm^2", "3:1").
+NUMBER = re.compile(r"(?<![\w.^_∠\\:/])[-−]?\d+(?:,\d{3})*(?:\.\d+)?%?(?!\w|[.,:/^]\d)")
+# A sentence that denies or doubts is no conclusion ("It is not 5", "cannot be 2").
+NEGATION = re.compile(r"(?<![A-Za-z])(?:not|no|never|cannot|unable|impossible|unknown)(?![A-Za-z])|n't", re.IGNORECASE)
+EXTRACTION_PATTERNS = ("boxed",) + tuple(name for name, _ in STATEMENT_PATTERNS) + (
+    "last_line_letter", "conclusion", "conclusion_number")
+
+
+def balanced_end(text: str, start: int) -> Optional[int]:
+    """The index of the brace closing the one opened just before ``start``; None when unbalanced."""
+    depth = 1
+    for i in range(start, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """``start``/``end`` moved inwards past ``SPAN_TRIM`` characters."""
+    while start < end and text[start] in SPAN_TRIM:
+        start += 1
+    while end > start and text[end - 1] in SPAN_TRIM:
+        end -= 1
+    return start, end
+
+
+def boxed_span(text: str) -> Optional[tuple[int, int]]:
+    """(start, end) of the content of the last balanced ``\\boxed{..}`` / ``\\fbox{..}``."""
+    found = None
+    for match in BOXED.finditer(text):
+        close = balanced_end(text, match.end())
+        if close is not None:
+            found = (match.end(), close)
+    if found is None:
+        return None
+    start, end = found
+    inner = TEXT_WRAPPER.match(text, start)
+    if inner and balanced_end(text, inner.end()) == end - 1:
+        start, end = inner.end(), end - 1
+    start, end = trimmed(text, start, end)
+    return (start, end) if start < end else None
+
+
+def clause_end(text: str, start: int, end: int) -> int:
+    """Where the first comma followed by a word, outside brackets, cuts ``text[start:end]``."""
+    closing: list[str] = []
+    for i in range(start, end):
+        char = text[i]
+        if char in BRACKETS:
+            closing.append(BRACKETS[char])
+        elif closing and char == closing[-1]:
+            closing.pop()
+        elif not closing and CLAUSE_COMMA.match(text, i, end):
+            return i
+    return end
+
+
+def sentence_span(text: str, start: int) -> Optional[tuple[int, int]]:
+    """(start, end) of the span a statement ending at ``start`` introduces (see the module doc)."""
+    line_end = text.find("\n", start)
+    line_end = len(text) if line_end < 0 else line_end
+    s, e = trimmed(text, start, line_end)
+    if s == e:  # nothing on the statement's line: the answer is the next non-empty line
+        rest = text[line_end:]
+        stripped = rest.lstrip()
+        if not stripped:
+            return None
+        s = line_end + len(rest) - len(stripped)
+        line_end = text.find("\n", s)
+        line_end = len(text) if line_end < 0 else line_end
+    end_mark = SENTENCE_END.search(text, s, line_end)
+    s, e = trimmed(text, s, clause_end(text, s, end_mark.start() if end_mark else line_end))
+    if s == e or re.match(r"not(?![A-Za-z])", text[s:e], re.IGNORECASE):
+        return None
+    return s, e
+
+
+def last_line_letter(text: str) -> Optional[tuple[int, int]]:
+    """(start, end) of the letter when the last non-empty line of a multi-line reply is one."""
+    lines = [(m.start(), m.end()) for m in re.finditer(r"[^\n]+", text) if m.group().strip()]
+    if len(lines) < 2:
+        return None
+    start, end = lines[-1]
+    match = LAST_LINE_LETTER.fullmatch(text, start, end)
+    return (match.start(1), match.end(1)) if match else None
+
+
+def extract(text: str) -> Optional[tuple[str, str]]:
+    """(pattern name, span) of the statement that decides ``text``, or None when it has none."""
+    box = boxed_span(text)
+    if box is not None:
+        return "boxed", text[box[0]:box[1]]
+    best = None  # (statement start, name, span)
+    for name, pattern in STATEMENT_PATTERNS:
+        for match in pattern.finditer(text):
+            if name == "option_correct":
+                span = (match.start(1), match.end(1))
+            else:
+                span = sentence_span(text, match.end())
+            if span is not None and (best is None or match.start() >= best[0]):
+                best = (match.start(), name, text[span[0]:span[1]])
+    letter = last_line_letter(text)
+    if letter is not None and (best is None or letter[0] >= best[0]):
+        best = (letter[0], "last_line_letter", text[letter[0]:letter[1]])
+    return (best[1], best[2]) if best else None
+
+
+def last_sentence(text: str) -> Optional[tuple[int, int]]:
+    """(start, end) of the last sentence of ``text`` that is not a closing courtesy."""
+    sentences = []
+    for line in re.finditer(r"[^\n]+", text):
+        start = line.start()
+        for mark in SENTENCE_END.finditer(text, line.start(), line.end()):
+            sentences.append((start, mark.end()))
+            start = mark.end()
+        sentences.append((start, line.end()))
+    for start, end in reversed(sentences):
+        s, e = trimmed(text, start, end)
+        if s < e and not COURTESY.match(text, s, e):
+            return s, e
+    return None
+
+
+def conclusion(text: str) -> Optional[str]:
+    """What the last sentence of ``text`` (closing courtesies skipped) says a thing is: the words
+    after its last "is", "are", "was", "were", "equals", "be", "=" or "≈", cut like a statement's
+    span ("Therefore, the leaf is Linear." -> "Linear"); None when it has no such word."""
+    found = last_sentence(text)
+    if found is None:
+        return None
+    start, end = found
+    verbs = list(CONCLUSION_VERB.finditer(text, start, end))
+    if not verbs:
+        return None
+    span = sentence_span(text[:end], verbs[-1].end())
+    return text[span[0]:span[1]] if span else None
+
+
+def conclusion_number(text: str) -> Optional[str]:
+    """The number the last sentence of ``text`` (closing courtesies skipped) concludes, or None:
+
+    - the number right after its last "is", "are", "=", ... past hedges such as "about" and
+      markup ("So, there are 4 queries with a p-value lower than 0.50." -> "4"; "There are two
+      bars" -> "two");
+    - else the sentence's only number ("Chase will spend $18." -> "18");
+    - nothing when the sentence denies or doubts (``NEGATION``: "It is not 5") or holds several
+      numbers and none right after its verb ("reaches 2 at the point (1, 2)").
+    """
+    found = last_sentence(text)
+    if found is None or NEGATION.search(text, *found):
+        return None
+    verbs = list(CONCLUSION_VERB.finditer(text, *found))
+    if verbs:
+        match = CONCLUDED_NUMBER.match(text, verbs[-1].end(), found[1])
+        if match:
+            return match.group(1)
+    numbers = list(NUMBER.finditer(text, *found))
+    return numbers[0].group() if len(numbers) == 1 else None
