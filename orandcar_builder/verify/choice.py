@@ -5,7 +5,10 @@ letter. The rule extracts exactly one option letter from the answer and passes w
 reference letter. Extraction, first rule that applies wins:
 
 1. the whole answer is the text of exactly one option (case-folded, white space collapsed,
-   ``MARKUP`` and trailing periods ignored): that option's letter;
+   ``MARKUP`` and trailing periods ignored): that option's letter; or its first clause is
+   (``LEADING_CLAUSE``: up to the first comma, period, colon, semicolon or exclamation mark
+   followed by white space, as in "Yes, the function is even.") and nothing after it names
+   another option's text or stands alone as a capital letter;
 2. the whole answer is one letter once ``DECORATION`` (brackets, periods, bold markup, white
    space) is stripped from its ends ("B", "(B)", "B.", "**B**", "b"): that letter;
 3. an answer that is a sentence (``shape.is_sentence``: ``SENTENCE_WORDS`` words or more, the
@@ -42,6 +45,7 @@ text as that option's letter; any other reference matches nothing. Score 1.0 or 
 
 from __future__ import annotations
 
+import re
 from typing import Optional, Sequence
 
 from .shape import SENTENCE_WORDS, is_sentence
@@ -49,11 +53,14 @@ from .shape import SENTENCE_WORDS, is_sentence
 NAME = "choice"
 VERSION = "2"
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-MARKUP = ".()[],:;!*#{}"  # turned into spaces before letters are looked for
+MARKUP = ".()[],:;!*#{}°（）【】，：；"  # turned into spaces before letters are looked for
 DECORATION = " \t\r\n*_()[]."  # stripped from both ends of a bare-letter answer
-LATEX_SYMBOLS = (("^{\\circ}", "°"), ("^\\circ", "°"), ("\\circ", "°"), ("\\%", "%"))
+LATEX_SYMBOLS = (("^{\\circ}", "°"), ("^\\circ", "°"), ("\\circ", "°"), ("\\%", "%"), ("\\sqrt", "√"))
+NUMBER_IN_TEXT = re.compile(r"\d")
+LEADING_CLAUSE = re.compile(r"\s*([^,.;:!?\n]+?)\s*[,.;:!]\s+(?=\S)")
 PROSE_WORDS = ("a", "an", "the", "i", "it", "is", "yes", "no", "not", "none", "all", "both", "and", "or")
-CONSTANTS = ("OPTION_LETTERS", "MARKUP", "DECORATION", "LATEX_SYMBOLS", "PROSE_WORDS", "SENTENCE_WORDS")
+CONSTANTS = ("OPTION_LETTERS", "MARKUP", "DECORATION", "LATEX_SYMBOLS", "PROSE_WORDS", "SENTENCE_WORDS",
+             "NUMBER_IN_TEXT", "LEADING_CLAUSE")
 
 _MARKUP_TABLE = str.maketrans({char: " " for char in MARKUP})
 
@@ -70,10 +77,15 @@ def bare_letter(text: str, options: Optional[Sequence[str]] = None) -> Optional[
     return None
 
 
-def _text_key(text: str) -> str:
+def _spaced(text: str) -> str:
+    """``LATEX_SYMBOLS`` replaced, every ``MARKUP`` character a space, white space collapsed."""
     for latex, symbol in LATEX_SYMBOLS:
         text = text.replace(latex, symbol)
-    return " ".join(text.translate(_MARKUP_TABLE).casefold().split())
+    return " ".join(text.translate(_MARKUP_TABLE).split())
+
+
+def _text_key(text: str) -> str:
+    return _spaced(text).casefold()
 
 
 def _option_words(options: Optional[Sequence[str]]) -> frozenset:
@@ -103,6 +115,37 @@ def _options_inside(text: str, options: Sequence[str]) -> list[int]:
                                        and _text_key(options[i]) != _text_key(options[j]) for j in hits)]
 
 
+def _blank(text: str, words: str) -> str:
+    """``text`` (spaced) with every whole-word occurrence of ``words`` removed, ignoring case."""
+    tokens, wanted = text.split(), words.lower().split()
+    kept, i, n = [], 0, len(wanted)
+    while i < len(tokens):
+        if n and [t.lower() for t in tokens[i:i + n]] == wanted:
+            i += n
+        else:
+            kept.append(tokens[i])
+            i += 1
+    return " ".join(kept)
+
+
+def _leading_option(text: str, options: Optional[Sequence[str]]) -> Optional[int]:
+    """The option whose text is the answer's first clause ("Yes, the function is even."), when
+    nothing after it names an option: no other option's text, no capital letter standing alone."""
+    if not options:
+        return None
+    clause = LEADING_CLAUSE.match(text)
+    index = _option_with_text(clause.group(1), options) if clause else None
+    if index is None or len(_text_key(options[index])) < 2:
+        return None
+    rest = f" {_text_key(text[clause.end():])} "
+    letters = valid_letters(options)
+    if any(len(word) == 1 and word in letters for word in _spaced(text[clause.end():]).split()):
+        return None
+    if any(i != index and f" {_text_key(option)} " in rest for i, option in enumerate(options)):
+        return None
+    return index
+
+
 def extract_letter(answer: str, options: Optional[Sequence[str]] = None) -> Optional[str]:
     """The one option letter ``answer`` names, or None when it names none or several."""
     letters = valid_letters(options)
@@ -114,18 +157,30 @@ def extract_letter(answer: str, options: Optional[Sequence[str]] = None) -> Opti
         return letters[index]
     if bare is not None:
         return bare
+    lead = _leading_option(answer, options)
+    if lead is not None:
+        return letters[lead]
     if is_sentence(answer, _option_words(options)):
         return None
-    named = {word for word in answer.translate(_MARKUP_TABLE).split() if len(word) == 1 and word in letters}
     inside = _options_inside(answer, options) if options else []
-    if named:
-        if len(named) > 1:
-            return None
-        letter = named.pop()
-        own = f" {_text_key(options[letters.index(letter)])} " if options else ""
-        others = [i for i in inside if letters[i] != letter and f" {_text_key(options[i])} " not in own]
-        return None if others else letter
-    return letters[inside[0]] if len(inside) == 1 else None
+    rest = _spaced(answer)
+    for i in inside:  # a letter inside a named option's text ("sample A") is not a letter named
+        rest = _blank(rest, _spaced(options[i]))
+    named = {word for word in rest.split() if len(word) == 1 and word in letters}
+    if not named:
+        return letters[inside[0]] if len(inside) == 1 else None
+    if len(named) > 1:
+        return None
+    letter = named.pop()
+    if not options:
+        return letter
+    own = options[letters.index(letter)]
+    if any(letters[i] != letter and f" {_text_key(options[i])} " not in f" {_text_key(own)} " for i in inside):
+        return None  # another option's text is named too
+    residue = _blank(_blank(rest, letter), _spaced(own))
+    if NUMBER_IN_TEXT.search(residue) and NUMBER_IN_TEXT.search(_spaced(own)):
+        return None  # "(D) 140°" where D is "20°": the value contradicts the letter
+    return letter
 
 
 def reference_letter(reference: str, options: Optional[Sequence[str]] = None) -> Optional[str]:
@@ -158,17 +213,28 @@ def reference_score(prediction, references, options=None):
     letters = list(OPTION_LETTERS[: len(options)] if options else OPTION_LETTERS)
 
     def spaced(text):
-        for char in MARKUP:
-            text = text.replace(char, " ")
-        return text
-
-    def key(text):
         for latex, symbol in LATEX_SYMBOLS:
             text = text.replace(latex, symbol)
-        return " ".join(spaced(text).casefold().split())
+        for char in MARKUP:
+            text = text.replace(char, " ")
+        return " ".join(text.split())
+
+    def key(text):
+        return spaced(text).casefold()
 
     def contains(text, words):
         return f" {words} " in f" {text} "
+
+    def without(text, words):
+        kept, n, i = [], len(words.split()), 0
+        tokens = text.split()
+        while i < len(tokens):
+            if n and [t.lower() for t in tokens[i:i + n]] == words.lower().split():
+                i += n
+            else:
+                kept.append(tokens[i])
+                i += 1
+        return " ".join(kept)
 
     def option_equal_to(text):
         found = [i for i, opt in enumerate(options or []) if key(text) != "" and key(opt) == key(text)]
@@ -198,22 +264,37 @@ def reference_score(prediction, references, options=None):
             return by_text
         if by_letter is not None:
             return by_letter
+        clause = LEADING_CLAUSE.match(text)
+        if clause and option_equal_to(clause.group(1)) is not None and len(key(clause.group(1))) > 1:
+            lead = option_equal_to(clause.group(1))
+            after = text[clause.end():]
+            if (not any(word in letters for word in spaced(after).split())
+                    and not any(letters[i] != lead and contains(key(after), key(opt)) for i, opt in enumerate(options))):
+                return lead
         option_words = set()
         for opt in options or []:
             option_words.update(key(opt).split())
         if is_sentence(text, frozenset(option_words)):
             return None
-        named = set(word for word in spaced(text).split() if word in letters)
         inside = options_inside(text)
-        if len(named) == 1:
-            letter = named.pop()
-            own = key(options[letters.index(letter)]) if options else ""
-            if any(letters[i] != letter and not contains(own, key(options[i])) for i in inside):
-                return None
-            return letter
-        if named:
+        rest = spaced(text)
+        for i in inside:
+            rest = without(rest, spaced(options[i]))
+        named = set(word for word in rest.split() if word in letters)
+        if not named:
+            return letters[inside[0]] if len(inside) == 1 else None
+        if len(named) > 1:
             return None
-        return letters[inside[0]] if len(inside) == 1 else None
+        letter = named.pop()
+        if not options:
+            return letter
+        own = options[letters.index(letter)]
+        if any(letters[i] != letter and not contains(key(own), key(options[i])) for i in inside):
+            return None
+        residue = without(without(rest, letter), spaced(own))
+        if NUMBER_IN_TEXT.search(residue) and NUMBER_IN_TEXT.search(spaced(own)):
+            return None
+        return letter
 
     letter = extract(prediction)
     if letter is None:

@@ -16,11 +16,13 @@ The patterns (``STATEMENT_PATTERNS``, plus the boxed form and the lone letter on
   bold, as a heading (``### Final answer``), with the answer on the same line after the colon or
   on the next non-empty line;
 - ``option_is``: "the correct option is (B)", "the best choice is B";
-- ``option_correct``: "option (B) is correct", "choice B is the right one";
-- ``last_line_letter``: the last non-empty line of a reply of two or more lines is one capital
-  letter, bracketed, bold or followed by a period ("(B)", "**B**", "B.");
-- ``answer_zh``, ``option_zh``: the same statements in Chinese ("答案是 (C)", "答案:D", "选项为C",
-  "故选C").
+- ``option_correct``: "option (B) is correct", "choice B is the right one", "option C, garter
+  snakes would decrease, is the correct answer";
+- ``last_line_letter``: the last line of a reply of two or more lines, or the last sentence of
+  its last line, is one capital letter, bracketed, bold or followed by a period ("(B)",
+  "**B**", "B.", "... not larger than the car. B");
+- ``answer_zh``, ``option_zh``, ``option_correct_zh``: the same statements in Chinese ("答案是
+  (C)", "答案:D", "选项为C", "故选C", "选项B是正确答案").
 
 A reply with none of these may still end on a conclusion: ``conclusion`` is what its last sentence
 says a thing is ("Therefore, the range of the set is 7 miles." -> "7 miles"). It is weaker than a
@@ -74,10 +76,12 @@ STATEMENT_PATTERNS = (
         r"(?<![A-Za-z])(?:(?:correct|right|best|final)\s+(?:option|choice)(?:\s+letter)?|(?:option|choice)\s+letter)"
         r"\s+(?:is|would\s+be)(?![A-Za-z])\s*:?", re.IGNORECASE)),
     ("option_correct", re.compile(
-        r"(?<![A-Za-z])(?:option|choice)\s+(\(?[A-Z]\)?)\s+is\s+(?:the\s+)?(?:correct|right|best)(?![A-Za-z])",
+        r"(?<![A-Za-z])(?:option|choice)\s+(\(?[A-Z]\)?)(?:\s*,[^,\n]{1,80},)?\s+is\s+(?:the\s+)?(?:correct|right|best)"
+        r"(?![A-Za-z])",
         re.IGNORECASE)),
     ("answer_zh", re.compile(r"(?:最终|正确)?答案\s*(?:是|为|為|[:：])\s*[:：]?")),
     ("option_zh", re.compile(r"(?:选项\s*(?:是|为|為)|故选|应选|應選)\s*[:：]?")),
+    ("option_correct_zh", re.compile(r"选项\s*(\(?[A-Z]\)?)\s*(?:是|为|為)?\s*正确")),
 )
 LAST_LINE_LETTER = re.compile(r"[ \t*_(\[]*([A-Z])[ \t*_)\].]*")
 CONCLUSION_VERB = re.compile(r"(?<![A-Za-z])(?:is|are|was|were|equals|be)(?![A-Za-z])|[=≈＝]|为|是")
@@ -174,11 +178,17 @@ def sentence_span(text: str, start: int) -> Optional[tuple[int, int]]:
 
 
 def last_line_letter(text: str) -> Optional[tuple[int, int]]:
-    """(start, end) of the letter when the last non-empty line of a multi-line reply is one."""
+    """(start, end) of the letter when the last sentence of a reply of two or more sentences or
+    lines stands alone as one ("... not larger than the car. B", "...\n\n(C)")."""
     lines = [(m.start(), m.end()) for m in re.finditer(r"[^\n]+", text) if m.group().strip()]
-    if len(lines) < 2:
+    if not lines:
         return None
     start, end = lines[-1]
+    ends = [m.end() for m in SENTENCE_END.finditer(text, start, end) if text[m.end():end].strip()]
+    if ends:
+        start = ends[-1]
+    elif len(lines) < 2:
+        return None
     match = LAST_LINE_LETTER.fullmatch(text, start, end)
     return (match.start(1), match.end(1)) if match else None
 
@@ -191,7 +201,7 @@ def extract(text: str) -> Optional[tuple[str, str]]:
     best = None  # (statement start, name, span)
     for name, pattern in STATEMENT_PATTERNS:
         for match in pattern.finditer(text):
-            if name == "option_correct":
+            if name in ("option_correct", "option_correct_zh"):
                 span = (match.start(1), match.end(1))
             else:
                 span = sentence_span(text, match.end())
