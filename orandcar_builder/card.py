@@ -440,11 +440,28 @@ def rule_source(name: str, rule: ModuleType) -> str:
 
 
 def candidates_source() -> str:
+    """The block that defines ``final_answer_candidates``: final-answer extraction (every pattern,
+    as the module-level constants of verify/extract.py) and the candidates a rule is tried on."""
     candidates_module = importlib.import_module(f"{PROJECT_PACKAGE}.verify.candidates")
+    extract_module = importlib.import_module(f"{PROJECT_PACKAGE}.verify.extract")
 
     bundle = _SourceBundle()
-    bundle.add_callable("candidates", candidates_module.candidates, entry=True)
-    return bundle.render(f"{CANDIDATES_BLOCK_PREFIX}: which parts of an answer a rule is tried on", ["candidates"])
+    bundle.add_name("EXTRACTION_VERSION", vars(extract_module))
+    bundle.add_callable("final_answer_candidates", candidates_module.final_answer_candidates, entry=True)
+    return bundle.render(f"{CANDIDATES_BLOCK_PREFIX}: final-answer extraction (version "
+                         f"{extract_module.EXTRACTION_VERSION}) and the texts a rule is tried on",
+                         ["final_answer_candidates"])
+
+
+def extraction_section() -> dict:
+    """What the card says about final-answer extraction: its version and one example per pattern."""
+    from .verify import extract as extraction
+
+    return {
+        "version": extraction.EXTRACTION_VERSION,
+        "examples": [(name, code_span(reply.replace("\n", "\\n")), code_span(span))
+                     for name, reply, span in extraction.EXAMPLES],
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -783,8 +800,10 @@ FIELD_NOTES = {
     "clean_meta.actions": "what cleaning changed in this row, if anything",
 }
 ANSWER_NOTES = {
-    "RS_think": "the model's own accepted answer, exactly as it wrote it",
-    "RS_nothink": "the model's own accepted answer, exactly as it wrote it",
+    "RS_think": ("the model's own accepted answer, exactly as it wrote it: the span of its explicit final-answer "
+                 "statement when it made one, else the part of its final answer that passed"),
+    "RS_nothink": ("the model's own accepted answer, exactly as it wrote it: the span of its explicit final-answer "
+                   "statement when it made one, else the part of its final answer that passed"),
     "rejected": "the reference answer (ground truth) from the source dataset",
 }
 
@@ -968,6 +987,7 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
         "fingerprint": engine_fingerprint(report),
         "families": {"columns": family_columns, "rows": family_table},
         "candidates_source": fence(candidates_source(), "python"),
+        "extraction": extraction_section(),
         "rules": rule_sections(report),
         "judge": judge_section(report),
         "cleaning": cleaning_section(report),

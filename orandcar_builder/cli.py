@@ -146,8 +146,11 @@ def validate(folder, exhaustive):
 def check_answer(family, answer, references, options):
     """Show how the family's rule decides ANSWER against the references.
 
-    Prints the rule, each candidate tried (whole answer, first line, first paragraph), its score
-    and decision. Exits 0 when the answer passes and 1 when it is rejected.
+    Prints the rule, the final-answer extraction (the pattern and the span of an explicit
+    statement such as "the answer is (C)" or \\boxed{..}, which alone is then checked), each
+    candidate tried (the statement, or the whole answer, first line, first paragraph and what the
+    last sentence concludes), its score and decision. Exits 0 when the answer passes and 1 when
+    it is rejected.
 
     \b
     Example:

@@ -10,8 +10,9 @@ import re
 import pytest
 
 from orandcar_builder.card import CANDIDATES_BLOCK_PREFIX, RULE_BLOCK_PREFIX, code_blocks, render_card
-from orandcar_builder.verify import RULE_MODULES, decide, get_rule
-from orandcar_builder.verify.candidates import candidates
+from orandcar_builder.verify import EXTRACTION_VERSION, RULE_MODULES, decide, get_rule
+from orandcar_builder.verify.candidates import final_answer_candidates
+from orandcar_builder.verify.extract import EXAMPLES, EXTRACTION_PATTERNS
 
 CORPUS_SIZE = 1000
 _RULE_HEADER = re.compile(rf"^{re.escape(RULE_BLOCK_PREFIX)}(\S+) \(version (\S+)\)$")
@@ -167,13 +168,45 @@ def test_card_constants_are_the_modules_values(all_rules_card):
             assert namespace[constant] == getattr(rule, constant), f"{name}.{constant}"
 
 
-def test_candidates_block_agrees_with_production(all_rules_card):
-    blocks = [code for info, code in code_blocks(all_rules_card)
+def _candidates_block(markdown: str) -> dict:
+    blocks = [code for info, code in code_blocks(markdown)
               if info == "python" and code.startswith(CANDIDATES_BLOCK_PREFIX)]
     assert len(blocks) == 1
-    namespace = _run(blocks[0], "candidates")
+    return _run(blocks[0], "candidates")
+
+
+# Pieces of final answers: reasoning, explicit statements of every pattern, conclusions, markup.
+_PIECES = (
+    "B", "The answer is B.", "\n", "\n\n", "  ", "<think>", "</think>", "reasoning", "\n \n", "x",
+    "\\boxed{", "}", "\\boxed{\\text{C}}", "\\fbox{12}", "the correct answer is (C) 60°.", "**Answer:** ", "### Final answer",
+    "Answer:", "the correct option is ", "option (B) is correct", "答案是", "选项为C。", "(D)", "A", "not ",
+    "If the answer is A", "Therefore, the range is 7 miles.", "There are two bars.", "Chase will spend $18.",
+    "I hope this helps!", "so 4 x 2 = 8 cm^2", "is about 2 inches", ", because it is red", "3:1", ". ", "。",
+)
+
+
+def test_candidates_block_agrees_with_production(all_rules_card):
+    namespace = _candidates_block(all_rules_card)
+    assert namespace["EXTRACTION_VERSION"] == EXTRACTION_VERSION
     rng = random.Random("card-candidates")
-    pieces = ("B", "The answer is B.", "\n", "\n\n", "  ", "<think>", "</think>", "reasoning", "\n \n", "x")
-    answers = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 8))) for _ in range(CORPUS_SIZE)]
+    answers = ["".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 10))) for _ in range(CORPUS_SIZE)]
+    answers += [reply for _, reply, _ in EXAMPLES]
+    patterns = set()
     for answer in answers:
-        assert namespace["candidates"](answer) == candidates(answer), repr(answer)
+        for conclusions in (False, True):
+            expected = final_answer_candidates(answer, conclusions)
+            assert namespace["final_answer_candidates"](answer, conclusions) == expected, repr(answer)
+            patterns.update(extraction for _, _, extraction in expected)
+    # The corpus must reach every pattern, or agreement proves little.
+    assert patterns - {""} == set(EXTRACTION_PATTERNS), set(EXTRACTION_PATTERNS) - patterns
+
+
+def test_card_lists_every_pattern_with_its_example(all_rules_card):
+    for name, reply, span in EXAMPLES:
+        assert f"| `{name}` |" in all_rules_card
+    assert [name for name, _, _ in EXAMPLES] == list(EXTRACTION_PATTERNS)
+    namespace = _candidates_block(all_rules_card)
+    for name, reply, span in EXAMPLES:  # each example, run through the card's own block
+        found = [(extraction, text) for _, text, extraction in namespace["final_answer_candidates"](reply, True)
+                 if extraction == name]
+        assert found == [(name, span)], (name, reply)

@@ -25,7 +25,7 @@ OPTIONS = ["cat", "dog", "red fox", "fox"]
         ("Dog.", "B"),
         ("red fox", "C"),  # whole text first: not D, although "fox" occurs in it
         ("It is a dog.", "B"),  # one option's text inside, no letter standing alone
-        ("It is a red fox.", None),  # "fox" and "red fox" both occur: ambiguous
+        ("It is a red fox.", "C"),  # "fox" occurs only inside "red fox": that longer option
         ("A or B", None),  # two letters extract nothing
         ("B, not C", None),
         ("The answer is B (B)", "B"),  # the same letter twice is still one letter

@@ -46,6 +46,10 @@ _GENERATION_FIELDS = [
 _DECISION_FIELDS = [
     ("rule", pa.string()), ("rule_version", pa.string()), ("candidate", pa.string()),
     ("score", pa.float64()), ("rule_passed", pa.bool_()),
+    # The final-answer extraction that fed the rule: the pattern whose statement decided ("" when
+    # none applied) and verify.extract.EXTRACTION_VERSION; ``decided_text`` is the text the rule
+    # passed or scored best on (a substring of ``model_answer``).
+    ("extraction", pa.string()), ("extraction_version", pa.string()), ("decided_text", pa.string()),
 ]
 _VERDICT_FIELDS = [("verdict", pa.string()), ("verdict_raw", pa.string())]
 DECISION_SCHEMA = pa.schema(
@@ -154,6 +158,9 @@ def decision_row(outcome: Outcome, generation: Generation, decision: Optional[De
         "candidate": decision.candidate if decision else None,
         "score": decision.score if decision else None,
         "rule_passed": decision.passed if decision else None,
+        "extraction": decision.extraction if decision else None,
+        "extraction_version": decision.extraction_version if decision else None,
+        "decided_text": decision.text if decision else None,
         "verdict": verdict.label if verdict else None,
         "verdict_raw": verdict.raw if verdict else None,
         "error": None,
@@ -178,12 +185,13 @@ def generation_from_row(row: dict) -> Generation:
 
 
 def decision_from_row(row: dict) -> Optional[Decision]:
-    """The rule's decision a record holds; ``text`` (the passing candidate) is not recorded
-    separately and comes back empty."""
+    """The rule's decision a record holds (a record written before the extraction columns
+    existed gives back empty ``text`` and extraction fields)."""
     if row["rule"] is None:
         return None
     return Decision(rule=row["rule"], rule_version=row["rule_version"], candidate=row["candidate"],
-                    text="", score=row["score"], passed=row["rule_passed"])
+                    text=row.get("decided_text") or "", score=row["score"], passed=row["rule_passed"],
+                    extraction=row.get("extraction") or "", extraction_version=row.get("extraction_version") or "")
 
 
 def with_verdict(row: dict, verdict: Verdict) -> dict:

@@ -13,7 +13,9 @@ A rule whose pass criterion is not a function of the score alone (``vqa``: the s
 leave-one-out accuracy, the pass needs min(3, n) matching references) also defines
 ``decide(prediction, references, options) -> (score, passed)`` and ``reference_decide``; the
 decision then comes from ``decide``. Rules may define ``detail(...) -> str``, one line that
-``explain`` shows (the normalised text, the extracted letter).
+``explain`` shows (the normalised text, the extracted letter). A rule that finds a value inside a
+text (``math``, ``choice``) sets ``FINDS_VALUES = True``: it is then also tried on what a reply's
+last sentence concludes (``candidates.py``).
 
 ``verify`` removes a leaked reasoning block, runs final-answer extraction (``extract.py``) and
 applies the rule to the explicit statement's span when the answer has one, else to the answer as
@@ -118,7 +120,7 @@ def verify(
     rule = get_rule(rule_name)
     refs, opts = check_inputs(answer, references, options)
     best: Optional[Decision] = None
-    for label, text, extraction in final_answer_candidates(answer):
+    for label, text, extraction in final_answer_candidates(answer, getattr(rule, "FINDS_VALUES", False)):
         s, passed = decide(rule, text, refs, opts)
         decision = Decision(rule.NAME, rule.VERSION, label, text, s, passed, extraction, EXTRACTION_VERSION)
         if decision.passed:

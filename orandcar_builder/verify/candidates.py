@@ -5,8 +5,11 @@ The final answer (leaked reasoning removed) first goes through final-answer extr
 ``\\boxed{0.6}``, "**Answer:** B"), that statement's span is the one candidate (``statement``):
 the reply has said what it answers, and nothing else in it is tried. Otherwise the candidates are
 the published protocol's: the answer as a whole, its first line and its first paragraph, which
-serve a reply that answers first and explains after (the rules that find a value inside a text,
-``math`` and ``choice``, do not search a candidate that is a sentence; see ``shape.py``).
+serve a reply that answers first and explains after. The rules that find a value inside a text
+(``math`` and ``choice``, marked ``FINDS_VALUES``) do not search a candidate that is a sentence
+(see ``shape.py``), and are also tried on what the reply's last sentence concludes
+(``extract.conclusion``, ``extract.conclusion_number``), after the protocol's candidates; the
+other rules keep the protocol's three.
 """
 
 from __future__ import annotations
@@ -30,12 +33,13 @@ def strip_reasoning(text: str) -> str:
     return text
 
 
-def final_answer_candidates(answer: str) -> list[tuple[str, str, str]]:
+def final_answer_candidates(answer: str, conclusions: bool = False) -> list[tuple[str, str, str]]:
     """(candidate, text, extraction) for each text a rule is tried on, in order. When ``answer``
     carries an explicit statement: only ``("statement", span, pattern name)``. Otherwise the
     answer as a whole, its first line and its first paragraph, each stripped, with extraction
-    ``""``, then what its last sentence concludes (``"conclusion"``); a text equal to an earlier
-    one is not repeated. An empty answer has no candidates."""
+    ``""``, then, when ``conclusions`` is set (rules that find values inside a text: ``math``,
+    ``choice``), what its last sentence concludes (``conclusion``, ``conclusion_number``); a text
+    equal to an earlier one is not repeated. An empty answer has no candidates."""
     full = strip_reasoning(answer).strip()
     if not full:
         return []
@@ -46,15 +50,17 @@ def final_answer_candidates(answer: str) -> list[tuple[str, str, str]]:
     first_line = full.split("\n", 1)[0].strip()
     first_paragraph = _PARAGRAPH_BREAK.split(full, 1)[0].strip()
     seen = {full}
-    for label, text, extraction in (("first_line", first_line, ""), ("first_paragraph", first_paragraph, ""),
-                                    ("conclusion", conclusion(full) or "", "conclusion"),
-                                    ("conclusion_number", conclusion_number(full) or "", "conclusion_number")):
+    tries = [("first_line", first_line, ""), ("first_paragraph", first_paragraph, "")]
+    if conclusions:
+        tries += [("conclusion", conclusion(full) or "", "conclusion"),
+                  ("conclusion_number", conclusion_number(full) or "", "conclusion_number")]
+    for label, text, extraction in tries:
         if text and text not in seen:
             out.append((label, text, extraction))
             seen.add(text)
     return out
 
 
-def candidates(answer: str) -> list[tuple[str, str]]:
+def candidates(answer: str, conclusions: bool = False) -> list[tuple[str, str]]:
     """The (candidate, text) pairs of ``answer`` (see ``final_answer_candidates``)."""
-    return [(label, text) for label, text, _ in final_answer_candidates(answer)]
+    return [(label, text) for label, text, _ in final_answer_candidates(answer, conclusions)]

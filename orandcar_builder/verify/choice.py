@@ -52,6 +52,7 @@ from .shape import SENTENCE_WORDS, is_sentence
 
 NAME = "choice"
 VERSION = "2"
+FINDS_VALUES = True  # finds a value inside a text: see verify/shape.py and candidates.py
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MARKUP = ".()[],:;!*#{}°（）【】，：；"  # turned into spaces before letters are looked for
 DECORATION = " \t\r\n*_()[]."  # stripped from both ends of a bare-letter answer
@@ -205,6 +206,8 @@ def passes(value: float) -> bool:
 
 def detail(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> str:
     letter = extract_letter(prediction, options)
+    if letter is None and is_sentence(prediction, _option_words(options)):
+        return f"a sentence ({SENTENCE_WORDS} words or more besides the options' words): names no option"
     wanted = ", ".join(str(reference_letter(ref, options)) for ref in references)
     return f"extracted {letter or 'no single letter'}; reference {wanted}"
 

@@ -7,7 +7,8 @@ from typing import Optional, Sequence
 
 from ..families import rule_for
 from . import check_inputs, decide, get_rule, verify
-from .candidates import candidates
+from .candidates import final_answer_candidates, strip_reasoning
+from .extract import EXTRACTION_VERSION, extract
 
 PASS_MARK, REJECT_MARK = "PASS", "REJECT"
 
@@ -16,19 +17,23 @@ def explain(family: str, answer: str, references: Sequence[str], options: Option
     """Every candidate of ``answer`` scored by the rule of ``family``, and the final decision.
 
     Returns ``{"family", "rule", "rule_version", "answer", "references", "options",
-    "candidates": [{"candidate", "text", "score", "passed", "detail"}], "decision": {Decision
-    fields}}``. Unlike ``verify``, which stops at the first passing candidate, every candidate
-    is listed; ``decision`` is exactly what ``verify`` returns. Raises UnknownNameError for an
-    unknown family or rule.
+    "extraction": {"version", "pattern", "span"}, "candidates": [{"candidate", "text",
+    "extraction", "score", "passed", "detail"}], "decision": {Decision fields}}``.
+    ``extraction`` names the explicit final-answer statement found (pattern ``""`` and span
+    ``None`` when there is none). Unlike ``verify``, which stops at the first passing candidate,
+    every candidate is listed; ``decision`` is exactly what ``verify`` returns. Raises
+    UnknownNameError for an unknown family or rule.
     """
     rule_name = rule_for(family, options)
     rule = get_rule(rule_name)
     refs, opts = check_inputs(answer, references, options)
+    statement = extract(strip_reasoning(answer).strip())
     tried = []
-    for label, text in candidates(answer):
+    for label, text, extraction in final_answer_candidates(answer, getattr(rule, "FINDS_VALUES", False)):
         value, passed = decide(rule, text, refs, opts)
         detail = rule.detail(text, refs, opts) if hasattr(rule, "detail") else ""
-        tried.append({"candidate": label, "text": text, "score": value, "passed": passed, "detail": detail})
+        tried.append({"candidate": label, "text": text, "extraction": extraction, "score": value,
+                      "passed": passed, "detail": detail})
     return {
         "family": family,
         "rule": rule.NAME,
@@ -36,6 +41,8 @@ def explain(family: str, answer: str, references: Sequence[str], options: Option
         "answer": answer,
         "references": refs,
         "options": opts,
+        "extraction": {"version": EXTRACTION_VERSION, "pattern": statement[0] if statement else "",
+                       "span": statement[1] if statement else None},
         "candidates": tried,
         "decision": asdict(verify(rule_name, answer, refs, opts)),
     }
@@ -52,14 +59,21 @@ def format_explanation(result: dict) -> str:
     ]
     if result["options"]:
         lines.append("options:    " + "  ".join(f"{OPTION_LETTERS[i]}. {o}" for i, o in enumerate(result["options"])))
+    found = result["extraction"]
+    if found["pattern"]:
+        lines.append(f"extraction: {found['pattern']} -> {found['span']!r} (version {found['version']}); "
+                     "the statement alone is checked")
+    else:
+        lines.append(f"extraction: no explicit final-answer statement (version {found['version']})")
     if not result["candidates"]:
         lines.append("candidates: none (the answer is empty once reasoning is removed)")
     for c in result["candidates"]:
         mark = PASS_MARK if c["passed"] else REJECT_MARK
-        lines.append(f"  {c['candidate']:<16} {mark:<6} score {c['score']:.4f}  {c['text']!r}")
+        lines.append(f"  {c['candidate']:<17} {mark:<6} score {c['score']:.4f}  {c['text']!r}")
         if c["detail"]:
-            lines.append(f"  {'':<16} {c['detail']}")
+            lines.append(f"  {'':<17} {c['detail']}")
     d = result["decision"]
     mark = PASS_MARK if d["passed"] else REJECT_MARK
-    lines.append(f"decision:   {mark} (candidate {d['candidate']}, score {d['score']:.4f})")
+    how = f"candidate {d['candidate']}" + (f", pattern {d['extraction']}" if d["extraction"] else "")
+    lines.append(f"decision:   {mark} ({how}, score {d['score']:.4f})")
     return "\n".join(lines)

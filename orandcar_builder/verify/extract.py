@@ -65,24 +65,22 @@ CLAUSE_COMMA = re.compile(r"[,，]\s*(?=[^\W\d_])")
 BRACKETS = {"(": ")", "[": "]", "{": "}"}
 BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{")
-STATEMENT_PATTERNS = (
-    ("answer_is", re.compile(
-        r"(?<![A-Za-z])(?<!if )(?<!whether )(?:the|my|our)\s+(?:(?:" + "|".join(q.replace(" ", r"\s+") for q in ANSWER_QUALIFIERS)
-        + r")\s+){0,3}answer\s*(?:\*\*|__)?\s+(?:is|would\s+be|should\s+be|will\s+be)(?![A-Za-z])\s*(?:\*\*|__)?\s*:?",
-        re.IGNORECASE)),
-    ("answer_label", re.compile(
-        r"^[ \t>#*_-]*(?:(?:final|correct)\s+)?answer[ \t*_]*(?:[:：]|(?=[ \t*_]*$))", re.IGNORECASE | re.MULTILINE)),
-    ("option_is", re.compile(
-        r"(?<![A-Za-z])(?:(?:correct|right|best|final)\s+(?:option|choice)(?:\s+letter)?|(?:option|choice)\s+letter)"
-        r"\s+(?:is|would\s+be)(?![A-Za-z])\s*:?", re.IGNORECASE)),
-    ("option_correct", re.compile(
-        r"(?<![A-Za-z])(?:option|choice)\s+(\(?[A-Z]\)?)(?:\s*,[^,\n]{1,80},)?\s+is\s+(?:the\s+)?(?:correct|right|best)"
-        r"(?![A-Za-z])",
-        re.IGNORECASE)),
-    ("answer_zh", re.compile(r"(?:最终|正确)?答案\s*(?:是|为|為|[:：])\s*[:：]?")),
-    ("option_zh", re.compile(r"(?:选项\s*(?:是|为|為)|故选|应选|應選)\s*[:：]?")),
-    ("option_correct_zh", re.compile(r"选项\s*(\(?[A-Z]\)?)\s*(?:是|为|為)?\s*正确")),
-)
+ANSWER_IS = re.compile(
+    r"(?<![A-Za-z])(?<!if )(?<!whether )(?:the|my|our)\s+(?:(?:" + "|".join(q.replace(" ", r"\s+") for q in ANSWER_QUALIFIERS)
+    + r")\s+){0,3}answer\s*(?:\*\*|__)?\s+(?:is|would\s+be|should\s+be|will\s+be)(?![A-Za-z])\s*(?:\*\*|__)?\s*:?",
+    re.IGNORECASE)
+ANSWER_LABEL = re.compile(
+    r"^[ \t>#*_-]*(?:(?:final|correct)\s+)?answer[ \t*_]*(?:[:：]|(?=[ \t*_]*$))", re.IGNORECASE | re.MULTILINE)
+OPTION_IS = re.compile(
+    r"(?<![A-Za-z])(?:(?:correct|right|best|final)\s+(?:option|choice)(?:\s+letter)?|(?:option|choice)\s+letter)"
+    r"\s+(?:is|would\s+be)(?![A-Za-z])\s*:?", re.IGNORECASE)
+OPTION_CORRECT = re.compile(
+    r"(?<![A-Za-z])(?:option|choice)\s+(\(?[A-Z]\)?)(?:\s*,[^,\n]{1,80},)?\s+is\s+(?:the\s+)?(?:correct|right|best)"
+    r"(?![A-Za-z])",
+    re.IGNORECASE)
+ANSWER_ZH = re.compile(r"(?:最终|正确)?答案\s*(?:是|为|為|[:：])\s*[:：]?")
+OPTION_ZH = re.compile(r"(?:选项\s*(?:是|为|為)|故选|应选|應選)\s*[:：]?")
+OPTION_CORRECT_ZH = re.compile(r"选项\s*(\(?[A-Z]\)?)\s*(?:是|为|為)?\s*正确")
 LAST_LINE_LETTER = re.compile(r"[ \t*_(\[]*([A-Z])[ \t*_)\].]*")
 CONCLUSION_VERB = re.compile(r"(?<![A-Za-z])(?:is|are|was|were|equals|be)(?![A-Za-z])|[=≈＝]|为|是")
 # Closing courtesies a reply may end with after its conclusion; they are skipped to find it.
@@ -100,8 +98,22 @@ CONCLUDED_NUMBER = re.compile(
 NUMBER = re.compile(r"(?<![\w.^_∠\\:/])[-−]?\d+(?:,\d{3})*(?:\.\d+)?%?(?!\w|[.,:/^]\d)")
 # A sentence that denies or doubts is no conclusion ("It is not 5", "cannot be 2").
 NEGATION = re.compile(r"(?<![A-Za-z])(?:not|no|never|cannot|unable|impossible|unknown)(?![A-Za-z])|n't", re.IGNORECASE)
-EXTRACTION_PATTERNS = ("boxed",) + tuple(name for name, _ in STATEMENT_PATTERNS) + (
-    "last_line_letter", "conclusion", "conclusion_number")
+STATEMENT_PATTERNS = ("answer_is", "answer_label", "option_is", "option_correct", "answer_zh", "option_zh", "option_correct_zh")
+EXTRACTION_PATTERNS = ("boxed",) + STATEMENT_PATTERNS + ("last_line_letter", "conclusion", "conclusion_number")
+# One reply per pattern and what it extracts (the card shows them; a test checks each one).
+EXAMPLES = (
+    ("boxed", "Therefore, the correct answer is (C).\n\n\\boxed{\\text{C}}", "C"),
+    ("answer_is", "So the final answer is (B) 120°.", "(B) 120°"),
+    ("answer_label", "The triangle is isosceles.\n\n**Answer:** B", "B"),
+    ("option_is", "Thus the correct option letter is D.", "D"),
+    ("option_correct", "Option (C) is correct because the angle is 60°.", "(C)"),
+    ("answer_zh", "所以，答案是 (C) 12。", "(C) 12"),
+    ("option_zh", "因此，∠FAE的度数为52.5°，选项为C。", "C"),
+    ("option_correct_zh", "所以选项B是正确答案。", "B"),
+    ("last_line_letter", "The tower seen from above is a square.\n\n(A)", "A"),
+    ("conclusion", "The leaf is long and narrow.\nTherefore, the shape is Linear.", "Linear"),
+    ("conclusion_number", "4 kg * $2 = $8\n\nChase will spend $8.\n\nI hope this helps!", "8"),
+)
 
 
 def balanced_end(text: str, start: int) -> Optional[int]:
@@ -199,7 +211,9 @@ def extract(text: str) -> Optional[tuple[str, str]]:
     if box is not None:
         return "boxed", text[box[0]:box[1]]
     best = None  # (statement start, name, span)
-    for name, pattern in STATEMENT_PATTERNS:
+    for name, pattern in (("answer_is", ANSWER_IS), ("answer_label", ANSWER_LABEL), ("option_is", OPTION_IS),
+                          ("option_correct", OPTION_CORRECT), ("answer_zh", ANSWER_ZH), ("option_zh", OPTION_ZH),
+                          ("option_correct_zh", OPTION_CORRECT_ZH)):
         for match in pattern.finditer(text):
             if name in ("option_correct", "option_correct_zh"):
                 span = (match.start(1), match.end(1))
@@ -232,9 +246,10 @@ def last_sentence(text: str) -> Optional[tuple[int, int]]:
 def conclusion(text: str) -> Optional[str]:
     """What the last sentence of ``text`` (closing courtesies skipped) says a thing is: the words
     after its last "is", "are", "was", "were", "equals", "be", "=" or "≈", cut like a statement's
-    span ("Therefore, the leaf is Linear." -> "Linear"); None when it has no such word."""
+    span ("Therefore, the leaf is Linear." -> "Linear"); None when it has no such word or denies
+    or doubts (``NEGATION``: "The area cannot be 12.")."""
     found = last_sentence(text)
-    if found is None:
+    if found is None or NEGATION.search(text, *found):
         return None
     start, end = found
     verbs = list(CONCLUSION_VERB.finditer(text, start, end))

@@ -5,7 +5,9 @@ An answer passes when
 1. it is the reference text itself, once white space is collapsed (math-verify alone rejects
    identical answers it cannot parse, such as a word or an option letter), or
 2. it is not a sentence (``shape.is_sentence``: ``SENTENCE_WORDS`` words or more, so "The area
-   of the rectangle ABEF is 4 x 2 = 8 cm^2." is not searched for a number) and
+   of the rectangle ABEF is 4 x 2 = 8 cm^2." is not searched for a number), it shows no work
+   (``shape.shows_work``: not a calculation such as "4 x 2 = 8", not prose naming several values
+   such as "5 apples and 3 pears") and
    ``math_verify.verify(parse(reference), parse(answer))`` holds (reference first: the call is
    not symmetric), with ``FLOAT_ROUNDING`` and ``NUMERIC_PRECISION`` as given below.
 
@@ -32,7 +34,8 @@ Known leniencies (math-verify's behaviour; tests pin each one):
 
 - symbols are lower-cased: ``\\frac{L}{n}`` equals ``\\frac{l}{n}``; ``\\frac{L}{n}`` still
   differs from ``\\frac{L}{n-1}``;
-- numbers in short prose are extracted: "5 apples" equals 5, "12 and 13" equals 13;
+- a number in short prose is extracted: "5 apples" equals 5 (prose with several numbers, such
+  as "12 and 13", is not searched);
 - an equation's right-hand side is compared with a bare value: "x = 2" equals 2;
 - units, degree signs and thousands separators are dropped: "10 cm" equals 10, "45^\\circ"
   equals 45, "1,000" equals 1000;
@@ -51,10 +54,11 @@ import threading
 from typing import Optional, Sequence
 
 from .extract import NUMBER_WORDS
-from .shape import SENTENCE_WORDS, is_sentence
+from .shape import SENTENCE_WORDS, is_sentence, shows_work
 
 NAME = "math"
 VERSION = "2"
+FINDS_VALUES = True  # finds a value inside a text: see verify/shape.py and candidates.py
 PARSING_TIMEOUT_SECONDS = 5
 COMPARISON_TIMEOUT_SECONDS = 5
 FLOAT_ROUNDING = 6
@@ -143,7 +147,7 @@ def number_word_value(text: str) -> str:
 
 def score(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> float:
     prediction = number_word_value(prediction)
-    searchable = not is_sentence(prediction)
+    searchable = not is_sentence(prediction) and not shows_work(prediction)
     for ref in references:
         if same_text(prediction, ref) or (searchable and equivalent(prediction, ref)):
             return 1.0
@@ -155,6 +159,11 @@ def passes(value: float) -> bool:
 
 
 def detail(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> str:
+    if is_sentence(prediction) and not any(same_text(prediction, ref) for ref in references):
+        return f"a sentence ({SENTENCE_WORDS} words or more): not searched for a value"
+    if shows_work(prediction) and not any(same_text(prediction, ref) for ref in references):
+        return "a calculation, or several values in prose: not searched for a value"
+    prediction = number_word_value(prediction)
     parsing_timeout, _ = timeouts()
     answer = [str(x) for x in _parse(prediction, parsing_timeout)[:1]]
     gold = [str(x) for ref in references for x in _parse(ref, parsing_timeout)[:1]]
@@ -181,7 +190,7 @@ def reference_score(prediction, references, options=None):
     for ref in references:
         if prediction.split() == ref.split():
             return 1.0
-        if is_sentence(prediction):
+        if is_sentence(prediction) or shows_work(prediction):
             continue
         gold = parse(wrap(ref), parsing_timeout=parsing_timeout)
         answer = parse(wrap(prediction), parsing_timeout=parsing_timeout)

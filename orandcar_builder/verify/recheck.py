@@ -6,6 +6,10 @@ batches. For every QA item the family comes from ``clean_meta.sources[i].family`
 references from ``clean_meta.sources[i].references`` (``[org_answer]`` for rows written before
 that field existed) and the options from ``clean_meta.sources[i].options``. Then:
 
+Each stored answer goes through the whole decision again (``verify``): reasoning removed,
+final-answer extraction, candidates, the rule; a disagreement names the candidate and the
+extraction pattern that decided.
+
 - accepted configs: the rule of the family must pass ``answer``, and ``verifier`` must name that
   rule; a row whose ``verifier`` is ``judge`` must still be rejected by the rule (the judge only
   sees what the rule rejected), and is counted apart;
@@ -170,7 +174,8 @@ def _items(path: Path, config: str, shard: str, report: RecheckReport) -> Iterat
 
 
 def _describe(decision) -> str:
-    return f"candidate {decision.candidate} {decision.text!r}, score {decision.score:.4f}"
+    how = f", extraction {decision.extraction} (version {decision.extraction_version})" if decision.extraction else ""
+    return f"candidate {decision.candidate} {decision.text!r}{how}, score {decision.score:.4f}"
 
 
 def _check(config: str, item: _Item, rule: str) -> tuple[str, Optional[str]]:

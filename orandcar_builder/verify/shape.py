@@ -8,6 +8,11 @@ reference (``math``) or exactly one option's text or letter (``choice``) still p
 length. ``choice`` does not count the words of its options' texts: "(D) All of the above" names
 an option, it does not argue.
 
+``math`` also leaves unsearched a text that shows work (``shows_work``): a calculation ("4 x 2
+= 8": a digit before an equals sign) or prose naming several values ("5 apples and 3 pears"),
+where math-verify would pick one of the numbers; "x = 2", "(1, 2)" and "\\frac{1}{2} m" are
+answers.
+
 A text is a sentence when it has ``SENTENCE_WORDS`` or more words: runs of two or more letters
 (any script) that are not a LaTeX command (``\\frac``, ``\\text``) and not inside a longer run of
 letters and digits. Units and short labels stay under it ("8 cm^2", "45 degrees", "(B) no",
@@ -20,6 +25,18 @@ import re
 
 SENTENCE_WORDS = 4
 PROSE_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}(?!\w)")
+# A calculation: a digit before an equals sign ("4 x 2 = 8", "$8 + $10 = $18"); "x = 2" is none.
+CALCULATION = re.compile(r"\d[^=\n]*[=＝]")
+# A number as written in prose, not inside LaTeX braces, a name or a power ("\frac{1}{2}", "x2", "cm^2").
+PROSE_NUMBER = re.compile(r"(?<![\w.^_{\\])\d+(?:[.,]\d+)*")
+
+
+def shows_work(text: str) -> bool:
+    """Whether ``text`` is a calculation or names several values in prose, so that a value found
+    in it need not be its answer: "4 x 2 = 8", "5 apples and 3 pears", "It is 7, not 5"."""
+    if CALCULATION.search(text):
+        return True
+    return bool(PROSE_WORD.search(text)) and len(PROSE_NUMBER.findall(text)) >= 2
 
 
 def is_sentence(text: str, ignored: frozenset = frozenset()) -> bool:
