@@ -111,7 +111,10 @@ def test_the_cards_examples(name, reply, span):
     ("Thus the nail is about 2 inches long.\n\nI hope this helps! Let me know if you have questions.",
      "about 2 inches long", "2"),
     ("The difference is 89 - 25 = **64%**.", "64%", "64%"),
-    ("There are two bars with values smaller than 0.", "two bars with values smaller than 0", "two"),
+    ("There are two bars with values smaller than 0.", "two bars", "two"),
+    ("The ratio of male to female is 1:2, which means there is one male for every two.", "1:2", None),
+    ("The smaller vehicle, which is a bus, can carry 1 person.", "a bus", "1"),
+    ("So the answer is 1982 with an income of $931,441.", "1982", "1982"),
     ("Chase will spend $18.", None, "18"),
     ("That leaves:\n2", None, "2"),
     ("The ratio is 3:1.", "3:1", None),  # no number stands alone right after the verb

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 
-from .extract import conclusion, conclusion_number, extract
+from .extract import conclusion, conclusion_number, emphasised_number, extract
 
-CANDIDATES = ("statement", "full", "first_line", "first_paragraph", "conclusion", "conclusion_number")
+CANDIDATES = ("statement", "full", "first_line", "first_paragraph", "conclusion", "conclusion_number", "emphasis")
 STATEMENT_CANDIDATE = "statement"
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
@@ -38,7 +38,8 @@ def final_answer_candidates(answer: str, conclusions: bool = False) -> list[tupl
     carries an explicit statement: only ``("statement", span, pattern name)``. Otherwise the
     answer as a whole, its first line and its first paragraph, each stripped, with extraction
     ``""``, then, when ``conclusions`` is set (rules that find values inside a text: ``math``,
-    ``choice``), what its last sentence concludes (``conclusion``, ``conclusion_number``); a text
+    ``choice``), what its last sentence concludes (``conclusion``, ``conclusion_number``) and the
+number it sets in bold (``emphasis``); a text
     equal to an earlier one is not repeated. An empty answer has no candidates."""
     full = strip_reasoning(answer).strip()
     if not full:
@@ -53,7 +54,8 @@ def final_answer_candidates(answer: str, conclusions: bool = False) -> list[tupl
     tries = [("first_line", first_line, ""), ("first_paragraph", first_paragraph, "")]
     if conclusions:
         tries += [("conclusion", conclusion(full) or "", "conclusion"),
-                  ("conclusion_number", conclusion_number(full) or "", "conclusion_number")]
+                  ("conclusion_number", conclusion_number(full) or "", "conclusion_number"),
+                  ("emphasis", emphasised_number(full) or "", "emphasis")]
     for label, text, extraction in tries:
         if text and text not in seen:
             out.append((label, text, extraction))

@@ -28,7 +28,8 @@ A reply with none of these may still end on a conclusion: ``conclusion`` is what
 says a thing is ("Therefore, the range of the set is 7 miles." -> "7 miles"). It is weaker than a
 statement, so it does not decide alone: it is tried after the protocol's candidates (whole
 answer, first line, first paragraph; see ``candidates.py``), which keep serving a reply that
-answers first and explains after.
+answers first and explains after. The weakest candidate, last of all, is ``emphasis``: the one
+number a reply sets in bold ("The smallest bar is **0**."), when it sets no other number in bold.
 
 The span of a statement is the rest of its sentence: up to the end of the line, or a period,
 exclamation or question mark followed by white space, whichever comes first; when nothing but
@@ -60,8 +61,15 @@ ANSWER_QUALIFIERS = ("final", "correct", "right", "best", "most likely", "likely
                      "true", "integer", "numerical", "numeric", "short", "resulting")
 SPAN_TRIM = " \t\r\n*_:,.：，。"
 SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？；]")
-# A comma followed by a word ends a span outside brackets: "no, there are not more buses" is "no".
-CLAUSE_COMMA = re.compile(r"[,，]\s*(?=[^\W\d_])")
+# A comma followed by a word, or a word that opens a subordinate clause, ends a span outside
+# brackets: "no, there are not more buses" is "no"; "1982 with an income of $931,441" is "1982".
+CLAUSE_COMMA = re.compile(r"[,，]\s*(?=[^\W\d_])|\s+(?:because|since|with|which|where|while|given)(?![A-Za-z])",
+                          re.IGNORECASE)
+# Where a trailing clause starts in a conclusion: "is 1:2, which means there is one male" (one
+# that runs to the end of the sentence; ", which is a bus," is an aside, not the end).
+SUBORDINATE = re.compile(r"[,，]\s*(?:which|meaning)(?![A-Za-z])|\s+because(?![A-Za-z])", re.IGNORECASE)
+# Bold markup around a number: "The smallest bar is **0**."
+BOLD_NUMBER = re.compile(r"\*\*\s*([-−]?\d+(?:,\d{3})*(?:\.\d+)?%?)\s*\*\*")
 BRACKETS = {"(": ")", "[": "]", "{": "}"}
 BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{")
@@ -99,7 +107,8 @@ NUMBER = re.compile(r"(?<![\w.^_∠\\:/])[-−]?\d+(?:,\d{3})*(?:\.\d+)?%?(?!\w|
 # A sentence that denies or doubts is no conclusion ("It is not 5", "cannot be 2").
 NEGATION = re.compile(r"(?<![A-Za-z])(?:not|no|never|cannot|unable|impossible|unknown)(?![A-Za-z])|n't", re.IGNORECASE)
 STATEMENT_PATTERNS = ("answer_is", "answer_label", "option_is", "option_correct", "answer_zh", "option_zh", "option_correct_zh")
-EXTRACTION_PATTERNS = ("boxed",) + STATEMENT_PATTERNS + ("last_line_letter", "conclusion", "conclusion_number")
+EXTRACTION_PATTERNS = ("boxed",) + STATEMENT_PATTERNS + ("last_line_letter", "conclusion", "conclusion_number",
+                                                          "emphasis")
 # One reply per pattern and what it extracts (the card shows them; a test checks each one).
 EXAMPLES = (
     ("boxed", "Therefore, the correct answer is (C).\n\n\\boxed{\\text{C}}", "C"),
@@ -113,6 +122,7 @@ EXAMPLES = (
     ("last_line_letter", "The tower seen from above is a square.\n\n(A)", "A"),
     ("conclusion", "The leaf is long and narrow.\nTherefore, the shape is Linear.", "Linear"),
     ("conclusion_number", "4 kg * $2 = $8\n\nChase will spend $8.\n\nI hope this helps!", "8"),
+    ("emphasis", "The smallest bar in the chart is **0**. It is the bar for hazard.", "0"),
 )
 
 
@@ -243,6 +253,15 @@ def last_sentence(text: str) -> Optional[tuple[int, int]]:
     return None
 
 
+def main_clause(text: str, start: int, end: int) -> int:
+    """Where the main clause of the sentence ``text[start:end]`` ends: before the first
+    ``SUBORDINATE`` clause that runs to its end without another comma."""
+    for cut in SUBORDINATE.finditer(text, start, end):
+        if not re.search(r"[,，]", text[cut.end():end]):
+            return cut.start()
+    return end
+
+
 def conclusion(text: str) -> Optional[str]:
     """What the last sentence of ``text`` (closing courtesies skipped) says a thing is: the words
     after its last "is", "are", "was", "were", "equals", "be", "=" or "≈", cut like a statement's
@@ -251,7 +270,7 @@ def conclusion(text: str) -> Optional[str]:
     found = last_sentence(text)
     if found is None or NEGATION.search(text, *found):
         return None
-    start, end = found
+    start, end = found[0], main_clause(text, *found)
     verbs = list(CONCLUSION_VERB.finditer(text, start, end))
     if not verbs:
         return None
@@ -260,10 +279,11 @@ def conclusion(text: str) -> Optional[str]:
 
 
 def conclusion_number(text: str) -> Optional[str]:
-    """The number the last sentence of ``text`` (closing courtesies skipped) concludes, or None:
+    """The number the main clause of the last sentence of ``text`` (closing courtesies skipped,
+    subordinate clauses such as ", which means ..." cut off) concludes, or None:
 
-    - the number right after its last "is", "are", "=", ... past hedges such as "about" and
-      markup ("So, there are 4 queries with a p-value lower than 0.50." -> "4"; "There are two
+    - the number right after its last "is", "are", "=", ... that has one, past hedges such as
+      "about" and markup ("So, there are 4 queries with a p-value lower than 0.50." -> "4"; "There are two
       bars" -> "two");
     - else the sentence's only number ("Chase will spend $18." -> "18");
     - nothing when the sentence denies or doubts (``NEGATION``: "It is not 5") or holds several
@@ -272,10 +292,17 @@ def conclusion_number(text: str) -> Optional[str]:
     found = last_sentence(text)
     if found is None or NEGATION.search(text, *found):
         return None
-    verbs = list(CONCLUSION_VERB.finditer(text, *found))
-    if verbs:
-        match = CONCLUDED_NUMBER.match(text, verbs[-1].end(), found[1])
+    start, end = found[0], main_clause(text, *found)
+    for verb in reversed(list(CONCLUSION_VERB.finditer(text, start, end))):
+        match = CONCLUDED_NUMBER.match(text, verb.end(), end)
         if match:
             return match.group(1)
-    numbers = list(NUMBER.finditer(text, *found))
+    numbers = list(NUMBER.finditer(text, start, end))
     return numbers[0].group() if len(numbers) == 1 else None
+
+
+def emphasised_number(text: str) -> Optional[str]:
+    """The last number set in bold in ``text`` ("The smallest bar is **0**." -> "0"), unless the
+    reply sets several different numbers in bold."""
+    numbers = [m.group(1) for m in BOLD_NUMBER.finditer(text)]
+    return numbers[-1] if numbers and len(set(numbers)) == 1 else None

@@ -9,7 +9,8 @@ length. ``choice`` does not count the words of its options' texts: "(D) All of t
 an option, it does not argue.
 
 ``math`` also leaves unsearched a text that shows work (``shows_work``): a calculation ("4 x 2
-= 8": a digit before an equals sign) or prose naming several values ("5 apples and 3 pears"),
+= 8": a digit before an equals sign), a ratio or a time ("1:2", which math-verify would read as
+one of its numbers) or prose naming several values ("5 apples and 3 pears"),
 where math-verify would pick one of the numbers; "x = 2", "(1, 2)" and "\\frac{1}{2} m" are
 answers.
 
@@ -27,14 +28,16 @@ SENTENCE_WORDS = 4
 PROSE_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}(?!\w)")
 # A calculation: a digit before an equals sign ("4 x 2 = 8", "$8 + $10 = $18"); "x = 2" is none.
 CALCULATION = re.compile(r"\d[^=\n]*[=＝]")
+# A ratio or a time: math-verify reads "1:2" or "4:30" as one of its numbers.
+RATIO = re.compile(r"\d\s*:\s*\d")
 # A number as written in prose, not inside LaTeX braces, a name or a power ("\frac{1}{2}", "x2", "cm^2").
 PROSE_NUMBER = re.compile(r"(?<![\w.^_{\\])\d+(?:[.,]\d+)*")
 
 
 def shows_work(text: str) -> bool:
-    """Whether ``text`` is a calculation or names several values in prose, so that a value found
-    in it need not be its answer: "4 x 2 = 8", "5 apples and 3 pears", "It is 7, not 5"."""
-    if CALCULATION.search(text):
+    """Whether ``text`` is a calculation, a ratio or a time, or names several values in prose, so
+    that a value found in it need not be its answer: "4 x 2 = 8", "1:2", "5 apples and 3 pears"."""
+    if CALCULATION.search(text) or RATIO.search(text):
         return True
     return bool(PROSE_WORD.search(text)) and len(PROSE_NUMBER.findall(text)) >= 2
 
