@@ -21,6 +21,13 @@ wrong accepts (rule accepts, official says wrong) over the accepts, and the righ
 (rule rejects, official says right); then the totals per kind. ``--disagreements`` writes every
 disagreement as one JSON line (model, pid, kind, official extraction and verdict, the rule's
 decision, the reply's tail) for reading; ``--json`` writes the table.
+
+``--audit benchmarks/verifier_dev_audit.tsv`` reads the written-down reading of the disagreements
+(one line per ``model/pid``: whether the official ``label`` is wrong, the ``rule`` misses or
+accepts wrongly, or the reply is ``ambiguous``, with the reason) and prints the counts per class,
+the agreement once label errors are set aside, and the wrong accepts that are the rule's own
+error. A disagreement the audit does not list is printed and the script exits 1: after a change
+of the rules, read the new ones and add them.
 """
 
 from __future__ import annotations
@@ -111,12 +118,47 @@ def format_table(counts: dict) -> str:
     return "\n".join(lines)
 
 
+def report_audit(items: list[dict], results: list[dict], path: Path) -> int:
+    """Print the audit's counts for the current disagreements; 1 when one is not in the audit."""
+    with open(path, encoding="utf-8") as f:
+        header = f.readline().rstrip("\n").split("\t")
+        audit = {row["item"]: row for row in (dict(zip(header, line.rstrip("\n").split("\t"))) for line in f)}
+    counts: dict = defaultdict(int)
+    missing = []
+    for kind in KINDS:
+        for item, result in zip(items, results):
+            if item["question_type"] != kind or result["passed"] == bool(item["official_correct"]):
+                continue
+            key = f"{item['model']}/{item['pid']}"
+            if key not in audit:
+                missing.append(key)
+                continue
+            counts[(kind, "wrong accept" if result["passed"] else "right answer rejected", audit[key]["class"])] += 1
+    lines = ["| kind | disagreement | class | items |", "| --- | --- | --- | ---: |"]
+    lines += [f"| {k} | {d} | {c} | {n} |" for (k, d, c), n in sorted(counts.items())]
+    print("\n" + "\n".join(lines))
+    for kind in KINDS:
+        of_kind = [(i, r) for i, r in zip(items, results) if i["question_type"] == kind]
+        labels = sum(n for (k, _, c), n in counts.items() if k == kind and c == "label")
+        agree = sum(r["passed"] == bool(i["official_correct"]) for i, r in of_kind)
+        accepts = sum(r["passed"] for _, r in of_kind)
+        own = sum(n for (k, d, c), n in counts.items() if k == kind and d == "wrong accept" and c == "rule")
+        print(f"{kind}: agreement {agree / len(of_kind):.1%}; with the {labels} label errors set right "
+              f"{(agree + labels) / len(of_kind):.1%}; wrong accepts that are the rule's own error: "
+              f"{own} / {accepts} ({own / accepts if accepts else 0:.1%})")
+    if missing:
+        print(f"{len(missing)} disagreement(s) not in {path}: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--disagreements", type=Path, help="write every disagreement here (JSON lines)")
     parser.add_argument("--json", type=Path, help="write the table here")
+    parser.add_argument("--audit", type=Path, help="the reading of the disagreements (TSV), to count by class")
     args = parser.parse_args(argv)
     if not args.data.is_file():
         print(f"{args.data}: not found (the verifier-dev data lives in ../shared/data)", file=sys.stderr)
@@ -138,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
                         "text": result["text"][-TAIL_CHARS:],
                         "response_tail": (item["response"] or "")[-TAIL_CHARS:],
                     }, ensure_ascii=False) + "\n")
+    if args.audit:
+        status = report_audit(items, results, args.audit)
+        if status:
+            return status
     if args.json:
         args.json.write_text(json.dumps({f"{k}/{m}": c for (k, m), c in counts.items()}, indent=1, sort_keys=True))
     return 0

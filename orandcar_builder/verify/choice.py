@@ -30,7 +30,10 @@ Options whose text is a single character or one of ``PROSE_WORDS`` (words ordina
 contains, such as "a", "yes", "no") are never found inside an answer (rules 4 and 5): "a square"
 is not option A when the options are the letters A to E. Rule 4 finds no pick when the answer
 holds, as whole words, the text of an option other than the letter's (and not inside the
-letter's own text): "(D) quarter past" names two options when D is "quarter to".
+letter's own text): "(D) quarter past" names two options when D is "quarter to"; nor when the
+letter's option text holds numbers and the rest of the answer holds another number ("(D) 140°"
+when D is "20°": the value contradicts the letter; "C) 5√3 m" for "5√{3}m" agrees). Letters
+inside a named option's text are not letters named: "(B) sample A" names B.
 
 Valid letters are the first ``len(options)`` of ``OPTION_LETTERS``; without options, all of
 them. Rule 4 is the token counting of VLMEvalKit's ``can_infer_option`` (same markup set) and
@@ -57,7 +60,7 @@ OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MARKUP = ".()[],:;!*#{}°（）【】，：；"  # turned into spaces before letters are looked for
 DECORATION = " \t\r\n*_()[]."  # stripped from both ends of a bare-letter answer
 LATEX_SYMBOLS = (("^{\\circ}", "°"), ("^\\circ", "°"), ("\\circ", "°"), ("\\%", "%"), ("\\sqrt", "√"))
-NUMBER_IN_TEXT = re.compile(r"\d")
+NUMBER_IN_TEXT = re.compile(r"\d+")
 LEADING_CLAUSE = re.compile(r"\s*([^,.;:!?\n]+?)\s*[,.;:!]\s+(?=\S)")
 PROSE_WORDS = ("a", "an", "the", "i", "it", "is", "yes", "no", "not", "none", "all", "both", "and", "or")
 CONSTANTS = ("OPTION_LETTERS", "MARKUP", "DECORATION", "LATEX_SYMBOLS", "PROSE_WORDS", "SENTENCE_WORDS",
@@ -179,7 +182,8 @@ def extract_letter(answer: str, options: Optional[Sequence[str]] = None) -> Opti
     if any(letters[i] != letter and f" {_text_key(options[i])} " not in f" {_text_key(own)} " for i in inside):
         return None  # another option's text is named too
     residue = _blank(_blank(rest, letter), _spaced(own))
-    if NUMBER_IN_TEXT.search(residue) and NUMBER_IN_TEXT.search(_spaced(own)):
+    own_numbers = set(NUMBER_IN_TEXT.findall(_spaced(own)))
+    if own_numbers and not set(NUMBER_IN_TEXT.findall(residue)) <= own_numbers:
         return None  # "(D) 140°" where D is "20°": the value contradicts the letter
     return letter
 
@@ -295,7 +299,8 @@ def reference_score(prediction, references, options=None):
         if any(letters[i] != letter and not contains(key(own), key(options[i])) for i in inside):
             return None
         residue = without(without(rest, letter), spaced(own))
-        if NUMBER_IN_TEXT.search(residue) and NUMBER_IN_TEXT.search(spaced(own)):
+        own_numbers = set(NUMBER_IN_TEXT.findall(spaced(own)))
+        if own_numbers and any(n not in own_numbers for n in NUMBER_IN_TEXT.findall(residue)):
             return None
         return letter
 
