@@ -6,8 +6,11 @@ between stages as parquet rows:
 - ``work/admitted.parquet`` (ADMITTED_SCHEMA): an ``Admitted`` item per row
   (``admitted_row`` / ``admitted_from_row``);
 - ``work/decisions.parquet`` (DECISION_SCHEMA): one row per QA item in pool order: the outcome
-  (route.OUTCOME_FIELDS), the generation, the rule's decision, the judge's verdict, and for an
-  item whose generation failed (route ``failed``) the error.
+  (route.OUTCOME_FIELDS), the generation, the rule's decision (rule and version, the candidate
+  and the text it decided on, the final-answer extraction pattern and version), the judge's
+  verdict, and for an item whose generation failed (route ``failed``) the error. An accepted
+  ``answer`` is the decided text: the span of the reply's explicit final-answer statement when it
+  made one ("C" from "\\boxed{C}"), else the passing candidate, always as the model wrote it.
 """
 
 from __future__ import annotations

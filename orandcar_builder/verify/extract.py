@@ -24,18 +24,32 @@ The patterns (``STATEMENT_PATTERNS``, plus the boxed form and the lone letter on
 - ``answer_zh``, ``option_zh``, ``option_correct_zh``: the same statements in Chinese ("答案是
   (C)", "答案:D", "选项为C", "故选C", "选项B是正确答案").
 
-A reply with none of these may still end on a conclusion: ``conclusion`` is what its last sentence
-says a thing is ("Therefore, the range of the set is 7 miles." -> "7 miles"). It is weaker than a
-statement, so it does not decide alone: it is tried after the protocol's candidates (whole
-answer, first line, first paragraph; see ``candidates.py``), which keep serving a reply that
-answers first and explains after. The weakest candidate, last of all, is ``emphasis``: the one
-number a reply sets in bold ("The smallest bar is **0**."), when it sets no other number in bold.
+A reply with none of these may still end on a conclusion, which the rules that find values inside
+a text (``math``, ``choice``) are also tried on, after the protocol's candidates (whole answer,
+first line, first paragraph; see ``candidates.py``), which keep serving a reply that answers first
+and explains after. A conclusion is weaker than a statement, so it never decides alone:
+
+- ``conclusion``: what the main clause of the last sentence (closing courtesies such as "I hope
+  this helps!" skipped; a trailing ", which means ..." cut off) says a thing is: the words after
+  its last "is", "are", "was", "were", "equals", "be", "=" or "≈", cut like a span ("Therefore,
+  the range of the set is 7 miles." -> "7 miles");
+- ``conclusion_number``: the number right after such a verb (past "about", "approximately", bold
+  marks), else the main clause's only number ("Chase will spend $18." -> "18"); number words up
+  to twelve count ("There are two bars." -> "two");
+- ``emphasis``: the one number a reply sets in bold ("The smallest bar is **0**."), when it sets
+  no other number in bold.
+
+A last sentence that denies or doubts (``NEGATION``: "not", "cannot", "impossible", ...)
+concludes nothing.
 
 The span of a statement is the rest of its sentence: up to the end of the line, or a period,
-exclamation or question mark followed by white space, whichever comes first; when nothing but
-markup follows on the line ("The answer is:" then a blank line then "B"), the next non-empty
-line. ``SPAN_TRIM`` (white space, bold and italic marks, colons, trailing periods and commas) is
-stripped from both ends. A span that is empty or starts with "not" is no statement.
+exclamation or question mark followed by white space (or a Chinese full stop), whichever comes
+first; when nothing but markup follows on the line ("The answer is:" then a blank line then "B"),
+the next non-empty line. Outside brackets, a comma followed by a word and the words "because",
+"since", "with", "which", "where", "while" and "given" end it too ("the answer is no, there are
+none" -> "no"; "1982 with an income of $931,441" -> "1982"). ``SPAN_TRIM`` (white space, bold and
+italic marks, colons, trailing periods and commas) is stripped from both ends. A span that is
+empty or starts with "not" is no statement.
 
 Which statement decides: the last ``boxed`` when the reply has one (the conventional final
 marker); otherwise the statement that starts last in the reply (a model that corrects itself
