@@ -178,6 +178,8 @@ def acceptance_chart(families: Sequence[FamilyCounts], fmt: str = "svg",
 
 
 def _draw_reasons(families: Sequence[FamilyCounts], title: str):
+    from matplotlib.ticker import MaxNLocator
+
     fig = _figure(7.5, _family_height(len(families)))
     ax = fig.add_subplot()
     fig.suptitle(title, x=0.01, ha="left", fontsize=10)
@@ -197,6 +199,7 @@ def _draw_reasons(families: Sequence[FamilyCounts], title: str):
     ax.set_yticks(list(y), [f.family for f in rows])
     ax.set_xlim(0, max(left) * 1.15)
     ax.set_xlabel("rejected QA items")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.legend(loc="outside lower center", ncols=max(len(colours), 1), frameon=False, fontsize=8)
     return fig
 
@@ -234,6 +237,7 @@ def _short_number(n: int) -> str:
 
 def _draw_lengths(histograms: Sequence[LengthHistogram], title: str, unit: str):
     from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
     fig = _figure(7.5, 2.9)
     axes = fig.subplots(1, len(histograms), squeeze=False)[0]
@@ -254,6 +258,7 @@ def _draw_lengths(histograms: Sequence[LengthHistogram], title: str, unit: str):
         ax.set_xticks(ticks, [bin_label(i) for i in ticks], rotation=30, ha="right", fontsize=7)
         ax.set_xlabel(f"length ({unit})")
         ax.set_ylabel("replies")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     handles = [Patch(color=COMPLETE_COLOUR, label="complete"),
                Patch(color=TRUNCATED_COLOUR, label="truncated (stopped at the token limit)")]
     fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False, fontsize=8)
