@@ -26,8 +26,9 @@ def review_after_build(out: Path, work: Path) -> Optional[ReviewResult]:
     write it later."""
     try:
         return write_review(out, work)
-    except ReviewError as exc:
+    except Exception as exc:  # the build's outputs are complete: never lose them to the page
         (Path(work) / REVIEW_FILE).unlink(missing_ok=True)  # a page of an earlier build would mislead
-        print(f"warning: review page not written: {exc}; write it with `orandcar report {out} --work {work}`",
+        detail = str(exc) if isinstance(exc, ReviewError) else f"{type(exc).__name__}: {exc}"
+        print(f"warning: review page not written: {detail}; write it with `orandcar report {out} --work {work}`",
               file=sys.stderr)
         return None
