@@ -426,3 +426,15 @@ def test_the_browser_check_catches_a_broken_page(browser, tmp_path):
     checks = browser.evaluate(PAGE_CHECKS)
     assert "broken" in checks["undecoded"]
     assert any("boom" in error for error in browser.errors())
+
+
+def test_a_build_where_nothing_reaches_the_model(tmp_path, ocr_engine, browser):
+    pool = write_pool(tmp_path / "pool.jsonl", ["{not json", {"id": "x", "image": "gone.png", "question": "q",
+                                                              "answer": "a", "family": "vqa"}])
+    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine=ocr_engine, progress=False)
+    assert result.ok, result.problems
+    page = result.work / REVIEW_FILE
+    text = page.read_text(encoding="utf-8")
+    assert text.count("No QA item reached the model.") == 2
+    checks = _check_in_browser(browser, page, tmp_path / "review-empty-build.png")
+    assert checks["thumbnails"] == 0 and "malformed_json" in checks["text"]

@@ -101,7 +101,7 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
         "final_answer": clip(answer) if answer is not None else None,
         "think": clip(think) if think else None,
         "rule": row.get("rule"), "rule_version": row.get("rule_version"), "candidate": row.get("candidate"),
-        "span": clip(decided_span(row)) if decided_span(row) is not None else None,
+        "span": clip(span) if (span := decided_span(row)) is not None else None,
         "score": _score(row.get("score")), "rule_passed": row.get("rule_passed"),
         "stored": clip(row.get("answer") if route == "accepted" else row.get("wrong_vlm")),
         "verdict": row.get("verdict"), "verdict_raw": clip(row.get("verdict_raw")) if row.get("verdict_raw") else None,
@@ -111,7 +111,7 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
     }
 
 
-def _glance(report: dict, collected: Collected) -> list[dict]:
+def _glance(report: dict) -> list[dict]:
     judge = report.get("judge") or {}
     admitted = report.get("admitted") or 0
     cards = [
@@ -235,7 +235,7 @@ def review_context(out: Path, work: Path) -> tuple[dict, int]:
         "title": out.name or str(out),
         "report": report,
         "generation": report.get("generation") or {},
-        "glance": _glance(report, collected),
+        "glance": _glance(report),
         "charts": {
             "acceptance": _svg_uri(charts.acceptance_chart(family_counts)),
             "rejection": _svg_uri(charts.rejection_chart(family_counts)),
