@@ -141,7 +141,8 @@ class Chromium:
         for message in self.events:
             method, params = message["method"], message.get("params", {})
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                out.append("console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+                args = params.get("args", [])
+                out.append("console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in args))
             elif method == "Runtime.exceptionThrown":
                 out.append("exception: " + json.dumps(params.get("exceptionDetails", {}))[:500])
             elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":

@@ -3,7 +3,6 @@ small, deterministic and safe with untrusted text, and that a real browser rende
 
 from __future__ import annotations
 
-import hashlib
 import html
 import json
 import os
@@ -114,7 +113,8 @@ def test_counts_per_family_agree_with_the_build_report(judged_build, sample_buil
         from_report = {f.family: (f.accepted_by_rule, f.promoted, f.rejected, dict(f.rejected_by_reason))
                        for f in family_counts_from_report(result.report)}
         assert from_decisions == from_report
-    assert sum(f.promoted for f in family_counts_from_report(judged_build.report)) == judged_build.report["judge"]["promoted"] > 0
+    promoted = sum(f.promoted for f in family_counts_from_report(judged_build.report))
+    assert promoted == judged_build.report["judge"]["promoted"] > 0
 
 
 @pytest.mark.parametrize("batch_rows", [1, 3, 4096])
@@ -122,7 +122,8 @@ def test_samples_are_the_items_with_the_smallest_keys(judged_build, batch_rows):
     rows = _decisions(judged_build.work)
     expected: dict[tuple, list[str]] = {}
     for row in rows:
-        expected.setdefault((row["family"], kind_of(row["route"], row["reason"], row["verifier"])), []).append(row["id"])
+        kind = kind_of(row["route"], row["reason"], row["verifier"])
+        expected.setdefault((row["family"], kind), []).append(row["id"])
     expected = {bucket: sorted(ids, key=sample_key)[:SAMPLES_PER_KIND] for bucket, ids in expected.items()}
     collected = collect(judged_build.work / "decisions.parquet", batch_rows=batch_rows)
     assert {bucket: [s.row["id"] for s in items] for bucket, items in collected.samples.items()} == expected
@@ -228,7 +229,9 @@ def test_images_come_from_the_dataset_when_the_pool_files_are_gone(judged_build,
     _rewrite_decisions(work, lambda t: t.set_column(t.schema.get_field_index("image"), "image",
                                                     pa.array([f"/nonexistent/{i}.png" for i in range(t.num_rows)])))
     text, _, _ = render_review(out, work)
-    thumbs = lambda page: re.findall(r'<img src="(data:image/(?:png|jpeg);base64,[^"]+)"[^>]*alt="image of', page)  # noqa: E731
+    def thumbs(page: str) -> list[str]:
+        return re.findall(r'<img src="(data:image/(?:png|jpeg);base64,[^"]+)"[^>]*alt="image of', page)
+
     assert thumbs(text) == thumbs(judged_page)
     for shard in out.glob("*/*.parquet"):
         shard.unlink()

@@ -94,7 +94,8 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
         "id": row.get("id"), "order": row.get("order"), "family": row.get("family"),
         "source": row.get("source") or {}, "thumb": thumbs.get(row.get("image_sha256") or ""),
         "image": os.path.basename(row.get("image") or ""), "image_sha256": row.get("image_sha256") or "",
-        "question": clip(row.get("question")), "references": [clip(r, LIST_TEXT_CHARS * 2) for r in row.get("references") or []],
+        "question": clip(row.get("question")),
+        "references": [clip(r, LIST_TEXT_CHARS * 2) for r in row.get("references") or []],
         "options": row.get("options") or [], "route": route, "reason": row.get("reason"),
         "verifier": row.get("verifier") or "", "finish_reason": finish,
         "truncated": finish == TRUNCATED_FINISH, "unsupported": row.get("unsupported"),
@@ -140,7 +141,8 @@ def _family_rows(report: dict, collected: Collected) -> list[dict]:
     rows = []
     for f in collected.family_counts():
         rows.append({
-            "family": f.family, "anchor": "family-" + _anchor(f.family), "rules": [(r, rules.get(r)) for r in by_family.get(f.family, [])],
+            "family": f.family, "anchor": "family-" + _anchor(f.family),
+            "rules": [(r, rules.get(r)) for r in by_family.get(f.family, [])],
             "qa": f.total, "accepted": f.accepted_by_rule, "promoted": f.promoted, "rejected": f.rejected,
             "failed": f.failed, "rate": _percent(f.accepted, f.total),
             "reasons": sorted(f.rejected_by_reason.items()),
