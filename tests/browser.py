@@ -125,6 +125,7 @@ class Chromium:
     def load(self, url: str) -> None:
         for domain in ("Page", "Runtime", "Log"):
             self.send(f"{domain}.enable")
+        self.send("Log.clear")  # entries of a page loaded before are not this page's
         self.events.clear()
         self.send("Page.navigate", url=url)
         self.wait_for("Page.loadEventFired")
