@@ -310,7 +310,9 @@ def card(folder, work, repo_id, options_path):
               help="Work dir of the build that wrote OUT (report.json, decisions.parquet, dropped.jsonl).")
 @click.option("-o", "--output", "target", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="HTML file to write [default: WORK/report.html].")
-def report(out, work, target):
+@click.option("--samples", "per_kind", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Items shown, with their image, per family and outcome (accepted, promoted, each rejection reason).")
+def report(out, work, target, per_kind):
     """Write the review page of the build of dataset folder OUT: one self-contained HTML file.
 
     It shows the figures at a glance, acceptance and rejection reasons per family, the judge's
@@ -324,7 +326,7 @@ def report(out, work, target):
     from .review import write_review
 
     try:
-        result = write_review(out, work, target)
+        result = write_review(out, work, target, per_kind=per_kind)
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(f"{result.path}: {result.bytes:,} bytes; {result.items:,} QA items, "

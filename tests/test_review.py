@@ -319,6 +319,14 @@ def test_report_command(judged_build, tmp_path):
     missing = CliRunner().invoke(main, ["report", str(judged_build.out), "--work", str(tmp_path / "none")])
     assert missing.exit_code == 2 and "error:" in missing.output and "work dir not found" in missing.output
     assert "Write the review page" in CliRunner().invoke(main, ["report", "--help"]).output
+    more = CliRunner().invoke(main, ["report", str(judged_build.out), "--work", str(judged_build.work),
+                                     "-o", str(tmp_path / "more.html"), "--samples", "10"])
+    assert more.exit_code == 0, more.output
+    shown = int(re.search(r"(\d+) shown with their image", more.output).group(1))
+    assert shown == sum(len(v) for v in collect(judged_build.work / "decisions.parquet", per_kind=10).samples.values())
+    assert shown > int(re.search(r"(\d+) shown with their image", result.output).group(1))
+    default = {p.name: p.default for p in main.commands["report"].params}["per_kind"]
+    assert default == SAMPLES_PER_KIND  # the command's default is the library's
 
 
 # --- charts ----------------------------------------------------------------------------------------

@@ -207,7 +207,7 @@ def _failed_examples(work: Path) -> list[dict]:
     return out
 
 
-def review_context(out: Path, work: Path) -> tuple[dict, int]:
+def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -> tuple[dict, int]:
     """The template's context for the build that wrote dataset folder ``out`` from work dir
     ``work``, and the number of items shown with their image (the QA items read are
     ``context["items"]``)."""
@@ -215,7 +215,9 @@ def review_context(out: Path, work: Path) -> tuple[dict, int]:
     report = read_report(work / "report.json")
     calibration, _ = calibration_of(report, work)
     wanted = frozenset(str(d.get("id")) for d in (calibration or {}).get("disagreements") or [])
-    collected = collect(work / "decisions.parquet", wanted_ids=wanted)
+    if per_kind < 0:
+        raise ReviewError(f"samples per family and outcome must be 0 or more, not {per_kind}")
+    collected = collect(work / "decisions.parquet", wanted_ids=wanted, per_kind=per_kind)
     family_counts = collected.family_counts()
 
     sampled_rows = [row for (_, _), items in collected.samples.items() for row in (s.row for s in items)]
@@ -252,7 +254,7 @@ def review_context(out: Path, work: Path) -> tuple[dict, int]:
         "families": families,
         "extra_columns": collected.extra_columns,
         "sample_salt": SAMPLE_SALT,
-        "per_kind": SAMPLES_PER_KIND,
+        "per_kind": per_kind,
         "items": collected.rows,
         "validation_problems": report.get("validation_problems") or [],
     }
@@ -279,22 +281,24 @@ def _environment():
     return env
 
 
-def render_review(out: Path, work: Path) -> tuple[str, int, int]:
+def render_review(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -> tuple[str, int, int]:
     """The page's HTML text (writes nothing), the QA items read and the items shown with their image."""
-    context, sampled = review_context(out, work)
+    context, sampled = review_context(out, work, per_kind=per_kind)
     return _environment().get_template(TEMPLATE).render(**context), context["items"], sampled
 
 
-def write_review(out: Path, work: Path, target: Optional[Path] = None) -> ReviewResult:
+def write_review(out: Path, work: Path, target: Optional[Path] = None, *,
+                 per_kind: int = SAMPLES_PER_KIND) -> ReviewResult:
     """Write the review page of the build (dataset folder ``out``, work dir ``work``) to
-    ``target`` (default ``work/report.html``), replacing it only once complete."""
+    ``target`` (default ``work/report.html``), replacing it only once complete; ``per_kind``
+    items are shown per family and outcome."""
     out, work = Path(out), Path(work)
     if not work.is_dir():
         raise ReviewError(f"{work}: work dir not found; run `orandcar build` first")
     if not out.is_dir():
         raise ReviewError(f"{out}: dataset folder not found (the page shows images the build routed there)")
     target = Path(target) if target is not None else work / REVIEW_FILE
-    html, items, sampled = render_review(out, work)
+    html, items, sampled = render_review(out, work, per_kind=per_kind)
     data = html.encode("utf-8")
     tmp = target.with_name(target.name + ".tmp")
     try:
