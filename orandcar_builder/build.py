@@ -359,6 +359,9 @@ def build(
         judge_report.pop("_cache", None)
     _write_json(work / "manifest.json", _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes,
                                                   report["rules"], executor))
+    from .review import review_after_build
+
+    review_after_build(out, work)  # work/report.html, from the files written above
     return BuildResult(out=out, work=work, report=report, problems=problems)
 
 
@@ -589,6 +592,8 @@ def format_summary(result: BuildResult) -> str:
     for config, s in r["configs"].items():
         lines.append(f"  {config:<11} {s['rows']} rows in {len(s['shards'])} shard(s), {s['bytes']} bytes")
     lines.append(f"dataset: {result.out}   work dir: {result.work}")
+    if (result.work / "report.html").is_file():
+        lines.append(f"review page: {result.work / 'report.html'}")
     if result.problems:
         lines.append(f"validation FAILED: {len(result.problems)} problem(s)")
         lines.extend(f"  {p}" for p in result.problems[:20])

@@ -41,6 +41,8 @@ DEFAULT_REPO_ID = "ORG/OrandCar"
 NOT_RECORDED = "not recorded"
 EXAMPLES_DIR = "examples"  # beside README.md; holds the example images the card shows
 EXAMPLES_PER_CONFIG = 3  # first, middle and last row of each config
+# The acceptance-per-family chart the card shows (review/charts.py draws it; PNG, which the Hub renders).
+ACCEPTANCE_CHART = f"{EXAMPLES_DIR}/acceptance-by-family.png"
 TABLE_VALUE_MAX_CHARS = 120  # longer (or multi-line) values are shown in full below the table
 SHORT_CONSTANT_CHARS = 80  # longer constant values are shown only in the code block
 # Engine fingerprint keys that describe where a job ran (hardware, library builds), not the data.
@@ -948,6 +950,19 @@ def examples(folder: Path, sizes: dict[str, dict]) -> dict[str, list[Example]]:
     return out
 
 
+# --- the acceptance chart ----------------------------------------------------------------------
+
+def acceptance_chart_png(report: dict) -> Optional[bytes]:
+    """The acceptance-per-family chart of the build ``report`` as PNG bytes (the same report
+    gives the same bytes), or None when no family has a QA item."""
+    from .review.charts import acceptance_chart, family_counts_from_report
+
+    families = family_counts_from_report(report)
+    if not any(f.total for f in families):
+        return None
+    return acceptance_chart(families, fmt="png")
+
+
 # --- rendering ---------------------------------------------------------------------------------
 
 def template_dir() -> Path:
@@ -994,6 +1009,8 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
         "schema": schema_tables(),
         "examples": shown,
         "fence": fence,
+        "acceptance_chart": ACCEPTANCE_CHART if any(
+            (c or {}).get("qa") for c in (report.get("families") or {}).values()) else None,
     }
     return context, shown
 
@@ -1012,6 +1029,8 @@ def write_card(folder: Path, report: dict, *, repo_id: str = DEFAULT_REPO_ID,
     context, shown = _context(folder, report, repo_id, options or CardOptions())
     text = _environment().get_template("README.md.j2").render(**context)
     wanted = {ex.image_file: ex.image_bytes for exs in shown.values() for ex in exs if ex.image_file}
+    if context["acceptance_chart"]:
+        wanted[ACCEPTANCE_CHART] = acceptance_chart_png(report)
     directory = folder / EXAMPLES_DIR
     if wanted:
         directory.mkdir(exist_ok=True)

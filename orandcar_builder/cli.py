@@ -308,6 +308,35 @@ def card(folder, work, repo_id, options_path):
 
 
 @main.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--work", type=click.Path(path_type=Path), default=Path("work"), show_default=True,
+              help="Work dir of the build that wrote OUT (report.json, decisions.parquet, dropped.jsonl).")
+@click.option("-o", "--output", "target", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="HTML file to write [default: WORK/report.html].")
+@click.option("--samples", "per_kind", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Items shown, with their image, per family and outcome (accepted, promoted, each rejection reason).")
+def report(out, work, target, per_kind):
+    """Write the review page of the build of dataset folder OUT: one self-contained HTML file.
+
+    It shows the figures at a glance, acceptance and rejection reasons per family, the judge's
+    verdicts, promotions and calibration, a fixed sample of items per family with their image,
+    and the lengths of the replies. Every build writes it as WORK/report.html.
+
+    \b
+    Example:
+        orandcar report OrandCar --work work -o review.html
+    """
+    from .review import write_review
+
+    try:
+        result = write_review(out, work, target, per_kind=per_kind)
+    except OrandCarError as exc:
+        _fail(str(exc))
+    click.echo(f"{result.path}: {result.bytes:,} bytes; {result.items:,} QA items, "
+               f"{result.sampled:,} shown with their image")
+
+
+@main.command()
 @click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--repo", "repo_id", required=True, help="Dataset repo on the Hub, ORG/NAME.")
 @click.option("--revision", default=None, help="Branch to push to (created from main when missing).")

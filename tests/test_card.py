@@ -20,6 +20,7 @@ from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from orandcar_builder.card import (
+    ACCEPTANCE_CHART,
     NOT_RECORDED,
     CardError,
     CardOptions,
@@ -153,7 +154,7 @@ def test_examples_show_the_original_image_files(sample_card, built_sample):
     for relative, sha in shown:
         assert hashlib.sha256((built_sample / relative).read_bytes()).hexdigest() == sha
     files = sorted(p.name for p in (built_sample / "examples").iterdir())
-    assert files == sorted(Path(r).name for r, _ in shown)
+    assert files == sorted([Path(r).name for r, _ in shown] + [Path(ACCEPTANCE_CHART).name])
     assert validate_folder(built_sample) == []
 
 

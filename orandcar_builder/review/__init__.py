@@ -1,0 +1,34 @@
+"""The review page of a build: ``work/report.html`` (every build) or ``orandcar report``.
+
+A self-contained HTML page for a maintainer to look at before publishing: the figures at a
+glance, acceptance and rejection reasons per family as charts, the judge's verdicts, promotions
+and calibration, a fixed sample of accepted, rejected and promoted items per family with their
+image, and the lengths of the model's replies. It reads what the build left in the work dir
+and the dataset folder; it never changes either.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from .collect import ReviewError
+from .page import REVIEW_FILE, ReviewResult, render_review, write_review
+
+__all__ = ["REVIEW_FILE", "ReviewError", "ReviewResult", "render_review", "review_after_build", "write_review"]
+
+
+def review_after_build(out: Path, work: Path) -> Optional[ReviewResult]:
+    """Write ``work/report.html`` at the end of a build. The dataset and the report are already
+    complete at this point, so a page that cannot be written does not fail the build: the
+    reason is printed (and the page of an earlier build removed) and ``orandcar report`` can
+    write it later."""
+    try:
+        return write_review(out, work)
+    except Exception as exc:  # the build's outputs are complete: never lose them to the page
+        (Path(work) / REVIEW_FILE).unlink(missing_ok=True)  # a page of an earlier build would mislead
+        detail = str(exc) if isinstance(exc, ReviewError) else f"{type(exc).__name__}: {exc}"
+        print(f"warning: review page not written: {detail}; write it with `orandcar report {out} --work {work}`",
+              file=sys.stderr)
+        return None

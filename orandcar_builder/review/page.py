@@ -1,0 +1,313 @@
+"""The review page of a build: one self-contained HTML file (``work/report.html``).
+
+Everything is embedded (charts as SVG, thumbnails as PNG, both as data URIs; the style sheet
+inline) and a Content-Security-Policy forbids every network load and every script, so the page
+opens from disk anywhere and text from the pool or the model cannot run as code; the template
+escapes all text as well (jinja2 autoescaping). Nothing on the page depends on the wall clock,
+the machine or timings: the same build gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from . import charts
+from .collect import (ACCEPTED_KIND, FAILED_KIND, PROMOTED_KIND, REJECTED_KIND_PREFIX, SAMPLE_SALT,
+                      SAMPLES_PER_KIND, TRUNCATED_FINISH, Collected, ReviewError, calibration_of, collect,
+                      dropped_examples, read_json_lines, read_report)
+from .thumbnails import thumbnails
+
+REVIEW_FILE = "report.html"  # written into the work dir by every build
+TEMPLATE = "review.html.j2"
+TEXT_SHOWN_CHARS = 1500  # longer texts (replies, reasoning, judge replies) are cut, with the rest counted
+LIST_TEXT_CHARS = 160  # texts in one-line tables
+FAILED_EXAMPLES = 5
+CALIBRATION_DISAGREEMENTS_SHOWN = 100
+KIND_LABELS = {ACCEPTED_KIND: "accepted by the rule", PROMOTED_KIND: "promoted by the judge",
+               FAILED_KIND: "failed (no generation)"}
+
+
+@dataclass(frozen=True)
+class ReviewResult:
+    path: Path
+    bytes: int
+    items: int  # QA items the decisions hold
+    sampled: int  # items shown with their image
+
+
+def kind_label(kind: str) -> str:
+    if kind.startswith(REJECTED_KIND_PREFIX):
+        return "rejected: " + kind[len(REJECTED_KIND_PREFIX):]
+    return KIND_LABELS.get(kind, kind)
+
+
+def clip(text: Any, limit: int = TEXT_SHOWN_CHARS) -> dict:
+    """``{"text", "more", "chars"}``: the text cut to ``limit`` characters and how many were left out."""
+    text = "" if text is None else str(text)
+    return {"text": text[:limit], "more": max(0, len(text) - limit), "chars": len(text)}
+
+
+def _svg_uri(data: bytes) -> str:
+    return "data:image/svg+xml;base64," + base64.b64encode(data).decode("ascii")
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "–"
+
+
+def decided_span(row: dict) -> Optional[str]:
+    """The text the rule compared: as recorded (``decided_text``), or, for a build that predates
+    that column, the named candidate of the model's final answer recomputed."""
+    from ..verify.candidates import candidates
+
+    if row.get("decided_text"):
+        return row["decided_text"]
+    name = row.get("candidate")
+    if not name or row.get("model_answer") is None:
+        return None
+    return dict(candidates(row["model_answer"])).get(name)
+
+
+def _score(value: Any) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.4f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def _extra_value(value: Any) -> str:
+    import json
+
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
+    """What an item card shows, from one decisions row."""
+    route = row.get("route")
+    finish = row.get("finish_reason")
+    answer = row.get("model_answer")
+    think = row.get("think") or ""
+    return {
+        "id": row.get("id"), "order": row.get("order"), "family": row.get("family"),
+        "source": row.get("source") or {}, "thumb": thumbs.get(row.get("image_sha256") or ""),
+        "image": os.path.basename(row.get("image") or ""), "image_sha256": row.get("image_sha256") or "",
+        "question": clip(row.get("question")),
+        "references": [clip(r, LIST_TEXT_CHARS * 2) for r in row.get("references") or []],
+        "options": row.get("options") or [], "route": route, "reason": row.get("reason"),
+        "verifier": row.get("verifier") or "", "finish_reason": finish,
+        "truncated": finish == TRUNCATED_FINISH, "unsupported": row.get("unsupported"),
+        "final_answer": clip(answer) if answer is not None else None,
+        "think": clip(think) if think else None,
+        "rule": row.get("rule"), "rule_version": row.get("rule_version"), "candidate": row.get("candidate"),
+        "extraction": row.get("extraction") or "", "extraction_version": row.get("extraction_version") or "",
+        "span": clip(span) if (span := decided_span(row)) is not None else None,
+        "score": _score(row.get("score")), "rule_passed": row.get("rule_passed"),
+        "stored": clip(row.get("answer") if route == "accepted" else row.get("wrong_vlm")),
+        "verdict": row.get("verdict"), "verdict_raw": clip(row.get("verdict_raw")) if row.get("verdict_raw") else None,
+        "error": row.get("error"), "model": row.get("model"),
+        "extra": [(name, clip(_extra_value(row.get(name)), LIST_TEXT_CHARS * 3)) for name in extra_columns
+                  if row.get(name) is not None],
+    }
+
+
+def _glance(report: dict) -> list[dict]:
+    judge = report.get("judge") or {}
+    admitted = report.get("admitted") or 0
+    cards = [
+        {"label": "pool items", "value": report.get("items"), "note": report.get("pool") or ""},
+        {"label": "dropped by cleaning", "value": report.get("dropped"),
+         "note": _percent(report.get("dropped") or 0, report.get("items") or 0) + " of the pool"},
+        {"label": "admitted", "value": admitted, "note": "asked to the model"},
+        {"label": "accepted", "value": report.get("accepted"),
+         "note": _percent(report.get("accepted") or 0, admitted) + " of admitted"},
+        {"label": "rejected", "value": report.get("rejected"),
+         "note": _percent(report.get("rejected") or 0, admitted) + " of admitted"},
+    ]
+    if report.get("failed"):
+        cards.append({"label": "failed", "value": report.get("failed"), "note": "no generation; a rerun asks again"})
+    if judge:
+        cards.append({"label": "judged", "value": judge.get("judged"),
+                      "note": f"{judge.get('promoted', 0):,} promoted"})
+    else:
+        cards.append({"label": "judge", "value": None, "note": "no second pass ran"})
+    return cards
+
+
+def _family_rows(report: dict, collected: Collected) -> list[dict]:
+    rules = report.get("rules") or {}
+    by_family = report.get("rules_by_family") or {}
+    rows = []
+    for f in collected.family_counts():
+        rows.append({
+            "family": f.family, "anchor": "family-" + _anchor(f.family),
+            "rules": [(r, rules.get(r)) for r in by_family.get(f.family, [])],
+            "qa": f.total, "accepted": f.accepted_by_rule, "promoted": f.promoted, "rejected": f.rejected,
+            "failed": f.failed, "rate": _percent(f.accepted, f.total),
+            "reasons": sorted(f.rejected_by_reason.items()),
+        })
+    return rows
+
+
+def _judge(report: dict, work: Path, collected: Collected, thumbs: dict) -> Optional[dict]:
+    judge = report.get("judge")
+    calibration, source = calibration_of(report, work)
+    if not judge and not calibration:
+        return None
+    judge = judge or {}
+    disagreements = []
+    for entry in (calibration or {}).get("disagreements") or []:
+        row = collected.wanted.get(entry.get("id"), {})
+        disagreements.append({
+            "id": entry.get("id"), "family": entry.get("family"),
+            "thumb": thumbs.get(row.get("image_sha256") or ""),
+            "question": clip(entry.get("question")),
+            "references": [clip(r, LIST_TEXT_CHARS * 2) for r in entry.get("references") or []],
+            "candidate": clip(entry.get("candidate")), "verdict": entry.get("verdict"),
+            "judge_reply": clip(entry.get("judge_reply")),
+        })
+    promoted = [{"id": r.get("id"), "family": r.get("family"), "question": clip(r.get("question"), LIST_TEXT_CHARS),
+                 "references": clip(" | ".join(r.get("references") or []), LIST_TEXT_CHARS),
+                 "answer": clip(r.get("answer"), LIST_TEXT_CHARS), "rule": r.get("rule"),
+                 "score": _score(r.get("score")), "verdict_raw": clip(r.get("verdict_raw"), LIST_TEXT_CHARS)}
+                for r in collected.promoted]
+    n = (calibration or {}).get("n") or 0
+    return {
+        "ran": bool(judge), "engine": judge.get("engine"), "prompt_version": judge.get("prompt_version"),
+        "judged": judge.get("judged"), "verdicts": judge.get("verdicts") or {},
+        "unparseable": judge.get("unparseable"), "promoted_count": judge.get("promoted"),
+        "overturns": judge.get("overturns_by_family") or {},
+        "promoted": promoted, "promoted_total": collected.promoted_total,
+        "calibration": calibration, "calibration_source": source,
+        "agreement": _percent((calibration or {}).get("agreed") or 0, n) if n else None,
+        "disagreements": disagreements[:CALIBRATION_DISAGREEMENTS_SHOWN],
+        "disagreements_total": len(disagreements),
+    }
+
+
+def _lengths(collected: Collected) -> list[dict]:
+    out = []
+    for stats in (collected.reasoning, collected.answer):
+        out.append({"label": stats.label, "n": stats.n, "truncated": stats.n_truncated,
+                    "truncated_share": _percent(stats.n_truncated, stats.n),
+                    "mean": f"{stats.mean:,.0f}" if stats.mean is not None else "–", "longest": stats.longest,
+                    "empty": int(stats.complete[0] + stats.truncated[0]) if stats.n else 0})
+    return out
+
+
+def _failed_examples(work: Path) -> list[dict]:
+    out = []
+    for _, record in read_json_lines(work / "failed.jsonl"):
+        if record is not None:
+            out.append({"id": record.get("id"), "reason": record.get("reason"),
+                        "detail": clip(record.get("detail"), LIST_TEXT_CHARS * 2)})
+        if len(out) >= FAILED_EXAMPLES:
+            break
+    return out
+
+
+def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -> tuple[dict, int]:
+    """The template's context for the build that wrote dataset folder ``out`` from work dir
+    ``work``, and the number of items shown with their image (the QA items read are
+    ``context["items"]``)."""
+    out, work = Path(out), Path(work)
+    report = read_report(work / "report.json")
+    calibration, _ = calibration_of(report, work)
+    wanted = frozenset(str(d.get("id")) for d in (calibration or {}).get("disagreements") or [])
+    if per_kind < 0:
+        raise ReviewError(f"samples per family and outcome must be 0 or more, not {per_kind}")
+    collected = collect(work / "decisions.parquet", wanted_ids=wanted, per_kind=per_kind)
+    family_counts = collected.family_counts()
+
+    sampled_rows = [row for (_, _), items in collected.samples.items() for row in (s.row for s in items)]
+    images = [(row.get("image"), row.get("image_sha256")) for row in sampled_rows]
+    images += [(row.get("image"), row.get("image_sha256")) for row in collected.wanted.values()]
+    thumbs = thumbnails(images, out)
+
+    families = []
+    for f in family_counts:
+        kinds = []
+        for kind, rows in collected.family_samples(f.family):
+            kinds.append({"kind": kind, "label": kind_label(kind), "total": collected.counts[f.family][kind],
+                          "rows": [item_view(r, thumbs, collected.extra_columns) for r in rows]})
+        families.append({"family": f.family, "anchor": "family-" + _anchor(f.family), "kinds": kinds,
+                         "total": f.total})
+
+    length_histograms = [collected.reasoning.histogram(), collected.answer.histogram()]
+    context = {
+        "title": out.name or str(out),
+        "report": report,
+        "generation": report.get("generation") or {},
+        "glance": _glance(report),
+        "charts": {
+            "acceptance": _svg_uri(charts.acceptance_chart(family_counts)),
+            "rejection": _svg_uri(charts.rejection_chart(family_counts)),
+            "lengths": _svg_uri(charts.length_chart(length_histograms)),
+        },
+        "families_table": _family_rows(report, collected),
+        "judge": _judge(report, work, collected, thumbs),
+        "lengths": _lengths(collected),
+        "no_generation": collected.no_generation,
+        "dropped": dropped_examples(work / "dropped.jsonl"),
+        "failed_examples": _failed_examples(work),
+        "families": families,
+        "extra_columns": collected.extra_columns,
+        "sample_salt": SAMPLE_SALT,
+        "per_kind": per_kind,
+        "items": collected.rows,
+        "validation_problems": report.get("validation_problems") or [],
+    }
+    return context, len(sampled_rows)
+
+
+def _anchor(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name) or "family"
+
+
+def _environment():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("orandcar_builder.review", "templates"),
+        autoescape=True,  # every value is text from the pool or the model unless marked otherwise
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["number"] = lambda n: "–" if n is None else f"{n:,}"
+    env.globals["kind_label"] = kind_label
+    return env
+
+
+def render_review(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -> tuple[str, int, int]:
+    """The page's HTML text (writes nothing), the QA items read and the items shown with their image."""
+    context, sampled = review_context(out, work, per_kind=per_kind)
+    return _environment().get_template(TEMPLATE).render(**context), context["items"], sampled
+
+
+def write_review(out: Path, work: Path, target: Optional[Path] = None, *,
+                 per_kind: int = SAMPLES_PER_KIND) -> ReviewResult:
+    """Write the review page of the build (dataset folder ``out``, work dir ``work``) to
+    ``target`` (default ``work/report.html``), replacing it only once complete; ``per_kind``
+    items are shown per family and outcome."""
+    out, work = Path(out), Path(work)
+    if not work.is_dir():
+        raise ReviewError(f"{work}: work dir not found; run `orandcar build` first")
+    if not out.is_dir():
+        raise ReviewError(f"{out}: dataset folder not found (the page shows images the build routed there)")
+    target = Path(target) if target is not None else work / REVIEW_FILE
+    html, items, sampled = render_review(out, work, per_kind=per_kind)
+    data = html.encode("utf-8")
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ReviewError(f"{target}: cannot write the review page ({exc.strerror or exc})") from None
+    return ReviewResult(path=target, bytes=len(data), items=items, sampled=sampled)

@@ -1,0 +1,118 @@
+"""Small embedded thumbnails of the sampled items' images.
+
+An image is read from the path the build recorded when the file still holds the same bytes
+(sha256), else from the dataset folder's shards, which keep every routed image by its sha256. The
+image is decoded with the project's limits (images.decode), shrunk to fit THUMBNAIL_BOX and
+encoded as PNG or JPEG, whichever is smaller: the same image always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..images import ImageError, decode, sha256_bytes
+from ..parquetio import open_parquet
+
+THUMBNAIL_BOX = (192, 192)  # largest width and height of a thumbnail, in pixels
+JPEG_QUALITY = 85
+
+
+@dataclass(frozen=True)
+class Thumbnail:
+    data_uri: Optional[str]  # None when the image could not be found or decoded
+    width: int = 0
+    height: int = 0
+    original: str = ""  # e.g. "640×480 PNG"
+    problem: str = ""  # why there is no thumbnail
+
+
+def thumbnail(data: bytes, name: str) -> Thumbnail:
+    from PIL import Image
+
+    try:
+        image = decode(data, name)
+    except ImageError as exc:
+        return Thumbnail(None, problem=str(exc))
+    original = f"{image.width}×{image.height}"
+    try:
+        with Image.open(io.BytesIO(data)) as raw:
+            original += f" {raw.format}" if raw.format else ""
+    except Exception:  # decode() above succeeded; the format name is only a label
+        pass
+    image = image.copy()
+    image.thumbnail(THUMBNAIL_BOX, Image.Resampling.LANCZOS)
+    mime, encoded = min(_encodings(image), key=lambda pair: len(pair[1]))
+    uri = f"data:{mime};base64," + base64.b64encode(encoded).decode("ascii")
+    return Thumbnail(uri, image.width, image.height, original)
+
+
+def _encodings(image) -> list[tuple[str, bytes]]:
+    """The thumbnail as PNG (text, drawings) and as JPEG (photos); the page keeps the smaller."""
+    out = []
+    for mime, fmt, options in (("image/png", "PNG", {"optimize": True}),
+                               ("image/jpeg", "JPEG", {"quality": JPEG_QUALITY})):
+        buf = io.BytesIO()
+        image.save(buf, format=fmt, **options)
+        out.append((mime, buf.getvalue()))
+    return out
+
+
+def _from_file(path: Optional[str], sha256: str) -> Optional[bytes]:
+    if not path:
+        return None
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    return data if sha256_bytes(data) == sha256 else None
+
+
+def _from_shards(folder: Path, wanted: set[str]) -> dict[str, bytes]:
+    """Image bytes by sha256 from the dataset folder's shards (any config), for ``wanted``."""
+    found: dict[str, bytes] = {}
+    for shard in sorted(Path(folder).glob("*/*.parquet")):
+        if not wanted - found.keys():
+            break
+        try:
+            parquet = open_parquet(shard)
+            if not {"image_sha256", "image"} <= set(parquet.schema_arrow.names):
+                continue
+            for group in range(parquet.num_row_groups):
+                shas = parquet.read_row_group(group, columns=["image_sha256"]).column(0)
+                mask = pc.is_in(shas, value_set=pa.array(sorted(wanted - found.keys()), type=pa.string()))
+                if not pc.any(mask).as_py():
+                    continue
+                table = parquet.read_row_group(group, columns=["image_sha256", "image"]).filter(mask)
+                for sha, image in zip(table.column(0).to_pylist(), table.column(1).to_pylist()):
+                    if isinstance(image, dict) and isinstance(image.get("bytes"), bytes):
+                        found.setdefault(sha, image["bytes"])
+        except (OSError, pa.ArrowException):
+            continue  # a damaged shard: validate reports it; the page shows what it can
+    return found
+
+
+def thumbnails(items: Iterable[tuple[Optional[str], str]], dataset: Path) -> dict[str, Thumbnail]:
+    """A thumbnail per image sha256 of ``items`` ((recorded path, sha256) pairs)."""
+    paths: dict[str, Optional[str]] = {}
+    for path, sha in items:
+        if sha and sha not in paths:
+            paths[sha] = path
+    data = {sha: _from_file(path, sha) for sha, path in paths.items()}
+    missing = {sha for sha, d in data.items() if d is None}
+    if missing:
+        data.update(_from_shards(dataset, missing))
+    out = {}
+    for sha, path in paths.items():
+        if data.get(sha) is None:
+            out[sha] = Thumbnail(None, problem=f"image {sha[:12]}… not found: {path or 'no path recorded'} is "
+                                               f"missing or changed, and no shard of the dataset holds it")
+        else:
+            out[sha] = thumbnail(data[sha], path or sha)
+    return out
