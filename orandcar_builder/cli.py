@@ -313,8 +313,10 @@ def card(folder, work, repo_id, options_path):
               help="Access requests approved automatically or by hand.")
 @click.option("--private", is_flag=True, help="Create the repo private.")
 @click.option("--dry-run", is_flag=True, help="List what would be uploaded and changed; touch nothing.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Seconds each Hub request may wait to connect, read or write before the push stops.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def push(folder, repo_id, revision, tag, gated, private, dry_run, progress):
+def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, progress):
     """Validate FOLDER and publish it to the gated dataset repo REPO.
 
     The token comes from HF_TOKEN or the huggingface_hub login; it is never printed.
@@ -327,7 +329,7 @@ def push(folder, repo_id, revision, tag, gated, private, dry_run, progress):
 
     try:
         result = run_push(folder, repo_id, revision=revision, tag=tag, gated=gated, private=private,
-                          dry_run=dry_run, progress=progress)
+                          dry_run=dry_run, progress=progress, timeout=timeout)
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(format_push_result(result))
