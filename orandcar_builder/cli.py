@@ -58,7 +58,7 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
               help="Judge this many rule-accepted items and report agreement.")
 @click.option("--export-generations", type=click.Path(path_type=Path), default=None,
               help="Also write what the engine produced as a replay file.")
-@click.option("--limit", type=int, default=None, help="Read only the first N pool lines.")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="Read only the first N pool lines.")
 @click.option("--max-shard-bytes", type=click.IntRange(min=1), default=None, help="Upper bound of one parquet shard.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the generation cache.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
@@ -129,6 +129,8 @@ def validate(folder, exhaustive):
     """
     from .dataset.validate import validate_folder
 
+    if not folder.is_dir():
+        _fail(f"{folder}: not a folder (give the dataset folder that `orandcar build -o` wrote)")
     problems = validate_folder(folder, exhaustive=exhaustive)
     for problem in problems:
         click.echo(problem)
