@@ -49,7 +49,7 @@ from .executors.local import generate
 from .executors.steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_row, apply_verdict, decide,
                               decision_from_row, generation_from_row, make_request, with_verdict)
 from .families import rule_for
-from .images import ImageError
+from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S, ImageError, ImagePolicy
 from .parquetio import open_parquet
 from .records import Dropped, Generation
 from .route import ACCEPTED, FAILED, REJECTED, RoutePlan
@@ -180,13 +180,14 @@ class _ReplayExport(_JsonlFile):
 # --- stages -----------------------------------------------------------------------------------
 
 
-def _admit_stage(pool: Path, work: Path, limit: Optional[int], clean_report: dict) -> tuple[int, Counter]:
+def _admit_stage(pool: Path, work: Path, limit: Optional[int], clean_report: dict,
+                 images: Optional[ImagePolicy] = None) -> tuple[int, Counter]:
     """work/admitted.parquet and work/dropped.jsonl; returns (admitted, drops per reason). The ids
     seen while reading spill to scratch files in the work dir once there are many."""
     dropped = Counter()
     with _Files(admitted=_ParquetFile(work / "admitted.parquet", ADMITTED_SCHEMA),
                 dropped=_JsonlFile(work / "dropped.jsonl")) as files:
-        for record in clean_lines(pool, clean_report, limit=limit, spill_dir=work):
+        for record in clean_lines(pool, clean_report, limit=limit, spill_dir=work, images=images):
             if isinstance(record, Dropped):
                 files.dropped.write(record.to_dict())
                 dropped[record.reason] += 1
@@ -325,6 +326,9 @@ def _build(
     engine_replicas: int = 1,
     gpus_per_replica: float = 0.0,
     engine_factory: Optional[EngineFactory] = None,
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    image_read_timeout: float = DEFAULT_READ_TIMEOUT_S,
+    allow_outside_paths: bool = False,
 ) -> BuildResult:
     """Build the dataset folder ``out`` from ``pool``; state and reports go to ``work``.
 
@@ -343,6 +347,8 @@ def _build(
     ``engine_factory`` (anything picklable with a ``create()`` method) replaces the name and
     options where replicas make their engines; its engines must have the build engine's
     fingerprint.
+    ``max_image_bytes`` and ``image_read_timeout`` bound each image file; its path must lie in
+    the pool file's folder unless ``allow_outside_paths`` (``images.ImagePolicy``).
     """
     pool, out = Path(pool), Path(out)
     work = Path(work) if work is not None else Path("work")
@@ -363,7 +369,11 @@ def _build(
     t0 = time.perf_counter()
 
     clean_report: dict = {}
-    n_admitted, dropped = _admit_stage(pool, work, limit, clean_report)
+    try:
+        images = ImagePolicy(max_image_bytes, image_read_timeout, allow_outside_paths)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
+    n_admitted, dropped = _admit_stage(pool, work, limit, clean_report, images)
     timings["admit"] = time.perf_counter() - t0
 
     if engine is None:

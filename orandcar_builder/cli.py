@@ -61,6 +61,12 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="Read only the first N pool lines.")
 @click.option("--max-shard-bytes", type=click.IntRange(min=1), default=None, help="Upper bound of one parquet shard.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the generation cache.")
+@click.option("--max-image-bytes", type=click.IntRange(min=1), default=None,
+              help="Largest image file read, in bytes (default 64 MiB); larger ones are dropped unread.")
+@click.option("--image-read-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds one image file may take to read (default 60).")
+@click.option("--allow-outside-paths", is_flag=True,
+              help="Let pool lines name images (and source.image files) outside the pool file's folder.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where generation runs: in this process, or on a Ray cluster (the 'ray' extra).")
@@ -71,8 +77,8 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--gpus-per-replica", type=float, default=0.0, show_default=True,
               help="Ray: GPUs reserved for each engine actor.")
 def build(pool, out, work, engine_name, replay, engine_option, threads, judge_name, judge_replay, judge_option,
-          calibrate, export_generations, limit, max_shard_bytes, no_cache, progress, executor, ray_address,
-          engine_replicas, gpus_per_replica):
+          calibrate, export_generations, limit, max_shard_bytes, no_cache, max_image_bytes, image_read_timeout,
+          allow_outside_paths, progress, executor, ray_address, engine_replicas, gpus_per_replica):
     """Build the dataset folder OUT from the pool file POOL.
 
     A rerun with the same work dir resumes: cached generations are not asked again.
@@ -87,6 +93,7 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
     """
     from .build import build as run_build, format_summary
     from .dataset.writer import DEFAULT_MAX_SHARD_BYTES
+    from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S
 
     options = _engine_options(engine_option)
     if threads and engine_name == "rapidocr":
@@ -110,7 +117,10 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
                            max_shard_bytes=max_shard_bytes or DEFAULT_MAX_SHARD_BYTES, progress=progress,
                            use_cache=not no_cache, export_generations=export_generations, executor=executor,
                            ray_address=ray_address, engine_replicas=engine_replicas,
-                           gpus_per_replica=gpus_per_replica)
+                           gpus_per_replica=gpus_per_replica,
+                           max_image_bytes=max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
+                           image_read_timeout=image_read_timeout or DEFAULT_READ_TIMEOUT_S,
+                           allow_outside_paths=allow_outside_paths)
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(format_summary(result))
@@ -230,15 +240,18 @@ def _pairs(values, option):
 @main.command("clean")
 @click.argument("pool", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Cleaned pool file to write.")
-def clean_cmd(pool, out):
+@click.option("--allow-outside-paths", is_flag=True,
+              help="Let pool lines name images (and source.image files) outside the pool file's folder.")
+def clean_cmd(pool, out, allow_outside_paths):
     """Apply the cleaning policy to POOL on its own: write the admitted items to OUT and every
     dropped item, with its reason, beside it; print the measured figures."""
     import json
 
     from .clean import clean_pool
+    from .images import ImagePolicy
 
     try:
-        report = clean_pool(pool, out)
+        report = clean_pool(pool, out, images=ImagePolicy(allow_outside_paths=allow_outside_paths))
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(json.dumps(report, indent=2, ensure_ascii=False))
