@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -15,7 +16,28 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def describe_error(exc: BaseException) -> str:
+    """The one-line text of a failure the user can act on (the file it concerns first)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n)
+        return f"{names}: {exc.strerror}" if names else exc.strerror
+    if isinstance(exc, sqlite3.DatabaseError):
+        return f"a work-dir database is damaged ({exc}); delete the work dir's cache folder and run again"
+    return str(exc)
+
+
+class _Commands(click.Group):
+    """Every failure a user can cause (bad input, a file that cannot be read or written, a damaged
+    work dir) ends as one ``error:`` line and exit status 2; exit 1 stays "the result failed"."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (OrandCarError, OSError, sqlite3.DatabaseError) as exc:
+            _fail(describe_error(exc))
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="orandcar-builder")
 def main() -> None:
     """Build, check and publish the OrandCar rejection-sampled VLM dataset."""

@@ -94,7 +94,7 @@ def _read_chunks(path: str, max_bytes: int, timeout_s: float):
         deadline = time.monotonic() + timeout_s
         total = 0
         while True:
-            block = os.read(fd, min(READ_CHUNK, max_bytes + 1 - total))
+            block = os.read(fd, int(min(READ_CHUNK, max_bytes + 1 - total)))
             if not block:
                 return
             total += len(block)
@@ -132,13 +132,20 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20, *, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
-                timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> str:
-    """sha256 of a regular file of at most ``max_bytes``; OSError otherwise (as for a missing file)."""
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20, *, max_bytes: Optional[int] = None,
+                timeout_s: Optional[float] = None) -> str:
+    """sha256 of a regular file (of at most ``max_bytes``, read within ``timeout_s`` when given);
+    OSError otherwise, as for a missing file."""
     digest = hashlib.sha256()
-    for block in _read_chunks(str(path), max_bytes, timeout_s):
+    for block in _read_chunks(str(path), max_bytes if max_bytes is not None else float("inf"),
+                              timeout_s if timeout_s is not None else float("inf")):
         digest.update(block)
     return digest.hexdigest()
+
+
+def sha256_image_file(path: str | os.PathLike) -> str:
+    """sha256 of an image file named by a pool (``source.image``): within the default bounds."""
+    return sha256_file(path, max_bytes=DEFAULT_MAX_IMAGE_BYTES, timeout_s=DEFAULT_READ_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
