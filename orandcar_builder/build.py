@@ -266,10 +266,11 @@ def build(pool: Path, out: Path, *, work: Optional[Path] = None, **options) -> B
         raise BuildError(f"limit must be a whole number of pool lines, 0 or more, not {limit!r}")
     if not pool.is_file():
         raise BuildError(f"{pool}: pool file not found")
-    check_paths(out, work)
+    target = Path(os.path.abspath(out))  # "-o ." or "-o name/" still has a parent and a name
+    check_paths(target, work)
     try:
         work.mkdir(parents=True, exist_ok=True)
-        with WorkLock(work), StagedOutput(out) as staged:
+        with WorkLock(work), StagedOutput(target) as staged:
             result = _build(pool, staged.path, work=work, **options)
             if result.ok:
                 staged.publish()

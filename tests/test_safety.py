@@ -247,7 +247,7 @@ def test_load_dataset_indeed_refuses_a_shard_with_a_row_removed(sample_copy):
     shard = sample_copy / "rejected" / "train-00000-of-00001.parquet"
     pq.write_table(pq.read_table(shard).slice(1), shard)
     with pytest.raises(NonMatchingSplitsSizesError):
-        datasets.load_dataset(str(sample_copy), "rejected", split="train")
+        datasets.load_dataset(str(sample_copy), "rejected", split="train", download_mode="force_redownload")
     assert any("num_examples" in p for p in validate_folder(sample_copy))
 
 

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
-from ..images import sha256_image_file
+from ..images import sha256_image_file as sha256_file  # bounded: regular files, size cap, deadline
 from ..records import PoolItem
 
 UNRESOLVED = "provenance_unresolved"
@@ -58,7 +58,7 @@ class SourceImageHashes:
             self._digests.move_to_end(path)
             return self._digests[path]
         try:
-            digest: str | OSError = sha256_image_file(path)
+            digest: str | OSError = sha256_file(path)
         except OSError as exc:
             digest = exc
         self._digests[path] = digest
