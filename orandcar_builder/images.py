@@ -122,9 +122,10 @@ def read_image_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_IMA
         raise ImageError(f"{path}: cannot read image file ({exc.strerror or exc})", reason) from None
 
 
-def within(path: str, folder: str) -> bool:
-    """Whether ``path`` (absolute) lies inside ``folder`` once links are resolved."""
-    real, root = os.path.realpath(path), os.path.realpath(folder)
+def within(path: str, root: str) -> bool:
+    """Whether ``path`` (absolute) lies inside the folder ``root`` (links resolved in ``root``
+    by the caller: ``os.path.realpath``) once the links of ``path`` are resolved."""
+    real = os.path.realpath(path)
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 

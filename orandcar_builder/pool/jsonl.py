@@ -134,6 +134,10 @@ def _unique_keys(pairs: list) -> dict:
     return obj
 
 
+# One decoder: json.loads with any keyword builds a new decoder per call.
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
 def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]]:
     """Yield ``(where, value)`` per line of a JSONL file: the decoded JSON value, or a ``Dropped``
     for a blank, non-UTF-8 or malformed line, or one whose object repeats a key. ``where`` is
@@ -152,7 +156,7 @@ def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]
                 yield where, Dropped(where, "not_utf8", f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})")
                 continue
             try:
-                value = json.loads(text, object_pairs_hook=_unique_keys)
+                value = _DECODER.decode(text)
             except json.JSONDecodeError as exc:
                 yield where, Dropped(where, "malformed_json", f"not valid JSON ({exc.msg} at column {exc.colno})")
                 continue
@@ -193,12 +197,13 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
         yield from _read_pool(path, base, limit, seen_ids, images or ImagePolicy())
 
 
-def _outside(recorded: str, base: str, policy: ImagePolicy) -> bool:
-    return not policy.allow_outside_paths and not within(os.path.abspath(os.path.join(base, recorded)), base)
+def _outside(recorded: str, base: str, root: str, policy: ImagePolicy) -> bool:
+    return not policy.allow_outside_paths and not within(os.path.abspath(os.path.join(base, recorded)), root)
 
 
 def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
                policy: ImagePolicy) -> Iterator[Union[PoolItem, Dropped]]:
+    root = os.path.realpath(base)  # the folder the pool's paths must stay in, links resolved
     # One hash and decode check per image file while its QA items come close together; bounded, so
     # memory does not grow with the pool (an image seen again much later is checked again).
     images: OrderedDict[str, ImageRef | ImageError] = OrderedDict()
@@ -220,7 +225,7 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
             yield Dropped(where, "duplicate_id", f"id {item_id!r} already used earlier in the pool", item_id)
             continue
         source_image = fields["source"].image
-        if source_image is not None and _outside(source_image, base, policy):
+        if source_image is not None and _outside(source_image, base, root, policy):
             seen_ids.discard(item_id)
             yield Dropped(where, SOURCE_OUTSIDE_POOL, f"source.image {source_image!r} lies outside the pool file's "
                                                       f"folder (allow it with --allow-outside-paths)", item_id)
@@ -230,7 +235,7 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
             images.move_to_end(image_path)
         else:
             try:
-                if not policy.allow_outside_paths and not within(image_path, base):
+                if not policy.allow_outside_paths and not within(image_path, root):
                     raise ImageError("lies outside the pool file's folder (allow it with --allow-outside-paths)",
                                      IMAGE_OUTSIDE_POOL)
                 images[image_path] = ImageRef.from_file(image_path, policy=policy)
