@@ -274,9 +274,9 @@ def build(pool: Path, out: Path, *, work: Optional[Path] = None, **options) -> B
             result = _build(pool, staged.path, work=work, **options)
             if result.ok:
                 staged.publish()
-                result.out = out
             else:
                 result.staged = staged.path
+            result.out = out
     except (OSError, ImageError, sqlite3.DatabaseError) as exc:
         raise BuildError(_failure_message(exc, out, work)) from None
     manifest = work / "manifest.json"

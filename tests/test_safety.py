@@ -351,7 +351,7 @@ def test_an_invalid_rebuild_is_kept_aside_and_the_old_dataset_stays(built, monke
     before = snapshot(out)
     monkeypatch.setattr("orandcar_builder.build.validate_folder", lambda folder: ["RS_think: planted problem"])
     run = cli(*build_args(pool, replay, out, work))
-    assert run.exit_code == 1 and "was not swapped in" in run.output
+    assert run.exit_code == 1 and f"was not swapped in ({out} is unchanged)" in run.output
     assert snapshot(out) == before
     staged = out.with_name(f".{out.name}.orandcar-new")
     assert (staged / MARKER).is_file()

@@ -127,7 +127,7 @@ def _remove_ours(path: Path, what: str) -> None:
     """Remove a stage or an old copy left by an earlier build: only when it is a real folder of ours."""
     if not os.path.lexists(path):
         return
-    if path.is_symlink() or not path.is_dir() or not scan(path).marker and not scan(path).empty:
+    if path.is_symlink() or not path.is_dir() or not (scan(path).marker or scan(path).empty):
         raise OutputError(f"{path}: the build keeps its {what} here, but this is not a folder it wrote; "
                           f"move it away and build again")
     shutil.rmtree(path)
@@ -185,4 +185,4 @@ class StagedOutput:
             raise
         self.published = True
         if had_old:
-            shutil.rmtree(old)
+            shutil.rmtree(old, ignore_errors=True)  # what cannot go now, the next build's recover() removes
