@@ -470,6 +470,18 @@ def test_a_damaged_cache_row_is_a_clear_error(built):
     assert_user_error(cli(*build_args(pool, replay, out, work)), "generations.sqlite", "damaged")
 
 
+def test_a_damaged_cache_page_is_a_clear_error(built):
+    pool, replay, out, work = built
+    db = work / "cache" / "generations.sqlite"
+    for name in ("generations.sqlite-wal", "generations.sqlite-shm"):
+        (db.parent / name).unlink(missing_ok=True)
+    data = bytearray(db.read_bytes())
+    data[4096:8192] = b"\xa5" * 4096  # the second page: a table's b-tree
+    db.write_bytes(bytes(data))
+    assert_user_error(cli(*build_args(pool, replay, out, work)), "generation cache is damaged", "left as it was")
+    assert validate_folder(out) == []
+
+
 def test_a_temp_file_removed_mid_build_is_a_clear_error(built, monkeypatch):
     from orandcar_builder import build as building
 
