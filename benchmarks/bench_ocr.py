@@ -130,7 +130,7 @@ def run_builds(data: Path, root: Path) -> list[dict]:
         t0 = time.perf_counter()
         result = build(pool, root / name, work=root / f"work-{name}", engine_name="rapidocr",
                        engine_options={"threads": threads}, executor=executor, engine_replicas=replicas,
-                       use_cache=False, progress=False)
+                       use_cache=False, progress=False, allow_outside_paths=True)  # the crops stay in data/
         wall = time.perf_counter() - t0
         if executor == "ray":
             ray.shutdown()

@@ -17,9 +17,11 @@ the pool, the engine's outputs and the code, so two builds of the same pool give
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
+import sqlite3
 import sys
 import time
 from collections import Counter
@@ -35,6 +37,7 @@ from . import judge as judging
 from .cache import CacheStats, GenerationCache
 from .clean.pool_file import clean_lines
 from .dataset.features import CONFIGS
+from .dataset.output import StagedOutput, WorkLock, check_paths
 from .dataset.validate import validate_folder
 from .dataset.writer import DEFAULT_MAX_SHARD_BYTES, write_dataset
 from .engines import Engine, create_engine
@@ -46,6 +49,7 @@ from .executors.local import generate
 from .executors.steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_row, apply_verdict, decide,
                               decision_from_row, generation_from_row, make_request, with_verdict)
 from .families import rule_for
+from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S, ImageError, ImagePolicy
 from .parquetio import open_parquet
 from .records import Dropped, Generation
 from .route import ACCEPTED, FAILED, REJECTED, RoutePlan
@@ -67,6 +71,7 @@ class BuildResult:
     work: Path
     report: dict
     problems: list[str] = field(default_factory=list)
+    staged: Optional[Path] = None  # where an invalid build was kept; ``out`` then holds the old dataset
 
     @property
     def ok(self) -> bool:
@@ -175,13 +180,14 @@ class _ReplayExport(_JsonlFile):
 # --- stages -----------------------------------------------------------------------------------
 
 
-def _admit_stage(pool: Path, work: Path, limit: Optional[int], clean_report: dict) -> tuple[int, Counter]:
+def _admit_stage(pool: Path, work: Path, limit: Optional[int], clean_report: dict,
+                 images: Optional[ImagePolicy] = None) -> tuple[int, Counter]:
     """work/admitted.parquet and work/dropped.jsonl; returns (admitted, drops per reason). The ids
     seen while reading spill to scratch files in the work dir once there are many."""
     dropped = Counter()
     with _Files(admitted=_ParquetFile(work / "admitted.parquet", ADMITTED_SCHEMA),
                 dropped=_JsonlFile(work / "dropped.jsonl")) as files:
-        for record in clean_lines(pool, clean_report, limit=limit, spill_dir=work):
+        for record in clean_lines(pool, clean_report, limit=limit, spill_dir=work, images=images):
             if isinstance(record, Dropped):
                 files.dropped.write(record.to_dict())
                 dropped[record.reason] += 1
@@ -243,7 +249,62 @@ def _rows(plans) -> Iterator[dict]:
         yield plan.to_row(plan.image.read())
 
 
-def build(
+def build(pool: Path, out: Path, *, work: Optional[Path] = None, **options) -> BuildResult:
+    """Build the dataset folder ``out`` from ``pool`` (see ``_build`` for the options), safely:
+
+    ``out`` must be new, empty or an earlier build of this tool (``dataset/output.py``), ``work``
+    not a file nor inside ``out``; the work dir is locked for the whole build; the dataset is
+    written beside ``out`` and swapped in only when complete and valid, so a failed or invalid
+    rebuild leaves the previous dataset as it was (an invalid one is kept in ``result.staged``).
+    A failure the user can act on (disk full, a read-only folder, a file removed or changed
+    while the build ran, a damaged cache) is a BuildError naming it, never a traceback.
+    """
+    pool, out = Path(pool), Path(out)
+    work = Path(work) if work is not None else Path("work")
+    limit = options.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise BuildError(f"limit must be a whole number of pool lines, 0 or more, not {limit!r}")
+    if not pool.is_file():
+        raise BuildError(f"{pool}: pool file not found")
+    target = Path(os.path.abspath(out))  # "-o ." or "-o name/" still has a parent and a name
+    check_paths(target, work)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        with WorkLock(work), StagedOutput(target) as staged:
+            result = _build(pool, staged.path, work=work, **options)
+            if result.ok:
+                staged.publish()
+            else:
+                result.staged = staged.path
+            result.out = out
+    except (OSError, ImageError, sqlite3.DatabaseError) as exc:
+        raise BuildError(_failure_message(exc, out, work)) from None
+    manifest = work / "manifest.json"
+    if result.ok and manifest.is_file():
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+        data["out"] = str(out.resolve())
+        _write_json(manifest, data)
+    return result
+
+
+def _failure_message(exc: BaseException, out: Path, work: Path) -> str:
+    kept = (f"the dataset in {out} was left as it was" if out.exists()
+            else f"nothing was written to {out}")
+    if isinstance(exc, sqlite3.DatabaseError):
+        return (f"{work / 'cache'}: the generation cache is damaged ({exc}); delete the cache folder to start it "
+                f"afresh (the engine is asked again); {kept}")
+    if isinstance(exc, ImageError):
+        return f"{exc}; build again to admit the image as it is now; {kept}"
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        what = "the disk is full" if exc.errno != errno.EFBIG else "a file grew past the size limit (ulimit -f)"
+        return f"{exc.filename or f'writing the dataset or {work}'}: {what} ({exc.strerror or exc}); {kept}"
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"{exc.filename or f'writing the dataset or {work}'}: cannot write there ({exc.strerror or exc}); {kept}"
+    names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n)
+    return f"{names + ': ' if names else ''}{exc.strerror or exc}; {kept}"
+
+
+def _build(
     pool: Path,
     out: Path,
     *,
@@ -266,6 +327,9 @@ def build(
     engine_replicas: int = 1,
     gpus_per_replica: float = 0.0,
     engine_factory: Optional[EngineFactory] = None,
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    image_read_timeout: float = DEFAULT_READ_TIMEOUT_S,
+    allow_outside_paths: bool = False,
 ) -> BuildResult:
     """Build the dataset folder ``out`` from ``pool``; state and reports go to ``work``.
 
@@ -284,6 +348,8 @@ def build(
     ``engine_factory`` (anything picklable with a ``create()`` method) replaces the name and
     options where replicas make their engines; its engines must have the build engine's
     fingerprint.
+    ``max_image_bytes`` and ``image_read_timeout`` bound each image file; its path must lie in
+    the pool file's folder unless ``allow_outside_paths`` (``images.ImagePolicy``).
     """
     pool, out = Path(pool), Path(out)
     work = Path(work) if work is not None else Path("work")
@@ -304,7 +370,11 @@ def build(
     t0 = time.perf_counter()
 
     clean_report: dict = {}
-    n_admitted, dropped = _admit_stage(pool, work, limit, clean_report)
+    try:
+        images = ImagePolicy(max_image_bytes, image_read_timeout, allow_outside_paths)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
+    n_admitted, dropped = _admit_stage(pool, work, limit, clean_report, images)
     timings["admit"] = time.perf_counter() - t0
 
     if engine is None:
@@ -597,6 +667,9 @@ def format_summary(result: BuildResult) -> str:
     if result.problems:
         lines.append(f"validation FAILED: {len(result.problems)} problem(s)")
         lines.extend(f"  {p}" for p in result.problems[:20])
+        if result.staged is not None:
+            lines.append(f"the new dataset was not swapped in ({result.out} is unchanged); it is kept in "
+                         f"{result.staged} for inspection")
     else:
         lines.append("validation: ok")
     return "\n".join(lines)

@@ -195,7 +195,11 @@ class GenerationCache:
                 f"SELECT key, generation FROM generations WHERE key IN ({marks})", chunk
             )
             for key, blob in rows:
-                found[key] = generation_from_json(blob)
+                try:
+                    found[key] = generation_from_json(blob)
+                except (TypeError, ValueError) as exc:  # a row damaged on disk or by hand
+                    raise CacheError(f"{self.path}: the cached generation {key[:16]}... is damaged "
+                                     f"({type(exc).__name__}); delete the cache file to ask the engine again") from None
         return found
 
     def put_many(self, fingerprint: dict, entries: Sequence[tuple[str, Generation]]) -> int:

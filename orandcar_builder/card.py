@@ -45,6 +45,9 @@ EXAMPLES_PER_CONFIG = 3  # first, middle and last row of each config
 ACCEPTANCE_CHART = f"{EXAMPLES_DIR}/acceptance-by-family.png"
 TABLE_VALUE_MAX_CHARS = 120  # longer (or multi-line) values are shown in full below the table
 SHORT_CONSTANT_CHARS = 80  # longer constant values are shown only in the code block
+BLOCK_VALUE_MAX_CHARS = 4000  # a value shown below a table is cut here, with its full length stated
+NAME_MAX_CHARS = 200  # a name or short text in a table cell (file name, model id) is cut here
+QA_ITEMS_SHOWN = 10  # QA items of one example row shown in the card; the rest are counted
 # Engine fingerprint keys that describe where a job ran (hardware, library builds), not the data.
 FINGERPRINT_KEYS_LEFT_OUT = ("reproducibility",)
 PROJECT_PACKAGE = "orandcar_builder"
@@ -523,17 +526,42 @@ def fence(text: str, info: str = "text") -> str:
     return f"{marker}{info}\n{body}{marker}"
 
 
-def code_span(text: str) -> str:
-    """``text`` as inline code, safe inside a table cell."""
+# Characters that would end a table row or a line, or hide text, in a code span: shown escaped.
+_LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def _escape_control(match: re.Match) -> str:
+    char = match.group(0)
+    return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char, f"\\x{ord(char):02x}" if ord(char) < 256
+                                                      else f"\\u{ord(char):04x}")
+
+
+def bounded(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` cut to ``limit`` characters, and whether it was cut."""
+    return (text, False) if len(text) <= limit else (text[:limit], True)
+
+
+def code_span(text: str, limit: Optional[int] = None) -> str:
+    """``text`` as inline code, safe inside a table cell: pipes escaped, line breaks and other
+    control characters shown as escapes (``\\n``), so no value can end the row or start raw
+    Markdown or HTML; cut to ``limit`` characters with the full length stated."""
+    text = str(text)
+    total = len(text)
+    text, cut = bounded(text, limit) if limit is not None else (text, False)
+    text = _LINE_BREAKING.sub(_escape_control, text)
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     marker = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{marker}{pad}{text.replace('|', chr(92) + '|')}{pad}{marker}"
+    span = f"{marker}{pad}{text.replace('|', chr(92) + '|')}{pad}{marker}"
+    return f"{span} (first {len(text):,} of {total:,} chars)" if cut else span
 
 
 def cell(text: Any) -> str:
-    """Plain text made safe for a table cell (pipes escaped, line breaks as spaces)."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Plain text made safe for a table cell: line breaks as spaces, Markdown and HTML
+    punctuation escaped, so it shows as written."""
+    text = " ".join(str(text).split())
+    # "_" inside a word never makes emphasis in CommonMark, so names like scene_text stay as written.
+    return re.sub(r"([\\`*\[\]<>|])", r"\\\1", text.replace("&", "&amp;"))
 
 
 # --- figures -----------------------------------------------------------------------------------
@@ -634,7 +662,7 @@ def generation_facts(report: dict) -> list[tuple[str, str]]:
     else:
         reasoning_text = str(reasoning)
     def name(value: Any) -> str:
-        return NOT_RECORDED if value is None else code_span(str(value))
+        return NOT_RECORDED if value is None else code_span(str(value), NAME_MAX_CHARS)
 
     def figure(value: Any) -> str:
         return NOT_RECORDED if value is None else number(value)
@@ -736,10 +764,12 @@ def judge_section(report: dict) -> Optional[dict]:
         calibration_tables = figure_tables({"by family": calibration.get("by_family") or {}})
         for row in calibration.get("disagreements") or []:
             if isinstance(row, dict):
-                disagreements.append([code_span(str(row.get("id", ""))), code_span(str(row.get("family", ""))),
-                                      code_span(json.dumps(row.get("references", []), ensure_ascii=False)),
-                                      code_span(" ".join(str(row.get("candidate", "")).split())),
-                                      code_span(str(row.get("verdict", "")))])
+                disagreements.append([code_span(str(row.get("id", "")), NAME_MAX_CHARS),
+                                      code_span(str(row.get("family", "")), NAME_MAX_CHARS),
+                                      code_span(json.dumps(row.get("references", []), ensure_ascii=False),
+                                                NAME_MAX_CHARS),
+                                      code_span(" ".join(str(row.get("candidate", "")).split()), NAME_MAX_CHARS),
+                                      code_span(str(row.get("verdict", "")), NAME_MAX_CHARS)])
     else:
         calibration_text, calibration_tables = NOT_RECORDED, []
     judge_engine = judge.get("engine") if isinstance(judge.get("engine"), dict) else {}
@@ -907,8 +937,14 @@ def _value_cell(label: str, value: Any, blocks: list[dict], *, always_block: boo
     fits = (len(value) <= TABLE_VALUE_MAX_CHARS and value == value.strip() and "\n" not in value
             and "\r" not in value and "\t" not in value)
     if always_block or not fits:
-        blocks.append({"label": label, "chars": len(value), "text": fence(value) if value else None})
-        return label, f"{len(value):,} character{'' if len(value) == 1 else 's'}, in full below"
+        shown, cut = bounded(value, BLOCK_VALUE_MAX_CHARS)
+        text = fence(shown) if value else None
+        if cut:
+            text += (f"\n\n*Cut here: the first {len(shown):,} of {len(value):,} characters are shown; "
+                     f"the row holds the whole value.*")
+        blocks.append({"label": label, "chars": len(value), "text": text})
+        where = "the first " + f"{len(shown):,} below" if cut else "in full below"
+        return label, f"{len(value):,} character{'' if len(value) == 1 else 's'}, {where}"
     return label, code_span(value) if value else "*empty*"
 
 
@@ -922,19 +958,21 @@ def example(folder: Path, config: str, number_: int, index: int, rows: int) -> E
         ex.image_file = f"{EXAMPLES_DIR}/{config}-{number_}.{ext}"
         ex.image_bytes = bytes(data)
         details = ", ".join(x for x in (fmt, image_dimensions(bytes(data)), f"{len(data):,} bytes") if x)
-        ex.cells.append(("image", f"{code_span(image.get('path') or '')} ({details}), shown above"))
+        ex.cells.append(("image", f"{code_span(image.get('path') or '', NAME_MAX_CHARS)} ({details}), shown above"))
     else:
         ex.cells.append(("image", "*no image bytes*"))
     ex.cells.append(_value_cell("image_sha256", row.get("image_sha256"), ex.blocks))
     qa = row.get("qa") or []
-    for i, item in enumerate(qa):
+    for i, item in enumerate(qa[:QA_ITEMS_SHOWN]):
         prefix = f"qa[{i}]." if len(qa) > 1 else "qa."
         for key, value in item.items():
             ex.cells.append(_value_cell(prefix + key, value, ex.blocks, always_block=key == "wrong_vlm"))
+    if len(qa) > QA_ITEMS_SHOWN:
+        ex.cells.append((f"qa[{QA_ITEMS_SHOWN}:]", f"{len(qa) - QA_ITEMS_SHOWN:,} more QA items, not shown"))
     meta = row.get("clean_meta") or {}
     ex.cells.append(_value_cell("clean_meta.policy", meta.get("policy"), ex.blocks))
     sources = meta.get("sources") or []
-    for i, source in enumerate(sources):
+    for i, source in enumerate(sources[:QA_ITEMS_SHOWN]):
         for key, value in (source.items() if isinstance(source, dict) else [("", source)]):
             ex.cells.append(_value_cell(f"clean_meta.sources[{i}].{key}".rstrip("."), value, ex.blocks))
     ex.cells.append(_value_cell("clean_meta.actions", meta.get("actions") or [], ex.blocks))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -15,7 +16,28 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def describe_error(exc: BaseException) -> str:
+    """The one-line text of a failure the user can act on (the file it concerns first)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n)
+        return f"{names}: {exc.strerror}" if names else exc.strerror
+    if isinstance(exc, sqlite3.DatabaseError):
+        return f"a work-dir database is damaged ({exc}); delete the work dir's cache folder and run again"
+    return str(exc)
+
+
+class _Commands(click.Group):
+    """Every failure a user can cause (bad input, a file that cannot be read or written, a damaged
+    work dir) ends as one ``error:`` line and exit status 2; exit 1 stays "the result failed"."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (OrandCarError, OSError, sqlite3.DatabaseError) as exc:
+            _fail(describe_error(exc))
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="orandcar-builder")
 def main() -> None:
     """Build, check and publish the OrandCar rejection-sampled VLM dataset."""
@@ -58,9 +80,15 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
               help="Judge this many rule-accepted items and report agreement.")
 @click.option("--export-generations", type=click.Path(path_type=Path), default=None,
               help="Also write what the engine produced as a replay file.")
-@click.option("--limit", type=int, default=None, help="Read only the first N pool lines.")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="Read only the first N pool lines.")
 @click.option("--max-shard-bytes", type=click.IntRange(min=1), default=None, help="Upper bound of one parquet shard.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the generation cache.")
+@click.option("--max-image-bytes", type=click.IntRange(min=1), default=None,
+              help="Largest image file read, in bytes (default 64 MiB); larger ones are dropped unread.")
+@click.option("--image-read-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds one image file may take to read (default 60).")
+@click.option("--allow-outside-paths", is_flag=True,
+              help="Let pool lines name images (and source.image files) outside the pool file's folder.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where generation runs: in this process, or on a Ray cluster (the 'ray' extra).")
@@ -71,8 +99,8 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--gpus-per-replica", type=float, default=0.0, show_default=True,
               help="Ray: GPUs reserved for each engine actor.")
 def build(pool, out, work, engine_name, replay, engine_option, threads, judge_name, judge_replay, judge_option,
-          calibrate, export_generations, limit, max_shard_bytes, no_cache, progress, executor, ray_address,
-          engine_replicas, gpus_per_replica):
+          calibrate, export_generations, limit, max_shard_bytes, no_cache, max_image_bytes, image_read_timeout,
+          allow_outside_paths, progress, executor, ray_address, engine_replicas, gpus_per_replica):
     """Build the dataset folder OUT from the pool file POOL.
 
     A rerun with the same work dir resumes: cached generations are not asked again.
@@ -87,6 +115,7 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
     """
     from .build import build as run_build, format_summary
     from .dataset.writer import DEFAULT_MAX_SHARD_BYTES
+    from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S
 
     options = _engine_options(engine_option)
     if threads and engine_name == "rapidocr":
@@ -110,7 +139,10 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
                            max_shard_bytes=max_shard_bytes or DEFAULT_MAX_SHARD_BYTES, progress=progress,
                            use_cache=not no_cache, export_generations=export_generations, executor=executor,
                            ray_address=ray_address, engine_replicas=engine_replicas,
-                           gpus_per_replica=gpus_per_replica)
+                           gpus_per_replica=gpus_per_replica,
+                           max_image_bytes=max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
+                           image_read_timeout=image_read_timeout or DEFAULT_READ_TIMEOUT_S,
+                           allow_outside_paths=allow_outside_paths)
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(format_summary(result))
@@ -129,6 +161,8 @@ def validate(folder, exhaustive):
     """
     from .dataset.validate import validate_folder
 
+    if not folder.is_dir():
+        _fail(f"{folder}: not a folder (give the dataset folder that `orandcar build -o` wrote)")
     problems = validate_folder(folder, exhaustive=exhaustive)
     for problem in problems:
         click.echo(problem)
@@ -231,15 +265,18 @@ def _pairs(values, option):
 @main.command("clean")
 @click.argument("pool", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Cleaned pool file to write.")
-def clean_cmd(pool, out):
+@click.option("--allow-outside-paths", is_flag=True,
+              help="Let pool lines name images (and source.image files) outside the pool file's folder.")
+def clean_cmd(pool, out, allow_outside_paths):
     """Apply the cleaning policy to POOL on its own: write the admitted items to OUT and every
     dropped item, with its reason, beside it; print the measured figures."""
     import json
 
     from .clean import clean_pool
+    from .images import ImagePolicy
 
     try:
-        report = clean_pool(pool, out)
+        report = clean_pool(pool, out, images=ImagePolicy(allow_outside_paths=allow_outside_paths))
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(json.dumps(report, indent=2, ensure_ascii=False))
@@ -345,8 +382,10 @@ def report(out, work, target, per_kind):
               help="Access requests approved automatically or by hand.")
 @click.option("--private", is_flag=True, help="Create the repo private.")
 @click.option("--dry-run", is_flag=True, help="List what would be uploaded and changed; touch nothing.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Seconds each Hub request may wait to connect, read or write before the push stops.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def push(folder, repo_id, revision, tag, gated, private, dry_run, progress):
+def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, progress):
     """Validate FOLDER and publish it to the gated dataset repo REPO.
 
     The token comes from HF_TOKEN or the huggingface_hub login; it is never printed.
@@ -359,7 +398,7 @@ def push(folder, repo_id, revision, tag, gated, private, dry_run, progress):
 
     try:
         result = run_push(folder, repo_id, revision=revision, tag=tag, gated=gated, private=private,
-                          dry_run=dry_run, progress=progress)
+                          dry_run=dry_run, progress=progress, timeout=timeout)
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(format_push_result(result))

@@ -3,36 +3,150 @@
 Images are stored exactly as they came (never re-encoded) and decoded only to run a model.
 Decoding keeps Pillow's decompression-bomb limit on and turns its warning into an error, so a
 hostile or broken file is rejected with a reason instead of exhausting memory.
+
+Reading is guarded too (``read_image_file``): only a regular file is read (a FIFO would block the
+build forever, ``/dev/zero`` never ends), no more than ``ImagePolicy.max_bytes`` (a 3 GB sparse
+file is refused from its size, before any byte is read), and in chunks with a deadline checked
+between them (``read_timeout_s``: a slow or stalled network mount ends the read with a reason; a
+single read call the kernel never returns from cannot be interrupted from Python). A pool's
+images must lie inside the pool file's folder unless ``allow_outside_paths`` is set
+(``within``), so a pool someone else wrote cannot embed any file the user can read.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
+import re
+import stat
+import time
 import warnings
 from dataclasses import dataclass, field
+from typing import Optional
 
 from PIL import Image
 
 # Pillow's own default (about 89 megapixels); kept as a named constant so the card can cite it.
 MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
+DEFAULT_MAX_IMAGE_BYTES = 64 * 1024 * 1024  # one image file; larger files are refused unread
+DEFAULT_READ_TIMEOUT_S = 60.0  # one image file, checked between chunks
+READ_CHUNK = 1 << 20
+
+# Drop reasons of an image that cannot be used, by ImageError.reason.
+IMAGE_MISSING = "image_missing"
+IMAGE_UNDECODABLE = "image_undecodable"
+IMAGE_NOT_REGULAR = "image_not_regular_file"
+IMAGE_TOO_LARGE = "image_too_large"
+IMAGE_READ_TIMEOUT = "image_read_timeout"
+IMAGE_OUTSIDE_POOL = "image_outside_pool"
 
 
 class ImageError(ValueError):
-    """An image that cannot be read or decoded; the message names the file."""
+    """An image that cannot be read or decoded; the message names the file, ``reason`` says why
+    in one word (a drop reason)."""
+
+    def __init__(self, message: str, reason: str = IMAGE_UNDECODABLE):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """What image files a pool may use: at most ``max_bytes`` each, read within
+    ``read_timeout_s``, inside the pool file's folder unless ``allow_outside_paths``."""
+
+    max_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    allow_outside_paths: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1:
+            raise ValueError(f"max_bytes must be a positive whole number of bytes, not {self.max_bytes!r}")
+        if not isinstance(self.read_timeout_s, (int, float)) or not self.read_timeout_s > 0:
+            raise ValueError(f"read_timeout_s must be a positive number of seconds, not {self.read_timeout_s!r}")
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _read_chunks(path: str, max_bytes: int, timeout_s: float):
+    """Yield the blocks of the regular file ``path``; OSError for anything else or past a bound."""
+    # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer; it changes nothing
+    # for a regular file, the only kind read here.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, f"is {_file_kind(info.st_mode)}, not a regular file", path)
+        if info.st_size > max_bytes:
+            raise OSError(errno.EFBIG, f"{info.st_size:,} bytes, over the limit of {max_bytes:,} bytes per image", path)
+        deadline = time.monotonic() + timeout_s
+        total = 0
+        while True:
+            block = os.read(fd, int(min(READ_CHUNK, max_bytes + 1 - total)))
+            if not block:
+                return
+            total += len(block)
+            if total > max_bytes:
+                raise OSError(errno.EFBIG, f"grew past the limit of {max_bytes:,} bytes per image while read", path)
+            yield block
+            if time.monotonic() > deadline:
+                raise OSError(errno.ETIMEDOUT, f"reading took longer than {timeout_s:g} s", path)
+    finally:
+        os.close(fd)
+
+
+def read_image_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+                    timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> bytes:
+    """The bytes of the regular file ``path``; ImageError (with its ``reason``) for a missing file,
+    one that is not a regular file, one over ``max_bytes``, or a read past ``timeout_s``."""
+    path = str(path)
+    try:
+        return b"".join(_read_chunks(path, max_bytes, timeout_s))
+    except FileNotFoundError:
+        raise ImageError(f"{path}: image file not found", IMAGE_MISSING) from None
+    except OSError as exc:
+        reason = {errno.EINVAL: IMAGE_NOT_REGULAR, errno.EFBIG: IMAGE_TOO_LARGE,
+                  errno.ETIMEDOUT: IMAGE_READ_TIMEOUT}.get(exc.errno, IMAGE_UNDECODABLE)
+        raise ImageError(f"{path}: cannot read image file ({exc.strerror or exc})", reason) from None
+
+
+def within(path: str, root: str) -> bool:
+    """Whether ``path`` (absolute) lies inside the folder ``root`` (links resolved in ``root``
+    by the caller: ``os.path.realpath``) once the links of ``path`` are resolved."""
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20, *, max_bytes: Optional[int] = None,
+                timeout_s: Optional[float] = None) -> str:
+    """sha256 of a regular file (of at most ``max_bytes``, read within ``timeout_s`` when given);
+    OSError otherwise, as for a missing file."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
+    for block in _read_chunks(str(path), max_bytes if max_bytes is not None else float("inf"),
+                              timeout_s if timeout_s is not None else float("inf")):
+        digest.update(block)
     return digest.hexdigest()
+
+
+def sha256_image_file(path: str | os.PathLike) -> str:
+    """sha256 of an image file named by a pool (``source.image``): within the default bounds."""
+    return sha256_file(path, max_bytes=DEFAULT_MAX_IMAGE_BYTES, timeout_s=DEFAULT_READ_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -53,25 +167,23 @@ class ImageRef:
         return os.path.basename(self.path)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, *, check_decodes: bool = True) -> "ImageRef":
-        path = str(path)
-        try:
-            with open(path, "rb") as fh:  # not Path(path).read_bytes(): pathlib's parsing costs more than the read
-                data = fh.read()
-        except FileNotFoundError:
-            raise ImageError(f"{path}: image file not found") from None
-        except OSError as exc:
-            raise ImageError(f"{path}: cannot read image file ({exc.strerror or exc})") from None
+    def from_file(cls, path: str | os.PathLike, *, check_decodes: bool = True,
+                  policy: Optional[ImagePolicy] = None) -> "ImageRef":
+        path = str(path)  # not a Path: pathlib's parsing costs more than the read
+        policy = policy or ImagePolicy()
+        data = read_image_file(path, max_bytes=policy.max_bytes, timeout_s=policy.read_timeout_s)
         if check_decodes:
             check_decodable(data, path)
         return cls(path=path, sha256=sha256_bytes(data), size=len(data))
 
     def read(self) -> bytes:
+        # Bounded by the admitted size: a file that grew (or was swapped for a FIFO) has changed.
         try:
-            with open(self.path, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise ImageError(f"{self.path}: cannot read image file ({exc})") from None
+            data = read_image_file(self.path, max_bytes=self.size or DEFAULT_MAX_IMAGE_BYTES)
+        except ImageError as exc:
+            if exc.reason in (IMAGE_TOO_LARGE, IMAGE_NOT_REGULAR):
+                raise ImageError(f"{self.path}: file changed since it was admitted ({exc})", exc.reason) from None
+            raise
         if sha256_bytes(data) != self.sha256:
             raise ImageError(f"{self.path}: file changed since it was admitted (sha256 differs)")
         return data
@@ -89,10 +201,16 @@ def _open_checked(data: bytes, name: str) -> Image.Image:
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
             raise ImageError(f"{name}: image exceeds the decompression-bomb limit ({exc})") from None
         except Exception as exc:  # Pillow raises several types for undecodable input
-            raise ImageError(f"{name}: not a decodable image ({type(exc).__name__}: {exc})") from None
+            raise ImageError(f"{name}: not a decodable image ({type(exc).__name__}: {_stable(exc)})") from None
     if img.width * img.height > MAX_IMAGE_PIXELS:
         raise ImageError(f"{name}: image has {img.width}x{img.height} pixels, over the limit")
     return img
+
+
+def _stable(exc: BaseException) -> str:
+    """An exception's text without object addresses (Pillow names the BytesIO it was handed:
+    "<_io.BytesIO object at 0x7f...>"), so a drop reason reads the same in every run."""
+    return re.sub(r"<([\w.]+) object at 0x[0-9a-fA-F]+>", r"<\1>", str(exc))
 
 
 def check_decodable(data: bytes, name: str = "<bytes>") -> None:
@@ -101,7 +219,7 @@ def check_decodable(data: bytes, name: str = "<bytes>") -> None:
     try:
         img.load()
     except Exception as exc:
-        raise ImageError(f"{name}: image data is truncated or corrupt ({type(exc).__name__}: {exc})") from None
+        raise ImageError(f"{name}: image data is truncated or corrupt ({type(exc).__name__}: {_stable(exc)})") from None
 
 
 def decode(data: bytes, name: str = "<bytes>") -> Image.Image:
@@ -110,4 +228,4 @@ def decode(data: bytes, name: str = "<bytes>") -> Image.Image:
         img.load()
         return img.convert("RGB") if img.mode != "RGB" else img
     except Exception as exc:
-        raise ImageError(f"{name}: image data is truncated or corrupt ({type(exc).__name__}: {exc})") from None
+        raise ImageError(f"{name}: image data is truncated or corrupt ({type(exc).__name__}: {_stable(exc)})") from None

@@ -7,6 +7,15 @@ more commits (README.md last, so the card never announces shards that are not th
 the resulting commit when asked. A rerun after an interruption resumes: files already committed
 match and are skipped; with nothing different it makes no commit at all.
 
+Only the dataset layout is published (``dataset/layout.py``): README.md, the example images and the
+config shards. A folder holding anything else (``secrets.txt``, a ``work/`` dir, a stray temporary
+file, a symbolic link) is refused with the list of those files before any request; the marker that
+says the folder was built here stays local.
+
+Every request has a time limit (``timeout``, seconds per connect, read or write): an endpoint that
+accepts the connection and never answers ends the push with a message instead of hanging it.
+Branch and tag names are checked before the first request.
+
 The remote mirrors the folder inside the folders the folder has: a remote file under one of the
 folder's top-level directories that the folder no longer holds (a shard of an older build) is
 deleted in the last commit. Files at the top level that are not in the folder are left alone.
@@ -31,6 +40,7 @@ from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, Revi
 from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 from tqdm import tqdm
 
+from .dataset.layout import expected_layout_text, scan
 from .errors import OrandCarError
 
 REPO_TYPE = "dataset"
@@ -41,6 +51,9 @@ COMMIT_MAX_BYTES = 2 * 1024**3  # bytes per commit: an interrupted push loses at
 README = "README.md"
 KEPT_REMOTE_FILES = frozenset({".gitattributes"})  # the Hub's own file; never deleted by a push
 HASH_CHUNK = 1 << 20
+DEFAULT_TIMEOUT_S = 60.0  # per connect, read or write of one request; a large upload keeps writing
+# Git ref names (git check-ref-format), kept to what the Hub accepts as a branch or tag name.
+_REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 
@@ -59,6 +72,23 @@ class InvalidFolderError(PushError):
             f"{folder}: refusing to push, validation found {len(self.problems)} problem(s):\n{shown}{more}\n"
             f"Fix them (run `orandcar validate {folder}`) and push again."
         )
+
+
+class UnexpectedFilesError(PushError):
+    """The folder holds files outside the dataset layout; ``files`` lists them."""
+
+    def __init__(self, folder: Path, files: Sequence[str]):
+        self.folder, self.files = folder, list(files)
+        shown = "\n".join(f"  {path}" for path in self.files[:50])
+        more = f"\n  ... and {len(self.files) - 50} more" if len(self.files) > 50 else ""
+        super().__init__(
+            f"{folder}: refusing to push, {len(self.files)} file(s) are not part of the dataset layout "
+            f"({expected_layout_text()}):\n{shown}{more}\nMove them out of the folder and push again."
+        )
+
+
+class HubTimeoutError(PushError):
+    """The Hub did not answer within the time limit."""
 
 
 class MissingTokenError(PushError):
@@ -170,21 +200,25 @@ def check_gated(gated) -> str | bool:
     raise PushError(f"gated must be one of {', '.join(GATED_MODES)} or False, not {gated!r}")
 
 
-def is_published_path(relative: Path) -> bool:
-    """Whether a path of the folder is part of the dataset (hidden files and folders are not)."""
-    return not any(part.startswith(".") for part in relative.parts)
+def check_ref_name(name: str | None, kind: str) -> str | None:
+    """``name`` if it is a usable branch or tag name (git's ref-name rules), else a PushError."""
+    if name is None:
+        return None
+    if (not isinstance(name, str) or not name or len(name) > 255 or _REF_FORBIDDEN.search(name)
+            or name.startswith(("-", "/", ".")) or name.endswith(("/", ".", ".lock")) or name == "@"
+            or any(part.startswith(".") or part.endswith(".lock") for part in name.split("/"))
+            or name.startswith("refs/")):
+        raise PushError(
+            f"{kind} name {name!r} is not a valid git ref name (no spaces, control characters, '..', '~', '^', "
+            f"':', '?', '*', '[', '\\', '@{{', '//'; no leading '-', '/' or '.'; no trailing '/', '.' or "
+            f"'.lock'; not under 'refs/')"
+        )
+    return name
 
 
 def folder_files(folder: Path) -> list[str]:
-    """The repo paths of the files a push uploads, sorted."""
-    out = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in files:
-            relative = (Path(root) / name).relative_to(folder)
-            if is_published_path(relative) and (Path(root) / name).is_file():
-                out.append(relative.as_posix())
-    return sorted(out)
+    """The repo paths of the files a push uploads (the dataset layout), sorted."""
+    return scan(Path(folder)).published
 
 
 def hash_file(path: Path) -> tuple[str, str]:
@@ -301,8 +335,11 @@ def format_push_result(result: PushResult) -> str:
 
 
 def _check_folder(folder: Path) -> None:
-    if not folder.is_dir():
+    if folder.is_symlink() or not folder.is_dir():
         raise PushError(f"{folder}: not a folder (build the dataset first, then push its folder)")
+    unexpected = scan(folder).unexpected
+    if unexpected:
+        raise UnexpectedFilesError(folder, unexpected)
     from .dataset.validate import validate_folder  # the validator reads the dataset schema; load it only when pushing
 
     problems = validate_folder(folder)
@@ -332,11 +369,61 @@ def _local_files(folder: Path, progress: bool) -> list[LocalFile]:
     return out
 
 
+class _TimeoutTransport(httpx2.BaseTransport):
+    """Gives every request a connect, read, write and pool timeout of at most ``timeout`` seconds."""
+
+    def __init__(self, inner: httpx2.BaseTransport, timeout: float):
+        self.inner, self.timeout = inner, timeout
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        limits = dict(request.extensions.get("timeout") or {})
+        for key in ("connect", "read", "write", "pool"):
+            value = limits.get(key)
+            limits[key] = self.timeout if value is None else min(value, self.timeout)
+        request.extensions["timeout"] = limits
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 @contextlib.contextmanager
-def _hub_errors(repo_id: str, token: str) -> Iterator[None]:
+def hub_timeout(timeout: float) -> Iterator[None]:
+    """Every request of huggingface_hub's shared client inside the block gets ``timeout`` seconds
+    per connect, read and write (the client's own default is no limit); restored after."""
+    import huggingface_hub.utils._http as hub_http
+
+    if not timeout or timeout <= 0:
+        raise PushError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    previous = hub_http._GLOBAL_CLIENT_FACTORY
+
+    def factory() -> httpx2.Client:
+        client = previous()
+        client.timeout = httpx2.Timeout(timeout)
+        # HfApi passes timeout=None (no limit) on each request, which overrides the client's
+        # default; the transports see the request's final timeouts and put the limit back there.
+        client._transport = _TimeoutTransport(client._transport, timeout)
+        client._mounts = {pattern: _TimeoutTransport(transport, timeout) if transport is not None else None
+                          for pattern, transport in client._mounts.items()}
+        return client
+
+    hub_http.set_client_factory(factory)
+    try:
+        yield
+    finally:
+        hub_http.set_client_factory(previous)
+
+
+@contextlib.contextmanager
+def _hub_errors(repo_id: str, token: str, timeout: float = DEFAULT_TIMEOUT_S) -> Iterator[None]:
     """Turn the client's errors into PushErrors whose text holds no token."""
     try:
         yield
+    except httpx2.TimeoutException as err:
+        raise HubTimeoutError(
+            f"the Hub did not answer within {timeout:g} s for {repo_id} ({type(err).__name__}); "
+            f"check the endpoint and the network, or allow longer with --timeout"
+        ) from None
     except HfHubHTTPError as err:
         status = err.response.status_code if getattr(err, "response", None) is not None else None
         detail = redact(err.server_message or str(err).strip().splitlines()[0], token)
@@ -452,6 +539,7 @@ def push(
     progress: bool = True,
     commit_max_files: int = COMMIT_MAX_FILES,
     commit_max_bytes: int = COMMIT_MAX_BYTES,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> PushResult:
     """Publish ``folder`` to the dataset repo ``repo_id`` (``ORG/NAME``) and return what was done.
 
@@ -463,11 +551,16 @@ def push(
     docstring), and creates ``tag`` on the final commit. Nothing changed means no commit. A tag that
     exists elsewhere is a TagConflictError before anything is written. ``dry_run`` reads the Hub and
     returns the plan without writing. Hub refusals are HubPermissionError / PushError; no error text
-    contains the token.
+    contains the token. Each request may take ``timeout`` seconds per connect, read or write; past
+    that the push ends with a HubTimeoutError.
     """
     folder = Path(folder)
     check_repo_id(repo_id)
     gated = check_gated(gated)
+    check_ref_name(revision, "branch")
+    check_ref_name(tag, "tag")
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise PushError(f"timeout must be a positive number of seconds, not {timeout!r}")
     if commit_max_files < 1 or commit_max_bytes < 1:
         raise PushError(f"commit bounds must be positive (files {commit_max_files}, bytes {commit_max_bytes})")
     branch = revision or DEFAULT_BRANCH
@@ -477,7 +570,7 @@ def push(
     api = HfApi(token=token, library_name="orandcar-builder")
     url = f"{api.endpoint}/datasets/{repo_id}"
 
-    with _hub_errors(repo_id, token), _hub_progress(progress):
+    with hub_timeout(timeout), _hub_errors(repo_id, token, timeout), _hub_progress(progress):
         remote = _remote_state(api, repo_id, branch, want_tags=tag is not None)
         uploads, unchanged, deletions = plan_changes(local, remote.files)
         will_commit = bool(uploads or deletions)

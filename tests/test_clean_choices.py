@@ -64,7 +64,7 @@ def test_at_least_ten_prose_shapes_are_covered():
     "question, reference, why",
     [
         ("Which animal? Options: cat, dog, bird", "cow", "matches none"),
-        ("Which animal? Options: cat, Cat, bird", "cat", "matches several"),
+        ("Which animal? Options: cat, Cat, bird", "cat", "options A and B have the same text"),
         ("Which animal? (A) cat (B) dog", "C", "matches none"),
         ("Which animal? (A) cat (B) dog", "A. dog", "other than option"),
         ("Which letter? Options: B, A", "A", "matches several"),  # text names option B, letter names option A
@@ -195,3 +195,35 @@ def test_list_like_text_in_a_free_text_family_is_not_a_multiple_choice(tmp_path)
     assert not isinstance(math_item, Dropped) and math_item.item.question == question
     assert math_item.item.answer == "90" and math_item.item.options is None
     assert isinstance(mc_item, Dropped) and mc_item.reason == "mc_unresolvable"
+
+
+@pytest.mark.parametrize(
+    "question, answer, options, why",
+    [
+        ("Where?", "C", ["market", "garden", "garden", "river"], "options B and C have the same text 'garden'"),
+        ("Where?", "garden", ["market", "Garden.", " garden ", "river"], "options B and C have the same text"),
+        ("Where?", "A", ["market", "", "river"], "option B is blank"),
+        ("Where?", "A", ["market", "   ", "river"], "option B is blank"),
+        ("Where?\nA. market\nB. garden\nC. garden", "C", None, "options B and C have the same text"),
+        ("Where? Options: market, garden, garden", "A", None, "options B and C have the same text"),
+    ],
+)
+def test_repeated_or_blank_options_are_dropped_with_their_reason(question, answer, options, why):
+    from orandcar_builder.clean.choices import BAD_OPTIONS
+
+    result = normalise_choices(question, answer, options)
+    assert result.reason == BAD_OPTIONS and why in result.problem
+
+
+def test_repeated_options_drop_the_item_in_cleaning(tmp_path):
+    from orandcar_builder.clean import clean
+    from orandcar_builder.images import ImageRef
+    from orandcar_builder.records import Dropped, PoolItem
+
+    from tests.conftest import write_png
+
+    image = ImageRef.from_file(write_png(tmp_path / "a.png"))
+    item = PoolItem(id="x", image=image, question="Where is it?", answer="C", family="multiple_choice",
+                    options=("market", "garden", "garden", "river"))
+    [record] = list(clean([item], {}))
+    assert isinstance(record, Dropped) and record.reason == "mc_bad_options" and "'garden'" in record.detail

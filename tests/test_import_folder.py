@@ -9,11 +9,14 @@ import pytest
 from PIL import Image
 
 from orandcar_builder.errors import OrandCarError
+from orandcar_builder.images import ImagePolicy
 from orandcar_builder.pool import import_source, read_pool
 from orandcar_builder.pool.folder import DEFAULT_QUESTION, natural_key, strip_label_newline
 from orandcar_builder.records import PoolItem
 
 SHARED_SCENE_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scene-text"
+
+OUTSIDE_OK = ImagePolicy(allow_outside_paths=True)  # imported pools name images where they are
 
 
 def make_png(path: Path, color: str = "red") -> Path:
@@ -48,7 +51,7 @@ def test_pairs_become_lines_in_natural_order(tmp_path):
         "family": "scene_text",
         "source": {"dataset": "cute_test", "split": "test", "id": "1", "origin": "benchmark", "image": "cute_test/IMG/1.png"},
     }
-    assert all(isinstance(r, PoolItem) for r in read_pool(out))
+    assert all(isinstance(r, PoolItem) for r in read_pool(out, images=OUTSIDE_OK))
 
 
 def test_options_set_dataset_split_question_family(tmp_path):

@@ -11,11 +11,14 @@ import pytest
 from PIL import Image
 
 from orandcar_builder.errors import OrandCarError, UnknownNameError
+from orandcar_builder.images import ImagePolicy
 from orandcar_builder.pool import import_source, read_pool
 from orandcar_builder.pool.hf import image_suffix
 from orandcar_builder.records import PoolItem
 
 datasets = pytest.importorskip("datasets")
+
+OUTSIDE_OK = ImagePolicy(allow_outside_paths=True)  # imported pools name images where they are
 
 
 def png_bytes(color: str) -> bytes:
@@ -84,7 +87,7 @@ def test_rows_become_lines_and_images_keep_their_bytes(tmp_path, kind):
         assert line["source"]["image_sha256"] == hashlib.sha256(original).hexdigest()
     assert lines[0]["image"] == lines[2]["image"] and lines[0]["image"].startswith("images/")
     assert lines[1]["image"].endswith(".jpg") and lines[0]["image"].endswith(".png")
-    assert all(isinstance(r, PoolItem) for r in read_pool(out))
+    assert all(isinstance(r, PoolItem) for r in read_pool(out, images=OUTSIDE_OK))
 
 
 def test_image_folder_with_metadata(tmp_path):

@@ -9,9 +9,12 @@ import pytest
 from PIL import Image
 
 from orandcar_builder.errors import OrandCarError, UnknownNameError
+from orandcar_builder.images import ImagePolicy
 from orandcar_builder.pool import IMPORTERS, format_import_report, import_source, read_pool
 from orandcar_builder.pool.report import PROBLEMS_KEPT, ImportProblem, ImportReport
 from orandcar_builder.records import Dropped, PoolItem
+
+OUTSIDE_OK = ImagePolicy(allow_outside_paths=True)  # imported pools name images where they are
 
 
 def make_png(path: Path, color: str = "red") -> Path:
@@ -44,7 +47,7 @@ def test_lines_are_rewritten_canonically_relative_to_the_new_pool(pool_dir, tmp_
     assert text == json.dumps({"id": "x", "image": "../../src/img/a.png", "question": "Q?", "answer": ["STOP", "stop"],
                                "family": "scene_text", "source": {"dataset": "d", "origin": "benchmark",
                                                                   "image": "../../src/img/a.png"}}) + "\n"
-    [item] = list(read_pool(out))
+    [item] = list(read_pool(out, images=OUTSIDE_OK))
     assert isinstance(item, PoolItem) and item.image.path == str((pool_dir / "img" / "a.png").resolve())
 
 
@@ -142,5 +145,5 @@ def test_repeated_ids_are_written_and_dropped_by_read_pool(pool_dir, tmp_path):
     src.write_text(json.dumps(line()) + "\n" + json.dumps(line(answer="OTHER")) + "\n")
     out = tmp_path / "pool.jsonl"
     assert import_source("jsonl", src, out).written == 2  # the writer holds no id set: memory stays flat
-    records = list(read_pool(out))
+    records = list(read_pool(out, images=OUTSIDE_OK))
     assert isinstance(records[0], PoolItem) and isinstance(records[1], Dropped) and records[1].reason == "duplicate_id"

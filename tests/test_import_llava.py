@@ -12,9 +12,12 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from orandcar_builder.errors import OrandCarError, UnknownNameError
+from orandcar_builder.images import ImagePolicy
 from orandcar_builder.pool import import_source, read_pool
 from orandcar_builder.pool.llava import conversation_pairs, iter_json_array, strip_image_marker
 from orandcar_builder.records import Dropped, PoolItem
+
+OUTSIDE_OK = ImagePolicy(allow_outside_paths=True)  # imported pools name images where they are
 
 
 def make_png(path: Path, color: str = "red") -> Path:
@@ -64,7 +67,7 @@ def test_each_pair_becomes_one_item_on_the_same_image(images: Path, tmp_path: Pa
     assert lines[0]["image"] == lines[1]["image"] == "../src/img/a.png"
     assert lines[0]["source"] == {"dataset": "textvqa", "split": "train", "id": "r1", "origin": "InfinityMM",
                                   "image": "../src/img/a.png"}
-    items = [r for r in read_pool(out) if isinstance(r, PoolItem)]
+    items = [r for r in read_pool(out, images=OUTSIDE_OK) if isinstance(r, PoolItem)]
     assert len(items) == 2 and items[0].image.sha256 == items[1].image.sha256
 
 

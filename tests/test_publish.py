@@ -34,7 +34,7 @@ from tests.hubserver import HubServer, git_blob_id
 from orandcar_builder.dataset.features import CONFIGS, configs_block, features, qa_fields
 from orandcar_builder.errors import OrandCarError
 from orandcar_builder.publish import (
-    FileChange, HubPermissionError, InvalidFolderError, LocalFile, MissingTokenError, PushError, PushResult,
+    FileChange, HubPermissionError, HubTimeoutError, InvalidFolderError, UnexpectedFilesError, LocalFile, MissingTokenError, PushError, PushResult,
     RemoteFile, TagConflictError, check_gated, check_repo_id, folder_files, format_push_result, hash_file,
     plan_changes, plan_commits, push, redact,
 )
@@ -72,9 +72,17 @@ def config_rows(config: str, count: int, variant: str) -> list[dict]:
     return rows
 
 
-def card_text(title: str) -> str:
-    header = yaml.safe_dump({"license": "cc-by-4.0", "configs": configs_block()}, sort_keys=False)
-    return f"---\n{header}---\n# {title}\n"
+def card_text(title: str, folder: Path | None = None, links: tuple[str, ...] = ()) -> str:
+    """A card whose ``dataset_info`` describes the shards in ``folder`` (as the builder's card does)
+    and whose body links ``links``."""
+    data = {"license": "cc-by-4.0", "configs": configs_block()}
+    if folder is not None:
+        from orandcar_builder.card import config_sizes, dataset_info
+
+        data["dataset_info"] = dataset_info(config_sizes(folder, {}))
+    header = yaml.safe_dump(data, sort_keys=False)
+    body = "".join(f"![example]({link})\n" for link in links)
+    return f"---\n{header}---\n# {title}\n{body}"
 
 
 def write_dataset_folder(folder: Path, *, rows: int = 3, shards: int = 1, variant: str = "",
@@ -96,7 +104,8 @@ def write_dataset_folder(folder: Path, *, rows: int = 3, shards: int = 1, varian
     if example:
         (folder / "examples").mkdir(exist_ok=True)
         (folder / "examples" / "rejected-0.png").write_bytes(png(200))
-    (folder / "README.md").write_text(card_text(f"test dataset {variant or 'v1'}"), encoding="utf-8")
+    links = ("examples/rejected-0.png",) if example else ()
+    (folder / "README.md").write_text(card_text(f"test dataset {variant or 'v1'}", folder, links), encoding="utf-8")
     return folder
 
 
@@ -172,12 +181,13 @@ def test_hash_file_gives_sha256_and_git_blob_id(tmp_path):
     assert hash_file(path) == (hashlib.sha256(b"hello\n").hexdigest(), "ce013625030ba8dba906f756967f9e9ca394464a")
 
 
-def test_folder_files_skips_hidden_files_and_folders(tmp_path):
+def test_folder_files_are_the_dataset_layout_only(tmp_path):
     for name in ("README.md", "rejected/train-00000-of-00001.parquet", ".cache/huggingface/x", ".DS_Store",
-                 "examples/.hidden.png", "examples/a.png"):
+                 "examples/.hidden.png", "examples/rejected-1.png", ".orandcar-dataset", "secrets.txt",
+                 "work/manifest.json", "RS_think/notes.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x")
-    assert folder_files(tmp_path) == ["README.md", "examples/a.png", "rejected/train-00000-of-00001.parquet"]
+    assert folder_files(tmp_path) == ["README.md", "examples/rejected-1.png", "rejected/train-00000-of-00001.parquet"]
 
 
 def local(path: str, content: bytes) -> LocalFile:
@@ -269,6 +279,83 @@ def test_invalid_folder_is_refused_before_any_request(hub, tmp_path):
     assert "refusing to push" in str(info.value) and "orandcar validate" in str(info.value)
     assert isinstance(info.value, OrandCarError)
     assert hub.log == []
+
+
+@pytest.mark.parametrize("extra", ["secrets.txt", "work/manifest.json", "work/cache/generations.sqlite",
+                                   "README.md.tmp", "rejected/.train-00000.parquet.partial", ".env"])
+def test_files_outside_the_layout_are_refused_with_their_list(hub, tmp_path, extra):
+    folder = write_dataset_folder(tmp_path / "ds")
+    (folder / extra).parent.mkdir(parents=True, exist_ok=True)
+    (folder / extra).write_text("hf_secret_value")
+    with pytest.raises(UnexpectedFilesError) as info:
+        quiet_push(folder)
+    top = extra.split("/")[0] + "/" if extra.startswith("work/") else extra
+    assert info.value.files == [top] and top in str(info.value)
+    assert hub.log == []
+
+
+def test_symlink_in_the_folder_is_refused_and_not_followed(hub, tmp_path):
+    folder = write_dataset_folder(tmp_path / "ds")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "private.txt").write_text("x")
+    (folder / "more").symlink_to(elsewhere)
+    with pytest.raises(UnexpectedFilesError, match=r"more \(symbolic link\)"):
+        quiet_push(folder)
+    assert hub.log == []
+
+
+def test_marker_file_stays_local(hub, tmp_path):
+    from orandcar_builder.dataset.layout import MARKER, write_marker
+
+    folder = write_dataset_folder(tmp_path / "ds")
+    write_marker(folder)
+    quiet_push(folder)
+    assert MARKER not in hub.files(REPO)
+
+
+@pytest.mark.parametrize("option,name", [("tag", "v1 .0"), ("tag", "v1..0"), ("tag", "-v1"), ("tag", "v1.lock"),
+                                         ("tag", "a~b"), ("revision", "feat:x"), ("revision", "br/"),
+                                         ("revision", "refs/heads/x"), ("tag", ""), ("revision", "a\nb")])
+def test_bad_tag_or_branch_names_are_refused_before_any_request(hub, folder_v1, option, name):
+    with pytest.raises(PushError, match="not a valid git ref name"):
+        quiet_push(folder_v1, **{option: name})
+    assert hub.log == []
+
+
+def test_silent_endpoint_times_out_with_a_clear_message(tmp_path, monkeypatch, folder_v1):
+    """An endpoint that accepts connections and never answers: the push ends, naming the limit."""
+    import socket
+    import threading
+    import time
+
+    import huggingface_hub.constants as constants
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setenv("HF_TOKEN", "hf_timeout_test_token")
+    start = time.monotonic()
+    try:
+        with pytest.raises(HubTimeoutError, match=r"did not answer within 0.5 s"):
+            quiet_push(folder_v1, timeout=0.5)
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert accepted and time.monotonic() - start < 30
 
 
 def test_missing_folder_is_refused(hub, tmp_path):

@@ -8,7 +8,8 @@ item, in the same order. Rules, in the order they apply (the first that drops an
 2. task purity (``clean/purity.py``): in a family whose mixed-collection items are off-task
    over the threshold, only benchmark QA is kept; else ``task_purity``;
 3. multiple-choice normalisation (``clean/choices.py``): prose options become a lettered block
-   and the reference a bare letter; else ``mc_unresolvable``;
+   and the reference a bare letter; else ``mc_unresolvable``; a blank or repeated option
+   ``mc_bad_options``;
 4. exact duplicates: a later item with the same image sha256, question and reference (after
    normalisation) as an admitted one is merged into it: ``duplicate_qa``, naming that item.
 
@@ -34,9 +35,10 @@ from ..spill import SpillMap
 from . import choices, provenance, purity
 
 # Bumped whenever a cleaning rule changes what is admitted.
-POLICY_ID = "orandcar-clean/0.3"
+POLICY_ID = "orandcar-clean/0.4"
 DUPLICATE = "duplicate_qa"
-DROP_REASONS = (provenance.UNRESOLVED, provenance.MISMATCH, purity.REASON, choices.REASON, DUPLICATE)
+DROP_REASONS = (provenance.UNRESOLVED, provenance.MISMATCH, purity.REASON, choices.REASON, choices.BAD_OPTIONS,
+                DUPLICATE)
 ACTIONS = (provenance.UNCHECKED, choices.ACTION_NORMALISED, choices.ACTION_REFERENCE_LETTERED)
 
 
@@ -77,7 +79,7 @@ class _Cleaner:
                 # name: an ordinary question that reads like a list, not a multiple choice.
                 choice = choices.ChoiceResult(item.question, item.answer, None)
             else:
-                return self._drop(item, choices.REASON, choice.problem)
+                return self._drop(item, choice.reason, choice.problem)
         if choice.action is not None:
             actions.append(choice.action)
             item = replace(item, question=choice.question, answer=choice.answer, options=choice.options)

@@ -12,6 +12,11 @@ for a multiple-choice one:
 The question becomes its stem, the lettered block (``prompts.option_block``) and any trailing
 instruction; the reference becomes the bare letter of the one option it names (by text, by
 letter, or both consistently). A question that already has a lettered block is not touched.
+
+An option list with a blank option, or with two options whose texts are the same once case,
+spacing, quotes and a final full stop are set aside, is refused (``mc_bad_options``): answering
+either of two equal options would be judged against one letter only, and a blank option renders
+as a bare letter.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Optional, Sequence, Union
 from ..prompts import OPTION_LETTERS, has_lettered_block, option_block
 
 REASON = "mc_unresolvable"
+BAD_OPTIONS = "mc_bad_options"  # a blank option, or two options with the same text
 # The family whose items are multiple choice by definition: an option list it cannot resolve drops
 # the item. Elsewhere, text that merely reads like an option list is left alone.
 MC_FAMILY = "multiple_choice"
@@ -246,6 +252,28 @@ class ChoiceResult:
     options: Optional[tuple[str, ...]]
     action: Optional[str] = None
     problem: Optional[str] = None
+    reason: str = REASON  # the drop reason when there is a problem
+
+
+def options_problem(options: Sequence[str]) -> Optional[str]:
+    """Why an option list cannot be offered (a blank option, a repeated text), or None."""
+    seen: dict[str, int] = {}
+    for i, option in enumerate(options):
+        if not option.strip():
+            return f"option {OPTION_LETTERS[i]} is blank"
+        key = _norm(option)
+        if key in seen:
+            first = seen[key]
+            return (f"options {OPTION_LETTERS[first]} and {OPTION_LETTERS[i]} have the same text {options[first]!r}; "
+                    "an answer naming it could not be told apart")
+        seen[key] = i
+    return None
+
+
+def _bad_options(question: str, answer, options: Sequence[str]) -> Optional["ChoiceResult"]:
+    problem = options_problem(options)
+    return None if problem is None else ChoiceResult(question, answer, tuple(options), problem=problem,
+                                                     reason=BAD_OPTIONS)
 
 
 _BLOCK_LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+(\S.*?)\s*$", re.MULTILINE)
@@ -276,6 +304,9 @@ def normalise_choices(question: str, answer: Union[str, tuple[str, ...]], option
         block = tuple(options) if options else parse_lettered_block(question)
         if block is None:
             return unchanged
+        bad = _bad_options(question, answer, block)
+        if bad is not None:
+            return bad
         resolved = resolve_references(references, block)
         if isinstance(resolved, str):
             return ChoiceResult(question, answer, block, problem=resolved)
@@ -283,6 +314,9 @@ def normalise_choices(question: str, answer: Union[str, tuple[str, ...]], option
             return unchanged
         return ChoiceResult(question, resolved[0], block, ACTION_REFERENCE_LETTERED)
     if options:
+        bad = _bad_options(question, answer, options)
+        if bad is not None:
+            return bad
         resolved = resolve_references(references, options)
         if isinstance(resolved, str):
             return ChoiceResult(question, answer, tuple(options), problem=resolved)
@@ -292,6 +326,9 @@ def normalise_choices(question: str, answer: Union[str, tuple[str, ...]], option
     prose = parse_prose_options(question)
     if prose is None:
         return unchanged
+    bad = _bad_options(question, answer, prose.options)
+    if bad is not None:
+        return ChoiceResult(question, answer, None, problem=bad.problem, reason=BAD_OPTIONS)
     resolved = resolve_references(references, prose.options)
     if isinstance(resolved, str):
         return ChoiceResult(question, answer, None, problem=resolved)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Union
 
 from ..errors import OrandCarError
+from ..images import ImagePolicy
 from ..pool.jsonl import SOURCE_FIELDS, encode_pool_line, read_pool
 from ..records import Admitted, Dropped, PoolItem
 
@@ -22,7 +23,8 @@ DROPPED_FILE = "dropped.jsonl"
 
 
 def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[int] = None,
-                spill_dir: Optional[Union[str, os.PathLike]] = None) -> Iterator[Union[Admitted, Dropped]]:
+                spill_dir: Optional[Union[str, os.PathLike]] = None,
+                images: Optional[ImagePolicy] = None) -> Iterator[Union[Admitted, Dropped]]:
     """Every line of the pool file as one Admitted or Dropped record, in line order: what
     read_pool drops (bad lines, images, repeated ids) and cleaning's verdict on the rest.
 
@@ -30,7 +32,8 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     the items then stream through cleaning and none is held. ``source.image`` paths resolve against
     the pool file's folder, like the item's own image path. ``report`` is filled at the end. Both
     passes remember the ids seen in scratch files under ``spill_dir`` (e.g. the build's work dir;
-    None: the system temp dir) once there are many.
+    None: the system temp dir) once there are many. ``images`` bounds and confines the image files
+    (``pool.jsonl.read_pool``).
     """
     from . import clean  # the package defines clean(); imported here to avoid a cycle
     from .purity import measure_pool_file
@@ -39,7 +42,7 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     read_drops: list[Dropped] = []
 
     def items() -> Iterator[PoolItem]:
-        for record in read_pool(pool, limit=limit, spill_dir=spill_dir):
+        for record in read_pool(pool, limit=limit, spill_dir=spill_dir, images=images):
             if isinstance(record, Dropped):
                 read_drops.append(record)
             else:
@@ -77,9 +80,11 @@ def cleaned_line(admitted: Admitted, pool_dir: str, out_dir: str) -> str:
     return encode_pool_line(fields, extra={"clean": {"policy": admitted.policy, "actions": list(admitted.actions)}})
 
 
-def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None) -> dict:
+def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None,
+               images: Optional[ImagePolicy] = None) -> dict:
     """Clean ``pool`` into ``out`` (admitted items) and ``dropped`` (default: ``dropped.jsonl``
-    beside ``out``); return the cleaning report with the line accounting.
+    beside ``out``); return the cleaning report with the line accounting. ``images`` bounds and
+    confines the image files (default: inside the pool file's folder).
 
     Both files are written under a temporary name and renamed when complete.
     """
@@ -103,7 +108,7 @@ def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None) -> dict
     try:
         with open(partial_out, "w", encoding="utf-8", newline="\n") as out_fh, \
                 open(partial_dropped, "w", encoding="utf-8", newline="\n") as dropped_fh:
-            for record in clean_lines(pool, report):
+            for record in clean_lines(pool, report, images=images):
                 if isinstance(record, Admitted):
                     out_fh.write(cleaned_line(record, pool_dir, out_dir) + "\n")
                     admitted += 1

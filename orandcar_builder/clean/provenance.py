@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
-from ..images import sha256_file
+from ..images import sha256_image_file as sha256_file  # bounded: regular files, size cap, deadline
 from ..records import PoolItem
 
 UNRESOLVED = "provenance_unresolved"

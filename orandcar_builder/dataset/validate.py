@@ -1,7 +1,13 @@
 """``orandcar validate``: check a built dataset folder before anyone loads or pushes it.
 
 Checks, one problem line each (naming config, shard, row and field):
+- the folder holds the dataset layout (``layout``) and nothing else: README.md, the marker, the
+  example images, the config shards; no symbolic link, no stray or half-written file;
 - README.md's YAML ``configs:`` block equals the loading definition and matches the shards on disk;
+  its ``dataset_info`` (configs, features, rows, bytes) is what the shards hold, as
+  ``load_dataset`` and the Hub read it (a row count that differs makes ``load_dataset`` fail with
+  NonMatchingSplitsSizesError); every image the card links to is in ``examples/`` and every file
+  there is linked;
 - shard names are ``train-XXXXX-of-YYYYY.parquet``, numbered without gaps;
 - each shard's arrow schema and datasets features metadata equal the config's features;
 - every row satisfies the config's JSON Schema (dataset/schemas/<config>.json): the schema is
@@ -35,9 +41,11 @@ from ..spill import SpillMap
 from ..verify import RULE_MODULES
 from .columnar import Unsupported, any_item, compile_schema
 from .features import CONFIGS, SPLIT, configs_block, features
+from .layout import EXAMPLES_DIR, README, SHARD_NAME as _SHARD_NAME, expected_layout_text, scan
 
 SCHEMA_DIR = Path(__file__).with_name("schemas")
-_SHARD_NAME = re.compile(rf"^{SPLIT}-(\d{{5}})-of-(\d{{5}})\.parquet$")
+# Links of the card body to files beside it: ![alt](target) or [text](target), and src="target".
+_LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|\bsrc=[\"']([^\"']+)[\"']")
 # Rows per batch: as many as fit BATCH_BYTES (uncompressed, by the shard's own figures), within bounds.
 BATCH_BYTES = 32 * 1024 * 1024
 MIN_BATCH_ROWS, MAX_BATCH_ROWS = 16, 4096
@@ -88,38 +96,136 @@ def row_as_json(row: dict) -> dict:
     return {**row, "image": image}
 
 
-def _check_readme(folder: Path) -> Iterator[str]:
-    readme = folder / "README.md"
-    if not readme.is_file():
-        yield "README.md: missing"
-        return
+def _check_layout(folder: Path) -> tuple[list[str], list[str]]:
+    """(published paths, one problem per file outside the layout)."""
+    layout = scan(folder)
+    problems = [f"{path}: unexpected file, not part of the dataset layout ({expected_layout_text()})"
+                for path in layout.unexpected]
+    return layout.published, problems
+
+
+def _check_readme(folder: Path) -> tuple[dict | None, list[str]]:
+    """(the card's YAML header, problems); the header is None when it cannot be read."""
+    readme = folder / README
+    if readme.is_symlink() or not readme.is_file():
+        return None, ["README.md: missing"]
     try:
         header = read_card_yaml(readme)
-    except (ValueError, yaml.YAMLError) as exc:
-        yield f"README.md: {exc}"
-        return
+    except (ValueError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        return None, [f"README.md: {exc}"]
     expected = configs_block()
     if header.get("configs") != expected:
-        yield f"README.md: configs block differs from loading_script/orandcar.yaml (found {header.get('configs')!r})"
+        return header, [f"README.md: configs block differs from loading_script/orandcar.yaml "
+                        f"(found {_short(header.get('configs'))})"]
+    return header, []
+
+
+def _short(value, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} chars)"
+
+
+def _check_links(folder: Path, published: list[str]) -> Iterator[str]:
+    """Every relative link of the card resolves to a published file, and every example image is linked."""
+    readme = folder / README
+    if readme.is_symlink() or not readme.is_file():
+        return
+    text = readme.read_text(encoding="utf-8", errors="replace")
+    linked = set()
+    for match in _LINK.finditer(text):
+        target = (match.group(1) or match.group(2) or "").split("#", 1)[0].split("?", 1)[0]
+        if not target or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) or target.startswith("/"):
+            continue  # an anchor, a URL or an absolute link: nothing in the folder
+        linked.add(target)
+    files = set(published)
+    for target in sorted(linked - files):
+        yield f"README.md: links to {target}, which the folder does not hold"
+    for path in sorted(p for p in files - linked if p.startswith(f"{EXAMPLES_DIR}/")):
+        yield f"{path}: example image the card does not link to (stale)"
+
+
+def _readable_shards(shards: list[Path]) -> list[Path] | None:
+    try:
+        for shard in shards:
+            pq.read_metadata(shard)
+    except Exception:
+        return None
+    return shards
+
+
+def _expected_info(folder: Path, shards_by_config: dict[str, list[Path]]) -> list[dict] | None:
+    """The ``dataset_info`` the card must carry for these shards (as ``card.dataset_info`` writes
+    it), or None when a shard cannot be read (reported elsewhere)."""
+    from ..card import arrow_bytes, dataset_info  # the card module renders the same figures
+
+    sizes = {}
+    for config in CONFIGS:
+        shards = _readable_shards(shards_by_config.get(config, []))
+        if shards is None:
+            return None
+        try:
+            sizes[config] = {
+                "rows": sum(pq.read_metadata(s).num_rows for s in shards),
+                "file_bytes": sum(s.stat().st_size for s in shards),
+                "arrow_bytes": arrow_bytes(shards),
+            }
+        except Exception:
+            return None
+    return dataset_info(sizes)
+
+
+def _check_dataset_info(header: dict, expected: list[dict]) -> Iterator[str]:
+    """The card's ``dataset_info`` against what the shards hold: configs, features, rows, bytes."""
+    found = header.get("dataset_info")
+    if found == expected:
+        return
+    if not isinstance(found, list) or not all(isinstance(e, dict) for e in found):
+        yield f"README.md: dataset_info is missing or not a list of configs (found {_short(found)})"
+        return
+    by_name = {entry.get("config_name"): entry for entry in found}
+    names = [entry.get("config_name") for entry in found]
+    if sorted(map(str, names)) != sorted(CONFIGS):
+        yield f"README.md: dataset_info names configs {names}, the shards hold {list(CONFIGS)}"
+    for want in expected:
+        config = want["config_name"]
+        got = by_name.get(config)
+        if got is None:
+            continue
+        if got.get("features") != want["features"]:
+            yield f"README.md: dataset_info of {config}: features differ from the {config} features"
+        want_split = want["splits"][0]
+        got_splits = got.get("splits") if isinstance(got.get("splits"), list) else []
+        got_split = next((s for s in got_splits if isinstance(s, dict) and s.get("name") == SPLIT), None)
+        if got_split is None or len(got_splits) != 1:
+            yield f"README.md: dataset_info of {config}: splits {_short(got.get('splits'))}, expected one split {SPLIT!r}"
+        else:
+            if got_split.get("num_examples") != want_split["num_examples"]:
+                yield (f"README.md: dataset_info of {config}: num_examples {got_split.get('num_examples')!r}, "
+                       f"the shards hold {want_split['num_examples']} rows (load_dataset would fail)")
+            if got_split.get("num_bytes") != want_split["num_bytes"]:
+                yield (f"README.md: dataset_info of {config}: num_bytes {got_split.get('num_bytes')!r}, "
+                       f"the shards hold {want_split['num_bytes']} bytes of rows")
+        for key in ("download_size", "dataset_size"):
+            if got.get(key) != want[key]:
+                yield f"README.md: dataset_info of {config}: {key} {got.get(key)!r}, the shards give {want[key]}"
+        extra = sorted(set(got) - set(want))
+        if extra:
+            yield f"README.md: dataset_info of {config}: unexpected key(s) {', '.join(map(str, extra))}"
 
 
 def _check_shard_names(folder: Path, config: str) -> tuple[list[Path], list[str]]:
+    """The config's shards (files named like one; others are reported by the layout check)."""
     problems = []
     directory = folder / config
-    if not directory.is_dir():
+    if directory.is_symlink() or not directory.is_dir():
         return [], [f"{config}: folder missing (README declares {config}/{SPLIT}-*)"]
-    shards = sorted(p for p in directory.iterdir() if p.name.startswith(f"{SPLIT}-"))
-    others = sorted(p.name for p in directory.iterdir() if not p.name.startswith(f"{SPLIT}-"))
-    for name in others:
-        problems.append(f"{config}/{name}: unexpected file in a config folder")
+    shards = sorted(p for p in directory.iterdir() if _SHARD_NAME.match(p.name) and p.is_file()
+                    and not p.is_symlink())
     if not shards:
         problems.append(f"{config}: no shard matches {config}/{SPLIT}-*")
     totals = set()
     for index, shard in enumerate(shards):
         match = _SHARD_NAME.match(shard.name)
-        if not match:
-            problems.append(f"{config}/{shard.name}: shard name is not {SPLIT}-XXXXX-of-YYYYY.parquet")
-            continue
         if int(match.group(1)) != index:
             problems.append(f"{config}/{shard.name}: shard index {int(match.group(1))}, expected {index} (gap or duplicate)")
         totals.add(int(match.group(2)))
@@ -236,16 +342,26 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     ``exhaustive`` runs jsonschema on every row instead of only on the rows the column-wise
     evaluation of the schema finds failing; the problems are the same either way."""
     folder = Path(folder)
-    if not folder.is_dir():
+    if folder.is_symlink() or not folder.is_dir():
         return [f"{folder}: not a folder"]
-    problems = list(_check_readme(folder))
+    published, problems = _check_layout(folder)
+    header, readme_problems = _check_readme(folder)
+    problems.extend(readme_problems)
+    if header is not None:
+        problems.extend(_check_links(folder, published))
+    shards_by_config = {}
     # "config/sha256" -> where the image's first row in that config is. One map for the folder:
     # past its threshold it holds a fixed Bloom filter and page cache, paid once, not per config.
     with SpillMap() as seen_images:
         for config in CONFIGS:
             shards, name_problems = _check_shard_names(folder, config)
+            shards_by_config[config] = shards
             problems.extend(name_problems)
             problems.extend(_check_rows(config, shards, seen_images, exhaustive))
+    if header is not None:
+        expected = _expected_info(folder, shards_by_config)
+        if expected is not None:
+            problems.extend(_check_dataset_info(header, expected))
     return problems
 
 

@@ -68,6 +68,9 @@ def local_model_digest(folder: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+HUB_TIMEOUT_S = 30.0  # per connect or read of the one Hub request the engine makes (the model's revision)
+
+
 def resolve_hub_revision(model: str, revision: Optional[str]) -> str:
     """The commit a Hub model id and revision (branch, tag or commit) point to, from the Hub or
     else the local Hugging Face cache."""
@@ -75,7 +78,8 @@ def resolve_hub_revision(model: str, revision: Optional[str]) -> str:
         from huggingface_hub import HfApi, snapshot_download
 
         try:
-            sha = HfApi().model_info(model, revision=revision).sha
+            # Bounded: a Hub that accepts the connection and never answers must not hold the build.
+            sha = HfApi().model_info(model, revision=revision, timeout=HUB_TIMEOUT_S).sha
             if sha:
                 return sha
         except Exception:  # offline, gated or unknown: try the local cache before giving up

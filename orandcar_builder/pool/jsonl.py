@@ -1,8 +1,11 @@
 """The native pool format: one JSON object per line.
 
 ``{"id", "image", "question", "answer", "family"}`` are required; ``options`` and ``source`` are
-optional. ``image`` is a path relative to the pool file. A bad line never stops the read: it is
-yielded as a ``Dropped`` record naming file, line and reason, and the read goes on.
+optional. ``image`` is a path relative to the pool file, inside the pool file's folder (as is
+``source.image``) unless the reader allows outside paths. A bad line never stops the read: it is
+yielded as a ``Dropped`` record naming file, line and reason, and the read goes on. A UTF-8 byte
+order mark before the first line is skipped; an object that repeats a key is a bad line
+(``duplicate_key``: which value was meant cannot be known).
 
 ``import_jsonl`` is the ``jsonl`` importer: it checks a native pool line by line, reports bad
 lines, and writes the good ones in canonical form with paths relative to the new pool file.
@@ -21,7 +24,7 @@ from typing import Iterator, Optional, Union
 from ..errors import UnknownNameError
 from ..families import get_family
 from ..prompts import OPTION_LETTERS
-from ..images import ImageError, ImageRef
+from ..images import IMAGE_OUTSIDE_POOL, ImageError, ImagePolicy, ImageRef, within
 from ..records import Dropped, PoolItem, Source
 from ..spill import SpillSet
 
@@ -114,12 +117,36 @@ def _has_lone_surrogate(value: object) -> bool:
     return False
 
 
+_BOM = b"\xef\xbb\xbf"
+SOURCE_OUTSIDE_POOL = "source_image_outside_pool"
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _DuplicateKey(key)
+    return obj
+
+
+# One decoder: json.loads with any keyword builds a new decoder per call.
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
 def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]]:
     """Yield ``(where, value)`` per line of a JSONL file: the decoded JSON value, or a ``Dropped``
-    for a blank, non-UTF-8 or malformed line. ``where`` is ``"name:line"``."""
+    for a blank, non-UTF-8 or malformed line, or one whose object repeats a key. ``where`` is
+    ``"name:line"``. A UTF-8 byte order mark at the start of the file is skipped."""
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             where = f"{path.name}:{lineno}"
+            if lineno == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM):]
             if not raw.strip():
                 yield where, Dropped(where, "blank_line", "blank line")
                 continue
@@ -129,9 +156,13 @@ def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]
                 yield where, Dropped(where, "not_utf8", f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})")
                 continue
             try:
-                value = json.loads(text)
+                value = _DECODER.decode(text)
             except json.JSONDecodeError as exc:
                 yield where, Dropped(where, "malformed_json", f"not valid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            except _DuplicateKey as exc:
+                yield where, Dropped(where, "duplicate_key", f"key {exc.args[0]!r} appears twice in one object; "
+                                                             "which value was meant cannot be known")
                 continue
             if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
                 yield where, Dropped(where, "not_utf8", "holds a lone surrogate escape (\\uD800-\\uDFFF without its "
@@ -145,8 +176,13 @@ def _line_id(obj: object) -> Optional[str]:
 
 
 def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
-              spill_dir: Optional[Union[str, os.PathLike]] = None) -> Iterator[Union[PoolItem, Dropped]]:
+              spill_dir: Optional[Union[str, os.PathLike]] = None,
+              images: Optional[ImagePolicy] = None) -> Iterator[Union[PoolItem, Dropped]]:
     """Yield a PoolItem for each good line and a Dropped for each bad one, in file order.
+
+    ``images`` bounds the image files (size, read time) and, unless it allows outside paths,
+    drops a line whose ``image`` or ``source.image`` lies outside the pool file's folder (links
+    resolved): ``image_outside_pool``, ``source_image_outside_pool``.
 
     ``limit`` stops after that many lines have been read (good or bad). The ids already used are
     remembered in a SpillSet, so memory does not grow with the pool: past its threshold they go
@@ -155,11 +191,19 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
     """
     path = Path(path)
     base = os.path.abspath(path.parent)
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be 0 or more, not {limit}")
     with SpillSet(spill_dir) as seen_ids:
-        yield from _read_pool(path, base, limit, seen_ids)
+        yield from _read_pool(path, base, limit, seen_ids, images or ImagePolicy())
 
 
-def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet) -> Iterator[Union[PoolItem, Dropped]]:
+def _outside(recorded: str, base: str, root: str, policy: ImagePolicy) -> bool:
+    return not policy.allow_outside_paths and not within(os.path.abspath(os.path.join(base, recorded)), root)
+
+
+def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
+               policy: ImagePolicy) -> Iterator[Union[PoolItem, Dropped]]:
+    root = os.path.realpath(base)  # the folder the pool's paths must stay in, links resolved
     # One hash and decode check per image file while its QA items come close together; bounded, so
     # memory does not grow with the pool (an image seen again much later is checked again).
     images: OrderedDict[str, ImageRef | ImageError] = OrderedDict()
@@ -180,12 +224,21 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet) 
         if not seen_ids.add(item_id):
             yield Dropped(where, "duplicate_id", f"id {item_id!r} already used earlier in the pool", item_id)
             continue
+        source_image = fields["source"].image
+        if source_image is not None and _outside(source_image, base, root, policy):
+            seen_ids.discard(item_id)
+            yield Dropped(where, SOURCE_OUTSIDE_POOL, f"source.image {source_image!r} lies outside the pool file's "
+                                                      f"folder (allow it with --allow-outside-paths)", item_id)
+            continue
         image_path = os.path.abspath(os.path.join(base, fields["image"]))  # no syscall; keeps the pool's file name
         if image_path in images:
             images.move_to_end(image_path)
         else:
             try:
-                images[image_path] = ImageRef.from_file(image_path)
+                if not policy.allow_outside_paths and not within(image_path, root):
+                    raise ImageError("lies outside the pool file's folder (allow it with --allow-outside-paths)",
+                                     IMAGE_OUTSIDE_POOL)
+                images[image_path] = ImageRef.from_file(image_path, policy=policy)
             except ImageError as exc:
                 images[image_path] = exc
             if len(images) > IMAGE_CHECK_CACHE:
@@ -193,8 +246,7 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet) 
         ref = images[image_path]
         if isinstance(ref, ImageError):
             seen_ids.discard(item_id)
-            reason = "image_missing" if "not found" in str(ref) else "image_undecodable"
-            yield Dropped(where, reason, f"image {fields['image']!r}: {ref}", item_id)
+            yield Dropped(where, ref.reason, f"image {fields['image']!r}: {ref}", item_id)
             continue
         yield PoolItem(
             id=fields["id"],

@@ -1,0 +1,102 @@
+"""The exact file layout of a built dataset folder, shared by the build, ``validate`` and ``push``.
+
+A dataset folder holds:
+
+- ``README.md``: the card (YAML header with ``configs:`` and ``dataset_info``);
+- ``examples/<config>-<k>.<ext>``: the example images the card links to;
+- ``<config>/train-XXXXX-of-YYYYY.parquet``: the shards of each config;
+- ``.orandcar-dataset``: the marker that says the folder was written by this tool. It is not
+  part of the dataset: ``push`` never uploads it, and ``load_dataset`` skips hidden files (the
+  configs name their shards explicitly anyway). A build replaces only a folder that carries it.
+
+Anything else (a stray ``README.md.tmp``, a half-written shard, ``secrets.txt``, a ``work/`` dir,
+a symbolic link) is unexpected: ``validate`` reports it and ``push`` refuses the folder. Symbolic
+links are never followed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .features import CONFIGS, SPLIT
+
+README = "README.md"
+EXAMPLES_DIR = "examples"
+MARKER = ".orandcar-dataset"
+# Fixed content: nothing in the folder may depend on the clock or the machine.
+MARKER_TEXT = "This folder is a dataset written by orandcar-builder (`orandcar build`).\n" \
+              "A rebuild replaces it as a whole; files added here by hand make a rebuild stop.\n"
+SHARD_NAME = re.compile(rf"^{SPLIT}-(\d{{5}})-of-(\d{{5}})\.parquet$")
+EXAMPLE_NAME = re.compile(rf"^(?:{'|'.join(map(re.escape, CONFIGS))})-\d+\.[a-z0-9]{{1,5}}$")
+
+
+@dataclass
+class Layout:
+    """What a folder holds, sorted into the dataset's own files and everything else."""
+
+    published: list[str] = field(default_factory=list)  # repo paths a push uploads, sorted
+    marker: bool = False
+    unexpected: list[str] = field(default_factory=list)  # relative paths, with a "/" for a folder
+
+    @property
+    def empty(self) -> bool:
+        return not (self.published or self.marker or self.unexpected)
+
+
+def _kind(path: Path) -> str:
+    """'link', 'dir', 'file' or 'other' (a FIFO, a device, a socket), without following links."""
+    if path.is_symlink():
+        return "link"
+    if path.is_dir():
+        return "dir"
+    return "file" if path.is_file() else "other"
+
+
+def _describe(relative: str, kind: str) -> str:
+    if kind == "link":
+        return f"{relative} (symbolic link)"
+    if kind == "dir":
+        return relative + "/"
+    if kind == "other":
+        return f"{relative} (not a regular file)"
+    return relative
+
+
+def scan(folder: Path) -> Layout:
+    """Sort every entry of ``folder`` (which must be a directory) into the layout; follows no link."""
+    folder = Path(folder)
+    layout = Layout()
+    for entry in sorted(os.listdir(folder)):
+        path = folder / entry
+        kind = _kind(path)
+        if entry == README and kind == "file":
+            layout.published.append(README)
+        elif entry == MARKER and kind == "file":
+            layout.marker = True
+        elif kind == "dir" and (entry in CONFIGS or entry == EXAMPLES_DIR):
+            pattern = SHARD_NAME if entry in CONFIGS else EXAMPLE_NAME
+            for name in sorted(os.listdir(path)):
+                inner = path / name
+                inner_kind = _kind(inner)
+                relative = f"{entry}/{name}"
+                if inner_kind == "file" and pattern.match(name):
+                    layout.published.append(relative)
+                else:
+                    layout.unexpected.append(_describe(relative, inner_kind))
+        else:
+            layout.unexpected.append(_describe(entry, kind))
+    layout.published.sort()
+    return layout
+
+
+def write_marker(folder: Path) -> None:
+    (Path(folder) / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
+
+
+def expected_layout_text() -> str:
+    """One line naming the layout, for messages."""
+    return (f"{README}, {MARKER}, {EXAMPLES_DIR}/<config>-<k>.<ext>, "
+            f"<config>/{SPLIT}-XXXXX-of-YYYYY.parquet for {', '.join(CONFIGS)}")
