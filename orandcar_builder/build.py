@@ -49,8 +49,9 @@ from .executors.local import generate
 from .executors.steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_row, apply_verdict, decide,
                               decision_from_row, generation_from_row, make_request, with_verdict)
 from .families import rule_for
-from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S, ImageError, ImagePolicy
+from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S, IMAGE_OUTSIDE_POOL, ImageError, ImagePolicy
 from .parquetio import open_parquet
+from .pool.jsonl import SOURCE_OUTSIDE_POOL
 from .records import Dropped, Generation
 from .route import ACCEPTED, FAILED, REJECTED, RoutePlan
 from .verify import get_rule
@@ -277,13 +278,17 @@ def build(pool: Path, out: Path, *, work: Optional[Path] = None, **options) -> B
             else:
                 result.staged = staged.path
             result.out = out
+            manifest = work / "manifest.json"
+            if result.ok and manifest.is_file():
+                data = json.loads(manifest.read_text(encoding="utf-8"))
+                data["out"] = str(out.resolve())
+                _write_json(manifest, data)
+            # work/report.html, of the folder as it now stands (the staged one when it was not swapped in)
+            from .review import review_after_build
+
+            review_after_build(out if result.ok else result.staged, work)
     except (OSError, ImageError, sqlite3.DatabaseError) as exc:
         raise BuildError(_failure_message(exc, out, work)) from None
-    manifest = work / "manifest.json"
-    if result.ok and manifest.is_file():
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-        data["out"] = str(out.resolve())
-        _write_json(manifest, data)
     return result
 
 
@@ -429,9 +434,6 @@ def _build(
         judge_report.pop("_cache", None)
     _write_json(work / "manifest.json", _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes,
                                                   report["rules"], executor))
-    from .review import review_after_build
-
-    review_after_build(out, work)  # work/report.html, from the files written above
     return BuildResult(out=out, work=work, report=report, problems=problems)
 
 
@@ -634,6 +636,9 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+OUTSIDE_POOL_REASONS = (IMAGE_OUTSIDE_POOL, SOURCE_OUTSIDE_POOL)
+
+
 def format_summary(result: BuildResult) -> str:
     r = result.report
     lines = [
@@ -642,6 +647,10 @@ def format_summary(result: BuildResult) -> str:
     ]
     for reason, n in r["dropped_by_reason"].items():
         lines.append(f"  dropped   {reason:<22} {n}")
+    outside = sum(n for reason, n in r["dropped_by_reason"].items() if reason in OUTSIDE_POOL_REASONS)
+    if outside:
+        lines.append(f"  {outside} item(s) name an image outside the pool file's folder: if you trust this pool "
+                     f"(one `orandcar import` wrote, say), build again with --allow-outside-paths")
     if r.get("failed"):
         lines.append(f"  failed    {r['failed']} item(s) got no answer (reasons in work/failed.jsonl; a rerun asks again)")
     for reason, n in r["rejected_by_reason"].items():

@@ -33,16 +33,17 @@ import jinja2
 import pyarrow.parquet as pq
 import yaml
 
+from .dataset import layout
 from .dataset.features import CONFIGS, SPLIT, configs_block, features
 from .errors import OrandCarError
 from .parquetio import open_parquet
 
 DEFAULT_REPO_ID = "ORG/OrandCar"
 NOT_RECORDED = "not recorded"
-EXAMPLES_DIR = "examples"  # beside README.md; holds the example images the card shows
+EXAMPLES_DIR = layout.EXAMPLES_DIR  # beside README.md; holds the example images the card shows
 EXAMPLES_PER_CONFIG = 3  # first, middle and last row of each config
 # The acceptance-per-family chart the card shows (review/charts.py draws it; PNG, which the Hub renders).
-ACCEPTANCE_CHART = f"{EXAMPLES_DIR}/acceptance-by-family.png"
+ACCEPTANCE_CHART = f"{EXAMPLES_DIR}/{layout.ACCEPTANCE_CHART_NAME}"
 TABLE_VALUE_MAX_CHARS = 120  # longer (or multi-line) values are shown in full below the table
 SHORT_CONSTANT_CHARS = 80  # longer constant values are shown only in the code block
 BLOCK_VALUE_MAX_CHARS = 4000  # a value shown below a table is cut here, with its full length stated

@@ -103,3 +103,28 @@ def test_shared_cute80_imports_whole(tmp_path):
     lines = read_lines(tmp_path / "pool.jsonl")
     assert lines[0]["id"] == "CUTE80/test/1" and lines[0]["answer"] == "RONALDO"
     assert not any(l["answer"].endswith("\n") for l in lines)
+
+
+def test_an_import_that_names_images_outside_the_pool_folder_says_how_to_build_it(tmp_path):
+    """A build reads only images inside the pool's folder unless told otherwise: the import that
+    wrote such a pool says so, and the build's summary names the flag when it drops them."""
+    from click.testing import CliRunner
+
+    from orandcar_builder.cli import main
+
+    make_folder(tmp_path / "src", {"1": b"HARBOR\n"}, ["1.png"])
+    runner = CliRunner()
+    imported = runner.invoke(main, ["import", "folder", str(tmp_path / "src"), "-o", str(tmp_path / "pools" / "p.jsonl"),
+                                    "--family", "scene_text", "--dataset", "X", "--split", "test"])
+    assert imported.exit_code == 0, imported.output
+    assert "image paths lie outside the pool file's folder: build this pool with --allow-outside-paths" in imported.output
+
+    inside = runner.invoke(main, ["import", "folder", str(tmp_path / "src"), "-o", str(tmp_path / "src" / "p.jsonl"),
+                                  "--family", "scene_text", "--dataset", "X", "--split", "test"])
+    assert inside.exit_code == 0 and "outside" not in inside.output, inside.output
+
+    (tmp_path / "none.jsonl").write_text("", encoding="utf-8")  # no recorded answers: nothing reaches an engine
+    built = runner.invoke(main, ["build", str(tmp_path / "pools" / "p.jsonl"), "-o", str(tmp_path / "DS"),
+                                 "--work", str(tmp_path / "work"), "--engine", "replay",
+                                 "--replay", str(tmp_path / "none.jsonl")])
+    assert "outside the pool file's folder" in built.output and "--allow-outside-paths" in built.output, built.output

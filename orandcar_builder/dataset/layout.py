@@ -3,7 +3,8 @@
 A dataset folder holds:
 
 - ``README.md``: the card (YAML header with ``configs:`` and ``dataset_info``);
-- ``examples/<config>-<k>.<ext>``: the example images the card links to;
+- ``examples/<config>-<k>.<ext>``: the example images the card links to, and
+  ``examples/acceptance-by-family.png``, its acceptance-per-family chart;
 - ``<config>/train-XXXXX-of-YYYYY.parquet``: the shards of each config;
 - ``.orandcar-dataset``: the marker that says the folder was written by this tool. It is not
   part of the dataset: ``push`` never uploads it, and ``load_dataset`` skips hidden files (the
@@ -30,7 +31,9 @@ MARKER = ".orandcar-dataset"
 MARKER_TEXT = "This folder is a dataset written by orandcar-builder (`orandcar build`).\n" \
               "A rebuild replaces it as a whole; files added here by hand make a rebuild stop.\n"
 SHARD_NAME = re.compile(rf"^{SPLIT}-(\d{{5}})-of-(\d{{5}})\.parquet$")
-EXAMPLE_NAME = re.compile(rf"^(?:{'|'.join(map(re.escape, CONFIGS))})-\d+\.[a-z0-9]{{1,5}}$")
+# The card's acceptance-per-family chart, drawn beside the example images.
+ACCEPTANCE_CHART_NAME = "acceptance-by-family.png"
+EXAMPLE_NAME = re.compile(rf"^(?:(?:{'|'.join(map(re.escape, CONFIGS))})-\d+\.[a-z0-9]{{1,5}}|{re.escape(ACCEPTANCE_CHART_NAME)})$")
 
 
 @dataclass
@@ -98,5 +101,5 @@ def write_marker(folder: Path) -> None:
 
 def expected_layout_text() -> str:
     """One line naming the layout, for messages."""
-    return (f"{README}, {MARKER}, {EXAMPLES_DIR}/<config>-<k>.<ext>, "
+    return (f"{README}, {MARKER}, {EXAMPLES_DIR}/<config>-<k>.<ext>, {EXAMPLES_DIR}/{ACCEPTANCE_CHART_NAME}, "
             f"<config>/{SPLIT}-XXXXX-of-YYYYY.parquet for {', '.join(CONFIGS)}")

@@ -43,6 +43,7 @@ class ImportReport:
     read: int = 0
     written: int = 0
     images_written: int = 0  # image files the importer wrote itself (hf); 0 for the others
+    paths_outside: int = 0  # image locators written as paths outside the pool file's folder
     problem_counts: Counter = field(default_factory=Counter)
     problems: list[ImportProblem] = field(default_factory=list)
     problems_path: Optional[str] = None  # sidecar JSONL with every problem, when there are any
@@ -77,6 +78,7 @@ class ImportReport:
             "read": self.read,
             "written": self.written,
             "images_written": self.images_written,
+            "paths_outside": self.paths_outside,
             "problems": self.problems_total,
             "problems_by_reason": dict(sorted(self.problem_counts.items())),
             "problems_path": self.problems_path,
@@ -97,6 +99,9 @@ def format_import_report(report: ImportReport) -> str:
     ]
     if report.images_written:
         lines.append(f"  {report.images_written} image files written (original bytes)")
+    if report.paths_outside:
+        lines.append(f"  {report.paths_outside} image paths lie outside the pool file's folder: build this pool "
+                     f"with --allow-outside-paths (a build reads only images inside the pool's folder otherwise)")
     if report.problem_counts:
         by_reason = ", ".join(f"{reason} {n}" for reason, n in sorted(report.problem_counts.items()))
         lines.append(f"  problems by reason: {by_reason}")

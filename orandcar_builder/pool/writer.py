@@ -47,7 +47,10 @@ class PoolWriter:
     def relative(self, path: str | os.PathLike) -> str:
         """``path`` as the pool records it: relative to the pool file's directory, with '/'."""
         # abspath, not resolve(): no syscall per line, and a symlinked image keeps its own name
-        return Path(os.path.relpath(os.path.abspath(path), self.base)).as_posix()
+        relative = Path(os.path.relpath(os.path.abspath(path), self.base)).as_posix()
+        if relative == ".." or relative.startswith("../"):
+            self.report.paths_outside += 1  # a build admits these only with --allow-outside-paths
+        return relative
 
     def problem(self, where: str, reason: str, detail: str, id: Optional[str] = None) -> None:
         self.report.add_problem(ImportProblem(where, reason, detail, id))
