@@ -36,6 +36,7 @@ import yaml
 from .dataset.features import CONFIGS, SPLIT, configs_block, features
 from .errors import OrandCarError
 from .parquetio import open_parquet
+from .shipped import shipped_dir
 
 DEFAULT_REPO_ID = "ORG/OrandCar"
 NOT_RECORDED = "not recorded"
@@ -933,7 +934,7 @@ def examples(folder: Path, sizes: dict[str, dict]) -> dict[str, list[Example]]:
 
 def template_dir() -> Path:
     override = os.environ.get("ORANDCAR_CARD_TEMPLATES")
-    return Path(override) if override else Path(__file__).resolve().parents[1] / "dataset_card"
+    return Path(override) if override else shipped_dir("dataset_card")
 
 
 def _environment() -> jinja2.Environment:
