@@ -37,6 +37,7 @@ from .dataset import layout
 from .dataset.features import CONFIGS, SPLIT, configs_block, features
 from .errors import OrandCarError
 from .parquetio import open_parquet
+from .shipped import shipped_dir
 
 DEFAULT_REPO_ID = "ORG/OrandCar"
 NOT_RECORDED = "not recorded"
@@ -1006,7 +1007,7 @@ def acceptance_chart_png(report: dict) -> Optional[bytes]:
 
 def template_dir() -> Path:
     override = os.environ.get("ORANDCAR_CARD_TEMPLATES")
-    return Path(override) if override else Path(__file__).resolve().parents[1] / "dataset_card"
+    return Path(override) if override else shipped_dir("dataset_card")
 
 
 def _environment() -> jinja2.Environment:

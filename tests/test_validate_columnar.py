@@ -90,9 +90,14 @@ def rows_by_config(built_sample):
     return {config: _sample_rows(built_sample, config) for config in CONFIGS}
 
 
-def test_schemas_compile():
+def test_schemas_compile_to_checks_that_pass_a_clean_row_and_flag_a_broken_one(rows_by_config):
     for config in CONFIGS:
-        compile_schema(json_schema(config), pa.struct(list(features(config).arrow_schema)))
+        row_type = pa.struct(list(features(config).arrow_schema))
+        check = compile_schema(json_schema(config), row_type)
+        clean = rows_by_config[config][0]
+        broken = dict(clean, image_sha256="not a sha256")
+        mask = check(pa.array([clean, broken], type=row_type))
+        assert mask.tolist() == [False, True], config
 
 
 def test_clean_rows_are_not_suspect(rows_by_config):

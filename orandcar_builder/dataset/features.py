@@ -14,23 +14,27 @@ from pathlib import Path
 import yaml
 from datasets import Features
 
+from ..shipped import shipped_dir
+
 CONFIGS = ("RS_think", "RS_nothink", "rejected")
 SPLIT = "train"
 
 
 def loading_definition_path() -> Path:
-    """``loading_script/orandcar.yaml`` of this checkout (override: ORANDCAR_LOADING_DEFINITION)."""
+    """``loading_script/orandcar.yaml`` as shipped with the package or in this checkout
+    (override: ORANDCAR_LOADING_DEFINITION)."""
     override = os.environ.get("ORANDCAR_LOADING_DEFINITION")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "loading_script" / "orandcar.yaml"
+    return shipped_dir("loading_script") / "orandcar.yaml"
 
 
 @functools.lru_cache(maxsize=None)
 def loading_definition() -> dict:
     path = loading_definition_path()
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: the loading definition is missing (run from a checkout of the project)")
+        raise FileNotFoundError(f"{path}: the loading definition is missing (reinstall orandcar-builder, or "
+                                "run from a checkout of the project)")
     definition = yaml.safe_load(path.read_text(encoding="utf-8"))
     names = [c["config_name"] for c in definition["configs"]]
     if tuple(names) != CONFIGS or set(definition["features"]) != set(CONFIGS):

@@ -1,0 +1,31 @@
+"""Build hook: ship the top-level ``dataset_card/`` and ``loading_script/`` inside the package.
+
+The package metadata lives in pyproject.toml. The two folders stay at the top level of the
+repository (the layout the project is specified with) and are their single source; a built wheel
+carries a copy as ``orandcar_builder/_shipped/<folder>``, which ``orandcar_builder.shipped`` finds
+first, so an installed package builds outside a checkout.
+"""
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+SHIPPED = ("dataset_card", "loading_script")
+
+
+class BuildPyWithShipped(build_py):
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return  # an editable install reads the folders from the checkout itself
+        root = Path(__file__).resolve().parent
+        for name in SHIPPED:
+            target = Path(self.build_lib) / "orandcar_builder" / "_shipped" / name
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(root / name, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+setup(cmdclass={"build_py": BuildPyWithShipped})
