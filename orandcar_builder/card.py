@@ -37,6 +37,7 @@ from .dataset import layout
 from .dataset.features import CONFIGS, SPLIT, configs_block, features
 from .errors import OrandCarError
 from .parquetio import open_parquet
+from .release import FINGERPRINT_KEYS_LEFT_OUT, BUILD_KEY, build_settings, dump_header, versions_section
 from .shipped import shipped_dir
 
 DEFAULT_REPO_ID = "ORG/OrandCar"
@@ -50,8 +51,6 @@ SHORT_CONSTANT_CHARS = 80  # longer constant values are shown only in the code b
 BLOCK_VALUE_MAX_CHARS = 4000  # a value shown below a table is cut here, with its full length stated
 NAME_MAX_CHARS = 200  # a name or short text in a table cell (file name, model id) is cut here
 QA_ITEMS_SHOWN = 10  # QA items of one example row shown in the card; the rest are counted
-# Engine fingerprint keys that describe where a job ran (hardware, library builds), not the data.
-FINGERPRINT_KEYS_LEFT_OUT = ("reproducibility",)
 PROJECT_PACKAGE = "orandcar_builder"
 RULE_BLOCK_PREFIX = "# rule: "  # first line of every code block that defines a rule
 CANDIDATES_BLOCK_PREFIX = "# candidates"  # first line of the block that defines the candidates
@@ -1026,7 +1025,9 @@ def _environment() -> jinja2.Environment:
 
 def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> tuple[dict, dict[str, list[Example]]]:
     sizes = config_sizes(folder, report)
-    header = yaml.safe_dump(card_header(sizes, options), sort_keys=False, allow_unicode=True, width=100)
+    header_data = card_header(sizes, options)
+    header_data[BUILD_KEY] = build_settings(report)  # read back by `orandcar diff`
+    header = dump_header(header_data)
     family_columns, family_table = family_rows(report)
     shown = examples(folder, sizes)
     context = {
@@ -1049,6 +1050,7 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
         "schema": schema_tables(),
         "examples": shown,
         "fence": fence,
+        "versions_section": versions_section([]),  # filled by `orandcar push --tag`
         "acceptance_chart": ACCEPTANCE_CHART if any(
             (c or {}).get("qa") for c in (report.get("families") or {}).values()) else None,
     }

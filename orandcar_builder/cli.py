@@ -404,5 +404,32 @@ def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, progr
     click.echo(format_push_result(result))
 
 
+@main.command("diff")
+@click.argument("old")
+@click.argument("new")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole comparison as JSON, for scripts.")
+def diff_cmd(old, new, as_json):
+    """Compare two versions of the dataset: OLD and NEW are each a dataset folder or ORG/NAME@REV
+    on the Hub (a tag, branch or commit; the token comes from HF_TOKEN or the login).
+
+    Per config: rows and QA items added, removed and changed (a QA item is its source dataset,
+    split and id and its question); the items whose decision flipped, with both answers; the
+    acceptance per family on each side; and the settings the cards record that changed. Exits 0
+    when the versions are the same, 1 when they differ.
+
+    \b
+    Examples:
+        orandcar diff OrandCar-old OrandCar
+        orandcar diff my-org/OrandCar@v1.0 my-org/OrandCar@v1.1 --json
+    """
+    import json
+
+    from .diff import diff as run_diff, format_diff
+
+    result = run_diff(old, new)
+    click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) if as_json else format_diff(result))
+    sys.exit(0 if result.identical else 1)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

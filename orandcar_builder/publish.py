@@ -100,7 +100,7 @@ class HubPermissionError(PushError):
 
 
 class TagConflictError(PushError):
-    """The tag exists and points at another commit than the one this push ends on."""
+    """The tag exists already: a tag is never moved or overwritten."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,7 @@ class PushResult:
     head: str | None  # commit the branch points at after the push (before it, in a dry run)
     tag: str | None = None
     tag_created: bool = False
+    versions_note: str | None = None  # what the push did to the card's Versions section, if anything
 
     @property
     def changed(self) -> bool:
@@ -326,6 +327,8 @@ def format_push_result(result: PushResult) -> str:
             lines.append(f"  {would}tag {result.tag}{target}")
         else:
             lines.append(f"  tag {result.tag} already points at {result.head[:12] if result.head else '?'}")
+    if result.versions_note:
+        lines.append(f"  card's {result.versions_note}{' (dry run: not written)' if result.dry_run else ''}")
     if not result.dry_run and result.head:
         lines.append(f"  head: {result.head}")
     return "\n".join(lines)
@@ -354,6 +357,13 @@ def _resolve_token(token: str | None) -> str:
             "no Hugging Face token: set HF_TOKEN or run `hf auth login` with a token that can write to the repo"
         )
     return token
+
+
+def _local_text_file(item: LocalFile, text: str) -> LocalFile:
+    """``item`` with the content ``text`` (hashes and size of its UTF-8 bytes)."""
+    data = text.encode("utf-8")
+    git = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return LocalFile(item.path, item.source, len(data), hashlib.sha256(data).hexdigest(), git)
 
 
 def _local_files(folder: Path, progress: bool) -> list[LocalFile]:
@@ -470,19 +480,81 @@ def _remote_state(api: HfApi, repo_id: str, branch: str, want_tags: bool) -> Rem
     return RemoteState(True, branch_exists, info.sha, info.gated or False, bool(info.private), files, tags)
 
 
-def _check_tag(tag: str | None, remote: RemoteState, will_commit: bool) -> bool:
-    """Whether the tag must be created; a TagConflictError if it exists elsewhere."""
+def _check_tag(tag: str | None, remote: RemoteState) -> bool:
+    """Whether a tag is to be created; a TagConflictError when it exists already (a published tag
+    names one version for good, so it is never moved or overwritten, not even onto the same commit)."""
     if tag is None:
         return False
     target = remote.tags.get(tag)
-    if target is None:
-        return True
-    if will_commit or target != remote.head:
+    if target is not None:
         raise TagConflictError(
-            f"tag {tag} already exists at {target[:12]}, and this push ends on "
-            f"{'a new commit' if will_commit else (remote.head or '?')[:12]}; tags are never moved: choose a new tag"
+            f"tag {tag} already exists at commit {target[:12]}; "
+            "a tag is never moved or overwritten: choose a new tag"
         )
-    return False
+    return True
+
+
+def _read_remote_text(api: HfApi, repo_id: str, revision: str, path: str) -> str:
+    from huggingface_hub import HfFileSystem
+
+    fs = HfFileSystem(token=api.token, endpoint=api.endpoint)
+    return fs.read_bytes(f"datasets/{repo_id}@{revision}/{path}").decode("utf-8")
+
+
+def previous_tag(api: HfApi, repo_id: str, remote: RemoteState) -> str | None:
+    """The tag of the newest tagged commit in the history of the commit the push builds on."""
+    if not remote.exists or not remote.tags or remote.head is None:
+        return None
+    by_commit: dict[str, list[str]] = {}
+    for name, commit in remote.tags.items():
+        by_commit.setdefault(commit, []).append(name)
+    for commit in api.list_repo_commits(repo_id, repo_type=REPO_TYPE, revision=remote.head):
+        if commit.commit_id in by_commit:
+            return sorted(by_commit[commit.commit_id])[-1]
+    return None
+
+
+def release_card(folder: Path, api: HfApi, repo_id: str, remote: RemoteState, tag: str | None) -> tuple[str | None, str | None]:
+    """(the card text to publish when it differs from the folder's, a note saying what changed).
+
+    With ``tag``: the versions recorded by the card of the previous tag (see ``previous_tag``),
+    plus an entry for ``tag`` with the summary of ``orandcar diff`` between that tag and this
+    folder. Without: the versions of the card the branch holds now are carried over, so an
+    untagged push does not drop the history a rebuilt card does not know.
+    """
+    from .diff import Side, diff_sides, open_side
+    from .release import card_versions, split_card, version_entry, with_versions
+
+    readme = folder / README
+    local_text = readme.read_text(encoding="utf-8")
+    if tag is None:
+        if not remote.exists or README not in remote.files:
+            return None, None
+        versions = card_versions(split_card(_read_remote_text(api, repo_id, remote.head, README),
+                                            source=f"{repo_id}: {README}")[0])
+        if not versions:
+            return None, None
+        note = f"Versions section carried over from {repo_id} ({len(versions)} tag(s))"
+    else:
+        previous = previous_tag(api, repo_id, remote)
+        local = open_side(str(folder))
+        if previous is None:
+            versions = []
+            empty = Side(spec="(nothing)", kind="none", revision=None, card="", shards={}, opener=open)
+            summary = diff_sides(empty, local).summary()
+            summary["settings_changed"] = []
+            note = f"Versions section: {tag}, the first tagged version"
+        else:
+            old = open_side(f"{repo_id}@{remote.tags[previous]}", token=api.token)
+            old.spec = f"{repo_id}@{previous}"
+            versions = card_versions(split_card(old.card, source=f"{repo_id}@{previous}: {README}")[0])
+            if not any(entry.get("tag") == previous for entry in versions):
+                versions.append({"tag": previous, "previous": None})
+            summary = diff_sides(old, local).summary()
+            note = f"Versions section: {tag} against {previous}"
+        versions.append(version_entry(tag, previous, summary))
+    text = with_versions(local_text, versions, source=str(readme))
+    return (text, note) if text != local_text else (None, None)
 
 
 def _commit_message(index: int, total: int) -> str:
@@ -566,15 +638,22 @@ def push(
     branch = revision or DEFAULT_BRANCH
     _check_folder(folder)
     token = _resolve_token(token)
-    local = _local_files(folder, progress)
     api = HfApi(token=token, library_name="orandcar-builder")
     url = f"{api.endpoint}/datasets/{repo_id}"
 
     with hub_timeout(timeout), _hub_errors(repo_id, token, timeout), _hub_progress(progress):
         remote = _remote_state(api, repo_id, branch, want_tags=tag is not None)
+        create_tag = _check_tag(tag, remote)
+        card_text, versions_note = release_card(folder, api, repo_id, remote, tag)
+        if card_text is not None and not dry_run:
+            readme = folder / README
+            tmp = readme.with_name(README + ".tmp")
+            tmp.write_text(card_text, encoding="utf-8")
+            os.replace(tmp, readme)
+        local = _local_files(folder, progress)
+        if card_text is not None and dry_run:  # plan with the card the push would publish
+            local = [_local_text_file(item, card_text) if item.path == README else item for item in local]
         uploads, unchanged, deletions = plan_changes(local, remote.files)
-        will_commit = bool(uploads or deletions)
-        create_tag = _check_tag(tag, remote, will_commit)
         gating_changed = remote.gated != gated
         made_private = private and not remote.private
         plan = dict(
@@ -582,7 +661,7 @@ def push(
             created_branch=not remote.branch_exists and branch != DEFAULT_BRANCH,
             gated=gated, gating_changed=gating_changed, made_private=made_private,
             uploads=tuple(uploads), unchanged=tuple(unchanged), deletions=tuple(deletions),
-            tag=tag, tag_created=create_tag,
+            tag=tag, tag_created=create_tag, versions_note=versions_note,
         )
         if dry_run:
             return PushResult(dry_run=True, commits=(), head=remote.head, **plan)

@@ -3,7 +3,8 @@
 Two ways of pointing the real huggingface_hub client at the test server:
 - in-process (``hub`` fixture): huggingface_hub's module constants are patched for the test
   (ENDPOINT, HF_HUB_DISABLE_XET, the token file path) and HF_TOKEN is set. That covers everything
-  ``push`` calls, since HfApi reads ``constants.ENDPOINT`` when it is created; downloads are not used.
+  ``push`` calls, since HfApi reads ``constants.ENDPOINT`` when it is created, and the download URL
+  template (a tagged push reads the previous tag's card and shards).
 - in a subprocess (``end_to_end`` fixture): HF_ENDPOINT and friends are set in the environment
   before anything is imported, exactly as a user would, and the subprocess pushes, tags, pushes
   again, and reads back with ``load_dataset`` and ``hf_hub_download``. Its sockets may reach only
@@ -129,6 +130,9 @@ def hub(tmp_path, monkeypatch):
 
     with HubServer(tmp_path / "hub", read_tokens=[READ_TOKEN]) as server:
         monkeypatch.setattr(constants, "ENDPOINT", server.url)
+        # downloads (the card of a previous tag, the shards `orandcar diff` reads) build their URLs
+        # from this template, which the client computes from HF_ENDPOINT when it is imported
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", server.url + "/{repo_id}/resolve/{revision}/{filename}")
         monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
         monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
@@ -460,10 +464,11 @@ def test_push_deletes_stale_shards_and_keeps_foreign_files(hub, tmp_path):
 
 def test_existing_tag_is_never_moved(hub, folder_v1, folder_v2):
     first = quiet_push(folder_v1, tag="v1.0")
-    assert quiet_push(folder_v1, tag="v1.0").tag_created is False  # same commit: nothing to do
     hub.clear_log()
-    with pytest.raises(TagConflictError, match="tag v1.0 already exists at"):
-        quiet_push(folder_v2, tag="v1.0")
+    # not onto another commit, and not again onto the same one: a published tag names one version for good
+    for folder in (folder_v2, folder_v1):
+        with pytest.raises(TagConflictError, match="tag v1.0 already exists at commit .* never moved or overwritten"):
+            quiet_push(folder, tag="v1.0")
     assert writes(hub) == [] and hub.repo(REPO).tags == {"v1.0": first.head}
 
 
@@ -600,8 +605,12 @@ def end_to_end(tmp_path_factory, built_sample):
     read both back with load_dataset, push again (restores main), download the tagged shard."""
     import pyarrow.parquet as pq
 
+    import shutil
+
     root = tmp_path_factory.mktemp("e2e")
-    shard = built_sample / "rejected" / "train-00000-of-00001.parquet"
+    folder = root / "OrandCar"  # a tagged push writes the Versions section into the folder's card
+    shutil.copytree(built_sample, folder)
+    shard = folder / "rejected" / "train-00000-of-00001.parquet"
     table = pq.read_table(shard)
     assert table.num_rows >= 1, "the sample build has no rejected rows to read back"
     tampered = root / "tampered.parquet"
@@ -609,7 +618,7 @@ def end_to_end(tmp_path_factory, built_sample):
     with HubServer(root / "hub") as server:
         env = server.client_env(root / "hf-home")
         env["PYTHONPATH"] = str(TESTS.parent)
-        proc = subprocess.run([sys.executable, "-c", CLIENT, REPO, str(built_sample), str(tampered)],
+        proc = subprocess.run([sys.executable, "-c", CLIENT, REPO, str(folder), str(tampered)],
                               env=env, capture_output=True, text=True, timeout=300, cwd=root)
         steps = {}
         for line in proc.stdout.splitlines():
@@ -617,7 +626,7 @@ def end_to_end(tmp_path_factory, built_sample):
                 item = json.loads(line)
                 steps[item.pop("step")] = item
         yield types.SimpleNamespace(proc=proc, steps=steps, server=server, token=server.token,
-                                    folder=built_sample, tampered=tampered, root=root)
+                                    folder=folder, tampered=tampered, root=root)
 
 
 @pytest.mark.slow

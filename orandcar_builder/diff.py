@@ -1,0 +1,405 @@
+"""``orandcar diff OLD NEW``: what changed between two versions of the dataset.
+
+Each side is a local dataset folder (as ``orandcar build -o`` writes it) or ``ORG/NAME@REV`` on the
+Hub (a tag, a branch or a commit; ``ORG/NAME`` alone reads ``main``), read through huggingface_hub
+with the user's token. Only the columns that identify and describe a QA item are read from the
+shards (``image_sha256``, ``qa``, ``clean_meta``): the image bytes stay where they are, so a Hub
+side costs the column chunks, not the whole shards.
+
+Per config it counts rows (one per image, by ``image_sha256``) and QA items added, removed and
+changed. A QA item is identified by its source (dataset, split, id) and its question, the text
+the model received; it changed when anything else it holds changed (the answer, the reasoning, the
+verifier, the reason, the references or options, the image). Across configs it lists the items
+whose decision flipped (accepted in ``RS_nothink`` on one side, in ``rejected`` on the other, with
+both answers), the acceptance per family on each side, and what changed in the settings the cards
+record (``release.BUILD_KEY``: engine fingerprint, judge, rule and extraction versions, cleaning
+policy, recipe).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterator, Optional
+
+import pyarrow.parquet as pq
+
+from .dataset.features import CONFIGS
+from .dataset.layout import README, SHARD_NAME
+from .errors import OrandCarError
+from .release import card_settings, split_card
+
+ACCEPTED_CONFIG = "RS_nothink"  # holds every accepted QA item once (RS_think holds the same items)
+REJECTED_CONFIG = "rejected"
+COLUMNS = ("image_sha256", "qa", "clean_meta")
+SHOWN_CHARS = 200  # an answer kept for the list of flipped items is cut here
+FLIPS_SHOWN = 20  # flipped items the human output lists (--json lists all)
+_HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>.+))?$")
+
+
+class DiffError(OrandCarError):
+    """A side that cannot be read: not a dataset folder, not on the Hub, no access."""
+
+
+# --- the two sides ---------------------------------------------------------------------------------
+
+@dataclass
+class Side:
+    """One version of the dataset: where it is, its card, and a way to open its shards."""
+
+    spec: str
+    kind: str  # "folder" or "hub"
+    revision: Optional[str]  # the commit a Hub side was read at
+    card: str
+    shards: dict[str, list[str]]  # config -> shard names, in order
+    opener: Callable[[str], Any] = field(repr=False)  # shard name -> context manager of a binary file
+
+    def describe(self) -> str:
+        if self.kind == "hub":
+            return f"{self.spec} (commit {self.revision[:12]})" if self.revision else self.spec
+        return f"{self.spec} (local folder)"
+
+
+def _local_side(spec: str, folder: Path) -> Side:
+    if not folder.is_dir():
+        raise DiffError(f"{spec}: not a folder (give a dataset folder that `orandcar build -o` wrote, "
+                        "or ORG/NAME@REV on the Hub)")
+    readme = folder / README
+    try:
+        card = readme.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DiffError(f"{readme}: cannot read the dataset card ({exc}); is {spec} a dataset folder?") from None
+    shards = {}
+    for config in CONFIGS:
+        directory = folder / config
+        names = sorted(p.name for p in directory.iterdir() if SHARD_NAME.match(p.name)) if directory.is_dir() else []
+        shards[config] = [f"{config}/{name}" for name in names]
+    if not any(shards.values()):
+        raise DiffError(f"{spec}: holds no shards of {', '.join(CONFIGS)} (not a dataset folder)")
+    return Side(spec, "folder", None, card, shards, lambda name: open(folder / name, "rb"))
+
+
+def _hub_side(spec: str, repo_id: str, revision: str, token: Optional[str]) -> Side:
+    from huggingface_hub import HfApi, HfFileSystem
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    api = HfApi(token=token, library_name="orandcar-builder")
+    try:
+        info = api.dataset_info(repo_id, revision=revision)
+        files = api.list_repo_files(repo_id, repo_type="dataset", revision=info.sha)
+    except RevisionNotFoundError:
+        raise DiffError(f"{spec}: {repo_id} has no tag, branch or commit {revision!r}") from None
+    except RepositoryNotFoundError:
+        raise DiffError(f"{spec}: no dataset repo {repo_id} on {api.endpoint} that this token can read "
+                        "(set HF_TOKEN or run `hf auth login` for a private or gated repo)") from None
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if getattr(exc, "response", None) is not None else None
+        raise DiffError(f"{spec}: the Hub answered HTTP {status} ({exc.server_message or 'no message'})") from None
+    except OSError as exc:
+        raise DiffError(f"{spec}: could not reach the Hub at {api.endpoint} ({exc})") from None
+    if README not in files:
+        raise DiffError(f"{spec}: the repo holds no {README} at {info.sha[:12]} (not an OrandCar dataset)")
+    fs = HfFileSystem(token=token, endpoint=api.endpoint)
+    root = f"datasets/{repo_id}@{info.sha}"
+
+    def opener(name: str):
+        return fs.open(f"{root}/{name}", "rb", block_size=1 << 20)
+
+    try:
+        card = fs.read_bytes(f"{root}/{README}").decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DiffError(f"{spec}: cannot read its {README} ({exc})") from None
+    shards = {config: sorted(f for f in files if f.startswith(f"{config}/") and "/" not in f[len(config) + 1:]
+                             and SHARD_NAME.match(f[len(config) + 1:])) for config in CONFIGS}
+    if not any(shards.values()):
+        raise DiffError(f"{spec}: holds no shards of {', '.join(CONFIGS)} at {info.sha[:12]}")
+    return Side(spec, "hub", info.sha, card, shards, opener)
+
+
+def open_side(spec: str, *, token: Optional[str] = None) -> Side:
+    """A side from its spec: an existing path is a local folder; ``ORG/NAME[@REV]`` is on the Hub."""
+    path = Path(spec)
+    if path.exists() or path.is_symlink():
+        return _local_side(spec, path)
+    match = _HUB_SPEC.match(spec)
+    if not match:
+        raise DiffError(f"{spec}: no such folder, and not ORG/NAME@REV (a dataset repo on the Hub at a "
+                        "tag, branch or commit)")
+    return _hub_side(spec, match.group("repo"), match.group("rev") or "main", token)
+
+
+# --- reading one side ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Item:
+    """What a diff keeps of one QA item: a digest of everything it holds, and what to show."""
+
+    digest: bytes
+    family: str
+    shown: dict  # the answer fields the list of flipped items shows
+
+
+@dataclass
+class ConfigContent:
+    rows: dict[str, bytes] = field(default_factory=dict)  # image_sha256 -> digest of the row
+    items: dict[tuple, Item] = field(default_factory=dict)  # item key -> Item
+
+
+def _digest(value: Any) -> bytes:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=repr)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def _cut(text: Any) -> Any:
+    return text[:SHOWN_CHARS] + "…" if isinstance(text, str) and len(text) > SHOWN_CHARS else text
+
+
+def _rows(side: Side, config: str) -> Iterator[dict]:
+    for name in side.shards.get(config, []):
+        try:
+            with contextlib.ExitStack() as stack:
+                handle: BinaryIO = stack.enter_context(side.opener(name))
+                parquet = pq.ParquetFile(handle)
+                missing = [c for c in COLUMNS if c not in parquet.schema_arrow.names]
+                if missing:
+                    raise DiffError(f"{side.spec}: {name} has no column(s) {', '.join(missing)}")
+                for group in range(parquet.num_row_groups):
+                    yield from parquet.read_row_group(group, columns=list(COLUMNS)).to_pylist()
+        except DiffError:
+            raise
+        except Exception as exc:  # a damaged shard or a failed read: name it
+            raise DiffError(f"{side.spec}: cannot read {name} ({type(exc).__name__}: {exc})") from None
+
+
+def read_config(side: Side, config: str) -> ConfigContent:
+    """Rows and QA items of one config of ``side``, keyed as the diff compares them."""
+    content = ConfigContent()
+    for row in _rows(side, config):
+        sha = row.get("image_sha256") or ""
+        qa = row.get("qa") or []
+        meta = row.get("clean_meta") or {}
+        sources = meta.get("sources") or []
+        row_key = sha if sha not in content.rows else f"{sha}#{len(content.rows)}"
+        content.rows[row_key] = _digest([qa, meta])
+        for i, item in enumerate(qa):
+            source = sources[i] if i < len(sources) and isinstance(sources[i], dict) else {}
+            key = (str(source.get("dataset", "")), str(source.get("split", "")), str(source.get("id", "")),
+                   str(item.get("question", "")))
+            if key in content.items:  # the same item twice in one config: count each
+                n = 2
+                while key + (n,) in content.items:
+                    n += 1
+                key = key + (n,)
+            shown = {k: _cut(item.get(k)) for k in ("answer", "wrong_vlm", "reason", "verifier") if k in item}
+            content.items[key] = Item(_digest([item, source, sha, meta.get("policy")]),
+                                      str(source.get("family", "")), shown)
+    return content
+
+
+# --- the comparison ------------------------------------------------------------------------------
+
+def _key_json(key: tuple) -> dict:
+    out = {"dataset": key[0], "split": key[1], "id": key[2], "question": key[3]}
+    if len(key) > 4:
+        out["occurrence"] = key[4]
+    return out
+
+
+def _counts(old: dict, new: dict) -> dict:
+    added = [k for k in new if k not in old]
+    removed = [k for k in old if k not in new]
+    changed = [k for k in new if k in old and _value(old[k]) != _value(new[k])]
+    return {"old": len(old), "new": len(new), "added": added, "removed": removed, "changed": changed}
+
+
+def _value(x: Any) -> Any:
+    return x.digest if isinstance(x, Item) else x
+
+
+def _flatten(value: Any, prefix: str = "") -> dict:
+    if isinstance(value, dict) and value:
+        out = {}
+        for key, inner in value.items():
+            out.update(_flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value} if prefix else {}
+
+
+def settings_changes(old: dict, new: dict) -> list[dict]:
+    """Each setting (a dotted path into the ``orandcar_build`` blocks) whose value differs."""
+    a, b = _flatten(old), _flatten(new)
+    keys = list(dict.fromkeys([*a, *b]))
+    return [{"key": key, "old": a.get(key), "new": b.get(key)} for key in keys if a.get(key) != b.get(key)]
+
+
+def _acceptance(accepted: dict, rejected: dict) -> dict:
+    families: dict[str, dict] = {}
+    for items, label in ((accepted, "accepted"), (rejected, "rejected")):
+        for item in items.values():
+            counts = families.setdefault(item.family, {"accepted": 0, "rejected": 0})
+            counts[label] += 1
+    for counts in families.values():
+        total = counts["accepted"] + counts["rejected"]
+        counts["qa"] = total
+        counts["share"] = round(counts["accepted"] / total, 6) if total else None
+    return families
+
+
+@dataclass
+class DatasetDiff:
+    old: Side
+    new: Side
+    configs: dict[str, dict]  # config -> {"rows": counts, "qa": counts}
+    flipped: dict[str, list[dict]]  # "accepted_to_rejected" / "rejected_to_accepted" -> items
+    acceptance: dict[str, dict]  # family -> {"old": counts, "new": counts}
+    settings: dict  # {"old": block, "new": block, "changed": [...]}
+
+    @property
+    def identical(self) -> bool:
+        return (not any(c[part][kind] for c in self.configs.values() for part in ("rows", "qa")
+                        for kind in ("added", "removed", "changed"))
+                and not self.settings["changed"])
+
+    def totals(self) -> dict:
+        accepted, rejected = self.configs[ACCEPTED_CONFIG]["qa"], self.configs[REJECTED_CONFIG]["qa"]
+        return {kind: len(accepted[kind]) + len(rejected[kind]) for kind in ("added", "removed", "changed")} | {
+            "old": accepted["old"] + rejected["old"], "new": accepted["new"] + rejected["new"]}
+
+    def summary(self) -> dict:
+        """The few figures a Versions entry records: QA items of the dataset (accepted + rejected)
+        old and new, added, removed, changed; flips each way; accepted share; changed settings."""
+        totals = self.totals()
+        accepted = self.configs[ACCEPTED_CONFIG]["qa"]
+
+        def share(n_accepted: int, n_total: int) -> Optional[float]:
+            return round(n_accepted / n_total, 6) if n_total else None
+
+        return {
+            "qa": {"old": totals["old"], "new": totals["new"], "added": totals["added"],
+                   "removed": totals["removed"], "changed": totals["changed"]},
+            "flipped": {kind: len(items) for kind, items in self.flipped.items()},
+            "accepted_share": {"old": share(accepted["old"], totals["old"]),
+                               "new": share(accepted["new"], totals["new"])},
+            "settings_changed": sorted({change["key"].split(".")[0] for change in self.settings["changed"]}),
+        }
+
+    def to_dict(self) -> dict:
+        def side(s: Side) -> dict:
+            return {"source": s.spec, "kind": s.kind, "revision": s.revision}
+
+        def counts(c: dict) -> dict:
+            out = {"old": c["old"], "new": c["new"]}
+            for kind in ("added", "removed", "changed"):
+                keys = c[kind]
+                out[kind] = len(keys)
+                out[f"{kind}_keys"] = [_key_json(k) if isinstance(k, tuple) else k for k in keys]
+            return out
+
+        return {
+            "old": side(self.old),
+            "new": side(self.new),
+            "identical": self.identical,
+            "configs": {config: {"rows": counts(c["rows"]), "qa": counts(c["qa"])} for config, c in self.configs.items()},
+            "flipped": self.flipped,
+            "acceptance": self.acceptance,
+            "settings": self.settings,
+            "summary": self.summary(),
+        }
+
+
+def diff_sides(old: Side, new: Side) -> DatasetDiff:
+    """Compare two sides (see the module docstring for what counts as added, removed, changed)."""
+    contents = {config: (read_config(old, config), read_config(new, config)) for config in CONFIGS}
+    configs = {config: {"rows": _counts(a.rows, b.rows), "qa": _counts(a.items, b.items)}
+               for config, (a, b) in contents.items()}
+    (old_acc, new_acc), (old_rej, new_rej) = contents[ACCEPTED_CONFIG], contents[REJECTED_CONFIG]
+    old_acc, new_acc, old_rej, new_rej = old_acc.items, new_acc.items, old_rej.items, new_rej.items
+
+    def flip(key: tuple, before: Item, after: Item) -> dict:
+        return {**_key_json(key), "family": after.family or before.family, "old": before.shown, "new": after.shown}
+
+    flipped = {
+        "accepted_to_rejected": [flip(k, old_acc[k], new_rej[k]) for k in new_rej if k in old_acc and k not in new_acc],
+        "rejected_to_accepted": [flip(k, old_rej[k], new_acc[k]) for k in new_acc if k in old_rej and k not in new_rej],
+    }
+    before, after = _acceptance(old_acc, old_rej), _acceptance(new_acc, new_rej)
+    acceptance = {family: {"old": before.get(family), "new": after.get(family)}
+                  for family in sorted(set(before) | set(after))}
+    old_settings, new_settings = (card_settings(split_card(s.card, source=f"{s.spec}: {README}")[0]) if s.card else {}
+                                  for s in (old, new))
+    settings = {"old": old_settings, "new": new_settings, "changed": settings_changes(old_settings, new_settings)}
+    return DatasetDiff(old, new, configs, flipped, acceptance, settings)
+
+
+def diff(old: str, new: str, *, token: Optional[str] = None) -> DatasetDiff:
+    """``orandcar diff OLD NEW``: open both sides and compare them."""
+    return diff_sides(open_side(old, token=token), open_side(new, token=token))
+
+
+# --- human output --------------------------------------------------------------------------------
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return repr(text[:limit] + "…") if len(text) > limit else repr(text)
+
+
+def _changes(c: dict) -> str:
+    return f"{c['old']:,} → {c['new']:,} (+{len(c['added']):,} -{len(c['removed']):,} ~{len(c['changed']):,})"
+
+
+def _answer(shown: dict) -> str:
+    if "wrong_vlm" in shown:
+        return f"{_short(shown.get('wrong_vlm'), 40)} ({shown.get('reason') or 'rejected'})"
+    return f"{_short(shown.get('answer'), 40)} (by {shown.get('verifier') or '?'})"
+
+
+def _family_share(counts: Optional[dict]) -> str:
+    if not counts:
+        return "–"
+    share = f"{100 * counts['share']:.1f}%" if counts.get("share") is not None else "–"
+    return f"{counts['accepted']:,}/{counts['qa']:,} {share}"
+
+
+def format_diff(result: DatasetDiff, *, flips_shown: int = FLIPS_SHOWN) -> str:
+    """The short table ``orandcar diff`` prints."""
+    lines = [f"old: {result.old.describe()}", f"new: {result.new.describe()}", ""]
+    width = max(len(c) for c in CONFIGS) + 2
+    lines.append(f"{'config':<{width}}{'rows old → new (+added -removed ~changed)':<44}QA items old → new (+added -removed ~changed)")
+    for config, c in result.configs.items():
+        lines.append(f"{config:<{width}}{_changes(c['rows']):<44}{_changes(c['qa'])}")
+    lines.append("")
+    a2r, r2a = result.flipped["accepted_to_rejected"], result.flipped["rejected_to_accepted"]
+    lines.append(f"decisions flipped: {len(r2a):,} rejected → accepted, {len(a2r):,} accepted → rejected")
+    shown = [("rejected → accepted", f) for f in r2a] + [("accepted → rejected", f) for f in a2r]
+    for label, f in shown[:flips_shown]:
+        lines.append(f"  {label}  {f['family']}  {f['dataset']}/{f['split']}/{f['id']}  {_short(f['question'], 50)}")
+        lines.append(f"      {_answer(f['old'])} → {_answer(f['new'])}")
+    if len(shown) > flips_shown:
+        lines.append(f"  ... and {len(shown) - flips_shown:,} more (--json lists them all)")
+    lines.append("")
+    lines.append("acceptance per family (accepted/QA items)")
+    fwidth = max([len(f) for f in result.acceptance] + [6]) + 2
+    lines.append(f"  {'family':<{fwidth}}{'old':<20}new")
+    for family, sides in result.acceptance.items():
+        lines.append(f"  {family:<{fwidth}}{_family_share(sides['old']):<20}{_family_share(sides['new'])}")
+    lines.append("")
+    changed = result.settings["changed"]
+    if not result.settings["old"] or not result.settings["new"]:
+        missing = [s.spec for s, block in ((result.old, result.settings["old"]), (result.new, result.settings["new"]))
+                   if not block]
+        lines.append(f"settings: not recorded in the card of {', '.join(missing)} (built before cards carried them)")
+    if changed:
+        lines.append(f"settings changed: {len(changed):,}")
+        for change in changed:
+            lines.append(f"  {change['key']}: {_short(change['old'])} → {_short(change['new'])}")
+    elif result.settings["old"] and result.settings["new"]:
+        lines.append("settings: unchanged (engine, judge, rules, extraction, cleaning policy"
+                     f"{', recipe' if 'recipe' in result.settings['new'] else ''})")
+    lines.append("")
+    lines.append("identical" if result.identical else "the versions differ")
+    return "\n".join(lines)

@@ -1,0 +1,177 @@
+"""What a dataset card says about its release, in a form scripts read back.
+
+The card's YAML header carries two keys of this project:
+
+- ``orandcar_build``: the settings that shaped the data (the engine's fingerprint, the judge, the
+  rule versions, the final-answer extraction version, the cleaning policy and the build recipe
+  when one was given). ``orandcar diff`` reads it from both sides to say what changed.
+- ``orandcar_versions``: one entry per published tag, oldest first, each with the summary of its
+  diff against the tag before it. ``orandcar push --tag`` adds the entry.
+
+The body shows the versions between two HTML comments (``VERSIONS_START`` / ``VERSIONS_END``,
+invisible on the Hub), so a push can replace that part of a finished card without rendering the
+rest again. Everything here is deterministic: the same settings and versions give the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import yaml
+
+from .errors import OrandCarError
+
+BUILD_KEY = "orandcar_build"
+VERSIONS_KEY = "orandcar_versions"
+VERSIONS_START = "<!-- orandcar:versions -->"
+VERSIONS_END = "<!-- /orandcar:versions -->"
+# Engine fingerprint keys that describe where a job ran (hardware, library builds), not the data.
+FINGERPRINT_KEYS_LEFT_OUT = ("reproducibility",)
+YAML_WIDTH = 100
+
+
+class CardFormatError(OrandCarError):
+    """A card whose YAML header cannot be read."""
+
+
+def dump_header(data: dict) -> str:
+    """The card's YAML header text (without the ``---`` lines): one spelling for build and push."""
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=YAML_WIDTH)
+
+
+def split_card(text: str, *, source: str = "README.md") -> tuple[dict, str]:
+    """(YAML header as a mapping, body after the closing ``---`` line) of a card's text."""
+    if not text.startswith("---\n"):
+        raise CardFormatError(f"{source}: no YAML header (a card starts with a '---' line)")
+    end = text.find("\n---\n", 3)
+    if end < 0:
+        raise CardFormatError(f"{source}: the YAML header is not closed by a '---' line")
+    try:
+        header = yaml.safe_load(text[4:end + 1]) or {}
+    except yaml.YAMLError as exc:
+        raise CardFormatError(f"{source}: the YAML header is not valid YAML ({exc})") from None
+    if not isinstance(header, dict):
+        raise CardFormatError(f"{source}: the YAML header is not a mapping")
+    return header, text[end + 5:]
+
+
+def join_card(header: dict, body: str) -> str:
+    return f"---\n{dump_header(header)}---\n{body}"
+
+
+def _without_left_out(engine: Any) -> Any:
+    if not isinstance(engine, dict):
+        return engine
+    return {k: v for k, v in engine.items() if k not in FINGERPRINT_KEYS_LEFT_OUT}
+
+
+def build_settings(report: dict) -> dict:
+    """The ``orandcar_build`` block for a build ``report``: what shaped the data, nothing that
+    depends on the machine or the clock."""
+    from .verify.extract import EXTRACTION_VERSION
+
+    judge = report.get("judge") if isinstance(report.get("judge"), dict) else None
+    cleaning = report.get("cleaning") if isinstance(report.get("cleaning"), dict) else {}
+    settings = {
+        "engine": _without_left_out(report.get("engine")),
+        "judge": None if judge is None else {
+            "engine": _without_left_out(judge.get("engine")),
+            "prompt_version": judge.get("prompt_version"),
+        },
+        "rules": dict(report.get("rules") or {}),
+        "extraction_version": EXTRACTION_VERSION,
+        "cleaning_policy": cleaning.get("policy"),
+    }
+    if report.get("recipe") is not None:
+        settings["recipe"] = report["recipe"]
+    return settings
+
+
+def card_settings(header: dict) -> dict:
+    """The ``orandcar_build`` block of a card header ({} for a card written before it existed)."""
+    value = header.get(BUILD_KEY)
+    return value if isinstance(value, dict) else {}
+
+
+def card_versions(header: dict) -> list[dict]:
+    """The ``orandcar_versions`` entries of a card header, oldest first."""
+    value = header.get(VERSIONS_KEY)
+    return [entry for entry in value if isinstance(entry, dict) and entry.get("tag")] if isinstance(value, list) else []
+
+
+# --- the Versions section ------------------------------------------------------------------------
+
+def _share(value: Any) -> str:
+    return f"{100 * value:.1f}%" if isinstance(value, (int, float)) and not isinstance(value, bool) else "–"
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "–"
+
+
+def _cell(text: Any) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def versions_section(versions: list[dict]) -> str:
+    """The body part between the markers: nothing without versions, else a ``## Versions`` table,
+    newest tag first."""
+    lines = [VERSIONS_START]
+    if versions:
+        lines += [
+            "## Versions",
+            "",
+            "Each published tag, newest first, compared with the tag before it (`orandcar diff` gives the "
+            "full list of what moved). A tag is never moved: load an exact version with "
+            "`load_dataset(..., revision=TAG)`.",
+            "",
+            "| tag | compared with | QA items | added | removed | changed | rejected → accepted "
+            "| accepted → rejected | accepted share | settings changed |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        ]
+        for entry in reversed(versions):
+            qa = entry.get("qa") if isinstance(entry.get("qa"), dict) else {}
+            flips = entry.get("flipped") if isinstance(entry.get("flipped"), dict) else {}
+            share = entry.get("accepted_share") if isinstance(entry.get("accepted_share"), dict) else {}
+            previous = entry.get("previous")
+            if previous:
+                shares = f"{_share(share.get('old'))} → {_share(share.get('new'))}"
+                settings = entry.get("settings_changed")
+                changed = ", ".join(f"`{_cell(key)}`" for key in settings) if settings else "none"
+                if settings is None:
+                    changed = "not recorded"
+            else:
+                shares, changed = _share(share.get("new")), "first version"
+            lines.append(
+                f"| `{_cell(entry['tag'])}` | {f'`{_cell(previous)}`' if previous else '–'} | {_count(qa.get('new'))} "
+                f"| {_count(qa.get('added'))} | {_count(qa.get('removed'))} | {_count(qa.get('changed'))} "
+                f"| {_count(flips.get('rejected_to_accepted'))} | {_count(flips.get('accepted_to_rejected'))} "
+                f"| {shares} | {changed} |")
+        lines.append("")
+    lines.append(VERSIONS_END)
+    return "\n".join(lines) + "\n"
+
+
+def with_versions(text: str, versions: list[dict], *, source: str = "README.md") -> str:
+    """The card ``text`` with its header's ``orandcar_versions`` and its Versions section set to
+    ``versions``; every other byte of the card is kept. A card without the markers gets the section
+    appended at the end."""
+    header, body = split_card(text, source=source)
+    header.pop(VERSIONS_KEY, None)
+    if versions:
+        header[VERSIONS_KEY] = [dict(entry) for entry in versions]
+    section = versions_section(versions)
+    start = body.find(VERSIONS_START + "\n")
+    end = body.find(VERSIONS_END + "\n", start) if start >= 0 else -1
+    if start >= 0 and end >= 0:
+        body = body[:start] + section + body[end + len(VERSIONS_END) + 1:]
+    else:
+        body = body.rstrip("\n") + "\n\n" + section
+    return join_card(header, body)
+
+
+def version_entry(tag: str, previous: Optional[str], summary: dict) -> dict:
+    """One ``orandcar_versions`` entry from a diff summary (``diff.DatasetDiff.summary()``)."""
+    entry = {"tag": tag, "previous": previous}
+    entry.update(summary)
+    return entry
