@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Optional
 
 import pyarrow.parquet as pq
+from huggingface_hub.errors import HfHubHTTPError
 
 from .dataset.features import CONFIGS
 from .dataset.layout import README, SHARD_NAME
@@ -38,6 +39,7 @@ REJECTED_CONFIG = "rejected"
 COLUMNS = ("image_sha256", "qa", "clean_meta")
 SHOWN_CHARS = 200  # an answer kept for the list of flipped items is cut here
 FLIPS_SHOWN = 20  # flipped items the human output lists (--json lists all)
+HUB_READ_BLOCK = 1 << 20  # bytes per ranged read of a Hub shard: the columns read, not the images
 _HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>.+))?$")
 
 
@@ -85,7 +87,7 @@ def _local_side(spec: str, folder: Path) -> Side:
 
 def _hub_side(spec: str, repo_id: str, revision: str, token: Optional[str]) -> Side:
     from huggingface_hub import HfApi, HfFileSystem
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
     api = HfApi(token=token, library_name="orandcar-builder")
     try:
@@ -97,8 +99,7 @@ def _hub_side(spec: str, repo_id: str, revision: str, token: Optional[str]) -> S
         raise DiffError(f"{spec}: no dataset repo {repo_id} on {api.endpoint} that this token can read "
                         "(set HF_TOKEN or run `hf auth login` for a private or gated repo)") from None
     except HfHubHTTPError as exc:
-        status = exc.response.status_code if getattr(exc, "response", None) is not None else None
-        raise DiffError(f"{spec}: the Hub answered HTTP {status} ({exc.server_message or 'no message'})") from None
+        raise DiffError(_refused(spec, repo_id, exc)) from None
     except OSError as exc:
         raise DiffError(f"{spec}: could not reach the Hub at {api.endpoint} ({exc})") from None
     if README not in files:
@@ -107,10 +108,12 @@ def _hub_side(spec: str, repo_id: str, revision: str, token: Optional[str]) -> S
     root = f"datasets/{repo_id}@{info.sha}"
 
     def opener(name: str):
-        return fs.open(f"{root}/{name}", "rb", block_size=1 << 20)
+        return fs.open(f"{root}/{name}", "rb", block_size=HUB_READ_BLOCK)
 
     try:
         card = fs.read_bytes(f"{root}/{README}").decode("utf-8")
+    except HfHubHTTPError as exc:
+        raise DiffError(_refused(spec, repo_id, exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DiffError(f"{spec}: cannot read its {README} ({exc})") from None
     shards = {config: sorted(f for f in files if f.startswith(f"{config}/") and "/" not in f[len(config) + 1:]
@@ -118,6 +121,15 @@ def _hub_side(spec: str, repo_id: str, revision: str, token: Optional[str]) -> S
     if not any(shards.values()):
         raise DiffError(f"{spec}: holds no shards of {', '.join(CONFIGS)} at {info.sha[:12]}")
     return Side(spec, "hub", info.sha, card, shards, opener)
+
+
+def _refused(spec: str, repo_id: str, exc: Exception) -> str:
+    response = getattr(exc, "response", None)
+    status = response.status_code if response is not None else None
+    if status in (401, 403):
+        return (f"{spec}: the Hub refused to let this token read {repo_id} (HTTP {status}); the dataset is gated: "
+                "request access on its page, then set HF_TOKEN or run `hf auth login`")
+    return f"{spec}: the Hub answered HTTP {status} ({getattr(exc, 'server_message', None) or 'no message'})"
 
 
 def open_side(spec: str, *, token: Optional[str] = None) -> Side:
@@ -171,6 +183,8 @@ def _rows(side: Side, config: str) -> Iterator[dict]:
                     yield from parquet.read_row_group(group, columns=list(COLUMNS)).to_pylist()
         except DiffError:
             raise
+        except HfHubHTTPError as exc:
+            raise DiffError(_refused(side.spec, side.spec.split("@")[0], exc)) from None
         except Exception as exc:  # a damaged shard or a failed read: name it
             raise DiffError(f"{side.spec}: cannot read {name} ({type(exc).__name__}: {exc})") from None
 
