@@ -1,4 +1,4 @@
-"""Build hook: ship the top-level ``dataset_card/`` and ``loading_script/`` inside the package.
+"""Build hook: ship the top-level ``dataset_card/``, ``loading_script/`` and ``recipes/`` inside the package.
 
 The package metadata lives in pyproject.toml. The two folders stay at the top level of the
 repository (the layout the project is specified with) and are their single source; a built wheel
@@ -12,7 +12,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-SHIPPED = ("dataset_card", "loading_script")
+SHIPPED = ("dataset_card", "loading_script", "recipes")
 
 
 class BuildPyWithShipped(build_py):

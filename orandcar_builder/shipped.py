@@ -1,4 +1,5 @@
-"""Where the folders the package ships beside its code are: ``dataset_card/`` and ``loading_script/``.
+"""Where the folders the package ships beside its code are: ``dataset_card/``, ``loading_script/``
+and ``recipes/``.
 
 In a checkout (and an editable install) they are the repository's top-level folders; a wheel
 carries a copy inside the package (``orandcar_builder/_shipped/``, made by setup.py's build
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SHIPPED_FOLDERS = ("dataset_card", "loading_script")
+SHIPPED_FOLDERS = ("dataset_card", "loading_script", "recipes")
 _PACKAGE = Path(__file__).resolve().parent
 
 

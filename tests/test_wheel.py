@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 # What a wheel is built from: the files setup.py and pyproject.toml read.
 SOURCES = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in", "README.md", "orandcar_builder",
-           "dataset_card", "loading_script")
+           "dataset_card", "loading_script", "recipes")
 
 
 def _run(args, cwd, env=None):
@@ -56,9 +56,9 @@ def wheel(tmp_path_factory) -> Path:
     return found
 
 
-def test_the_wheel_carries_the_card_templates_and_the_loading_definition(wheel):
+def test_the_wheel_carries_the_card_templates_the_loading_definition_and_the_recipe(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for folder in ("dataset_card", "loading_script"):
+    for folder in ("dataset_card", "loading_script", "recipes"):
         expected = {f"orandcar_builder/_shipped/{folder}/{p.relative_to(REPO / folder).as_posix()}"
                     for p in (REPO / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
         assert expected and expected <= names, sorted(expected - names)
@@ -86,6 +86,10 @@ def test_an_installed_wheel_builds_the_sample_outside_the_checkout(wheel, tmp_pa
                 cwd=where, env=env)
     assert "warning" not in done.stderr, done.stderr  # e.g. the review page's templates missing
     assert (where / "work" / "report.html").is_file()
+    shipped = _run([str(python), "-c", "from orandcar_builder.recipe import read_recipe, shipped_recipe_path; "
+                    "p = shipped_recipe_path(); r = read_recipe(p); print(p); print(r.families['scene_text'].separator == ' ')"],
+                   cwd=where, env=env).stdout.split()
+    assert Path(shipped[0]).is_relative_to(venv) and shipped[1] == "True"  # the recipe ships with the wheel
 
     # The same bytes as the checkout's own build of the sample pool.
     result, _ = sample_build
