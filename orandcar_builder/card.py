@@ -1099,7 +1099,22 @@ def rewrite_card(folder: Path, report_path: Path, *, repo_id: Optional[str] = No
     folder = Path(folder)
     if not folder.is_dir():
         raise CardError(f"{folder}: not a dataset folder (build it with `orandcar build` first)")
-    return write_card(folder, load_report(report_path), repo_id=repo_id or DEFAULT_REPO_ID, options=options)
+    kept = _published_versions(folder / "README.md")
+    path = write_card(folder, load_report(report_path), repo_id=repo_id or DEFAULT_REPO_ID, options=options)
+    if kept:  # the Versions section a tagged push wrote stays (the build report does not know it)
+        from .release import with_versions
+
+        path.write_text(with_versions(path.read_text(encoding="utf-8"), kept), encoding="utf-8")
+    return path
+
+
+def _published_versions(readme: Path) -> list[dict]:
+    from .release import CardFormatError, card_versions, split_card
+
+    try:
+        return card_versions(split_card(readme.read_text(encoding="utf-8"), source=str(readme))[0])
+    except (OSError, UnicodeDecodeError, CardFormatError):
+        return []
 
 
 def load_report(path: Path) -> dict:

@@ -314,3 +314,30 @@ def test_cli_diff_of_two_tags_as_a_user_runs_it(released, hub, tmp_path):
                           env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("error:") == 1, proc.stderr[-3000:]
     assert "the dataset is gated" in proc.stderr and "HF_TOKEN" in proc.stderr
+
+
+def test_rendering_the_card_again_keeps_its_versions(released, two_builds, tmp_path):
+    from orandcar_builder.card import rewrite_card
+
+    new = released[1]
+    before = card_versions(split_card((new / "README.md").read_text(encoding="utf-8"))[0])
+    assert [v["tag"] for v in before] == ["v1.0", "v1.1"]
+    rewrite_card(new, two_builds[1].parent / "w2" / "report.json", repo_id=REPO)
+    text = (new / "README.md").read_text(encoding="utf-8")
+    assert card_versions(split_card(text)[0]) == before and "## Versions" in text
+    assert f'load_dataset("{REPO}"' in text
+
+
+def test_a_dry_run_with_a_tag_plans_the_card_and_writes_nothing(released, two_builds, tmp_path, hub):
+    from orandcar_builder.publish import format_push_result
+
+    third = tmp_path / "third"
+    shutil.copytree(two_builds[0], third)
+    before = (third / "README.md").read_bytes()
+    hub.clear_log()
+    result = push(third, REPO, tag="v1.2", dry_run=True, progress=False)
+    assert (third / "README.md").read_bytes() == before
+    assert "README.md" in [c.path for c in result.uploads] and result.tag_created
+    assert "card's Versions section: v1.2 against v1.1 (dry run: not written)" in format_push_result(result)
+    assert not [r for r in hub.log if r.method in ("POST", "PUT", "DELETE") and r.route != "paths-info"]
+    assert "v1.2" not in hub.repo(REPO).tags
