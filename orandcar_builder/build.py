@@ -17,6 +17,7 @@ the pool, the engine's outputs and the code, so two builds of the same pool give
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -48,10 +49,11 @@ from .executors.base import CHUNK_SIZE
 from .executors.local import generate
 from .executors.steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_row, apply_verdict, decide,
                               decision_from_row, generation_from_row, make_request, with_verdict)
-from .families import rule_for
+from .families import families_in_use, rule_for
 from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S, IMAGE_OUTSIDE_POOL, ImageError, ImagePolicy
 from .parquetio import open_parquet
 from .pool.jsonl import SOURCE_OUTSIDE_POOL
+from .recipe import DEFAULTS_SOURCE, Recipe, options_of
 from .records import Dropped, Generation
 from .route import ACCEPTED, FAILED, REJECTED, RoutePlan
 from .verify import get_rule
@@ -271,7 +273,9 @@ def build(pool: Path, out: Path, *, work: Optional[Path] = None, **options) -> B
     check_paths(target, work)
     try:
         work.mkdir(parents=True, exist_ok=True)
-        with WorkLock(work), StagedOutput(target) as staged:
+        recipe = options.get("recipe")
+        with families_in_use(recipe.family_registry() if recipe is not None else None), \
+                WorkLock(work), StagedOutput(target) as staged:
             result = _build(pool, staged.path, work=work, **options)
             if result.ok:
                 staged.publish()
@@ -335,8 +339,16 @@ def _build(
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
     image_read_timeout: float = DEFAULT_READ_TIMEOUT_S,
     allow_outside_paths: bool = False,
+    recipe: Optional[Recipe] = None,
 ) -> BuildResult:
     """Build the dataset folder ``out`` from ``pool``; state and reports go to ``work``.
+
+    ``recipe`` (``recipe.resolve``: a recipe file with the command line applied over it) gives the
+    engine, the judge, the calibration size, the card's repo and options, and the families'
+    instructions, separators and rules (``build`` makes them the registry while it runs); an
+    ``engine`` or ``judge_engine`` object given as well is used instead of the recipe's section.
+    Without one, the arguments below and the code's families apply, as they always did. Either
+    way the settings the build ran with are recorded as a recipe in the manifest and the card.
 
     ``judge`` names the second-pass engine: ``"none"`` (no second pass), ``"same"`` (the
     generation engine, text only) or an engine name built with ``judge_options``; or pass
@@ -360,6 +372,12 @@ def _build(
     work = Path(work) if work is not None else Path("work")
     if not pool.is_file():
         raise BuildError(f"{pool}: pool file not found")
+    if recipe is not None:
+        if engine is None:
+            engine_name, engine_options = recipe.engine["name"], options_of(recipe.engine)
+        if judge_engine is None:
+            judge, judge_options = recipe.judge["name"], options_of(recipe.judge)
+        calibrate = recipe.calibration or 0
     if generation_batch < 1:
         raise BuildError(f"generation_batch must be at least 1, got {generation_batch}")
     if isinstance(executor, str):
@@ -396,7 +414,7 @@ def _build(
         stage = GenerationStage(admitted=work / "admitted.parquet", work=work, engine=engine,
                                 factory=engine_factory or EngineFactory(engine_name, dict(engine_options or {})),
                                 cache=cache, stats=gen_stats, batch_size=generation_batch,
-                                timings=timings)
+                                timings=timings, families=recipe.family_registry() if recipe is not None else None)
         timings.setdefault("generate", 0.0)
         timings.setdefault("verify", 0.0)
         facts = _generation_stage(executor, stage, n_admitted, progress, export_generations)
@@ -414,11 +432,15 @@ def _build(
                                 max_shard_bytes=max_shard_bytes)
     report = _report(pool, n_admitted, dropped, _tally(work / "decisions.parquet"), summary, clean_report,
                      engine, limit, judge_report, facts)
+    ran = _recipe_ran(recipe, engine, engine_name, engine_options, judge_engine, judge, judge_options, calibrate)
+    report["recipe"] = reproducible(ran.to_dict())
+    report["reproduce"] = _reproduce(pool, ran, limit, max_shard_bytes, allow_outside_paths)
     timings["write"] = time.perf_counter() - t4
-    from .card import write_card
+    from .card import CardOptions, write_card
 
     t45 = time.perf_counter()
-    write_card(out, report)
+    card_options = CardOptions.from_mapping(ran.card_options(), source=ran.source)
+    write_card(out, report, **({"repo_id": ran.repo} if ran.repo else {}), options=card_options)
     timings["card"] = time.perf_counter() - t45
 
     t5 = time.perf_counter()
@@ -432,8 +454,11 @@ def _build(
         "validation_problems": problems})
     if judge_report:
         judge_report.pop("_cache", None)
-    _write_json(work / "manifest.json", _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes,
-                                                  report["rules"], executor))
+    _write_json(work / "manifest.json", {**_manifest(pool, out, engine, judge_engine, limit, max_shard_bytes,
+                                                     report["rules"], executor),
+                                         "recipe": json.loads(json.dumps(ran.to_dict(), default=str)),
+                                         "recipe_file": ran.source if recipe is not None else None,
+                                         "command": report["reproduce"]["command"]})
     return BuildResult(out=out, work=work, report=report, problems=problems)
 
 
@@ -626,6 +651,67 @@ def _manifest(pool, out, engine, judge_engine, limit, max_shard_bytes, rules, ex
         "executor": executor.describe(),
         "rules": rules,
         "versions": {"python": platform.python_version(), "datasets": datasets.__version__,
+                     "huggingface_hub": huggingface_hub.__version__, "pyarrow": pa.__version__},
+    }
+
+
+def _recipe_ran(recipe, engine, engine_name, engine_options, judge_engine, judge, judge_options, calibrate) -> Recipe:
+    """The recipe this build ran: the given one, or the code's defaults with the arguments; an
+    engine object given instead of a name is recorded by its kind."""
+    from .recipe import resolve
+
+    ran = recipe if recipe is not None else resolve(None, engine=engine_name, engine_options=engine_options,
+                                                    judge=judge, judge_options=judge_options, calibration=calibrate)
+    sections = {}
+    if engine.kind != ran.engine["name"]:
+        sections["engine"] = {"name": engine.kind}
+    if judge_engine is not None and judge_engine is not engine and judge_engine.kind != ran.judge["name"]:
+        sections["judge"] = {"name": judge_engine.kind}
+    return dataclasses.replace(ran, **sections) if sections else ran
+
+
+# Engine options that name a file of this machine: the card shows the file's name (its content is
+# in the engine's fingerprint), never the path.
+FILE_OPTIONS = ("replay",)
+# Engine options that set how fast this machine runs, not what the engine answers: left out of the card.
+MACHINE_OPTIONS = ("threads",)
+
+
+def reproducible(recipe: dict) -> dict:
+    """A resolved recipe as the card shows it: file options reduced to the file's name, options
+    of the machine left out (work/manifest.json keeps them as given)."""
+    out = json.loads(json.dumps(recipe, default=str))
+    for section in ("engine", "judge"):
+        table = out.get(section) or {}
+        for key in FILE_OPTIONS:
+            if isinstance(table.get(key), str):
+                table[key] = Path(table[key]).name
+        for key in MACHINE_OPTIONS:
+            table.pop(key, None)
+    return out
+
+
+def _reproduce(pool: Path, ran: Recipe, limit, max_shard_bytes, allow_outside_paths) -> dict:
+    """What the card's "How to reproduce" section shows besides the recipe: the command and the
+    versions that shape the bytes (the engine's own are in its fingerprint). The output folder is
+    named after the repo (not after this build's -o), so the card does not depend on where it was
+    written."""
+    import datasets
+    import huggingface_hub
+
+    from .card import DEFAULT_REPO_ID
+
+    command = f"orandcar build {pool.name} -o {(ran.repo or DEFAULT_REPO_ID).split('/')[-1]} --recipe recipe.toml"
+    if limit is not None:
+        command += f" --limit {limit}"
+    if max_shard_bytes != DEFAULT_MAX_SHARD_BYTES:
+        command += f" --max-shard-bytes {max_shard_bytes}"
+    if allow_outside_paths:
+        command += " --allow-outside-paths"
+    return {
+        "command": command,
+        "recipe_file": ran.source != DEFAULTS_SOURCE,  # whether one was given (its name stays in the manifest)
+        "versions": {"orandcar-builder": __version__, "datasets": datasets.__version__,
                      "huggingface_hub": huggingface_hub.__version__, "pyarrow": pa.__version__},
     }
 

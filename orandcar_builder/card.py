@@ -37,7 +37,8 @@ from .dataset import layout
 from .dataset.features import CONFIGS, SPLIT, configs_block, features
 from .errors import OrandCarError
 from .parquetio import open_parquet
-from .release import FINGERPRINT_KEYS_LEFT_OUT, BUILD_KEY, build_settings, dump_header, versions_section
+from .release import (BUILD_KEY, FINGERPRINT_KEYS_LEFT_OUT, build_settings, dump_header, reproduce_context,
+                      versions_section)
 from .shipped import shipped_dir
 
 DEFAULT_REPO_ID = "ORG/OrandCar"
@@ -1051,6 +1052,7 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
         "examples": shown,
         "fence": fence,
         "versions_section": versions_section([]),  # filled by `orandcar push --tag`
+        "reproduce": reproduce_context(report),
         "acceptance_chart": ACCEPTANCE_CHART if any(
             (c or {}).get("qa") for c in (report.get("families") or {}).values()) else None,
     }
@@ -1095,12 +1097,20 @@ def rewrite_card(folder: Path, report_path: Path, *, repo_id: Optional[str] = No
                  options_path: Optional[Path] = None) -> Path:
     """``orandcar card``: render the card of a built ``folder`` again from its build report
     (``work/report.json``), with card options from a YAML file when given."""
-    options = CardOptions.from_yaml(options_path) if options_path is not None else CardOptions()
     folder = Path(folder)
     if not folder.is_dir():
         raise CardError(f"{folder}: not a dataset folder (build it with `orandcar build` first)")
+    report = load_report(report_path)
+    # without --repo / --options, the repo and card options of the build's recipe
+    recipe_dataset = _get(report, "recipe", "dataset") or {}
+    if options_path is not None:
+        options = CardOptions.from_yaml(options_path)
+    else:
+        options = CardOptions.from_mapping({k: v for k, v in recipe_dataset.items() if k != "repo"},
+                                           source=f"{report_path}: recipe")
+    repo_id = repo_id or recipe_dataset.get("repo") or DEFAULT_REPO_ID
     kept = _published_versions(folder / "README.md")
-    path = write_card(folder, load_report(report_path), repo_id=repo_id or DEFAULT_REPO_ID, options=options)
+    path = write_card(folder, report, repo_id=repo_id, options=options)
     if kept:  # the Versions section a tagged push wrote stays (the build report does not know it)
         from .release import with_versions
 

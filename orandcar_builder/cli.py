@@ -98,9 +98,14 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
               help="Ray: engine actors, each loading one engine (a vLLM model loads once per replica).")
 @click.option("--gpus-per-replica", type=float, default=0.0, show_default=True,
               help="Ray: GPUs reserved for each engine actor.")
+@click.option("--recipe", "recipe_path", type=click.Path(path_type=Path), default=None,
+              help="Build recipe (TOML): dataset and card, engine, judge, calibration, families. Flags given "
+                   "here override it; --engine replaces its whole engine section.")
+@click.option("--repo", "repo_id", default=None, help="Hub id the card names (ORG/NAME); overrides the recipe's.")
 def build(pool, out, work, engine_name, replay, engine_option, threads, judge_name, judge_replay, judge_option,
           calibrate, export_generations, limit, max_shard_bytes, no_cache, max_image_bytes, image_read_timeout,
-          allow_outside_paths, progress, executor, ray_address, engine_replicas, gpus_per_replica):
+          allow_outside_paths, progress, executor, ray_address, engine_replicas, gpus_per_replica, recipe_path,
+          repo_id):
     """Build the dataset folder OUT from the pool file POOL.
 
     A rerun with the same work dir resumes: cached generations are not asked again.
@@ -108,34 +113,50 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
     \b
     Examples:
         orandcar build samples/pool.jsonl -o OrandCar --work work
+        orandcar build pool.jsonl -o OrandCar --recipe recipes/orandcar.toml --repo my-org/OrandCar
         orandcar build pool.jsonl -o OrandCar --engine replay --replay gens.jsonl \\
             --judge replay --judge-replay verdicts.jsonl --calibrate 60
         orandcar build pool.jsonl -o OrandCar --executor ray --ray-address auto --engine vllm \\
             --engine-option model=Qwen/Qwen3-VL-8B-Thinking --engine-replicas 8 --gpus-per-replica 1
     """
+    from click.core import ParameterSource
+
     from .build import build as run_build, format_summary
     from .dataset.writer import DEFAULT_MAX_SHARD_BYTES
     from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S
+    from .publish import check_repo_id
+    from .recipe import read_recipe, resolve
 
+    ctx = click.get_current_context()
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+    if repo_id is not None:
+        check_repo_id(repo_id)
+    recipe = read_recipe(recipe_path) if recipe_path is not None else None
     options = _engine_options(engine_option)
-    if threads and engine_name == "rapidocr":
-        options["threads"] = threads
+    judge_options = _engine_options(judge_option)
     if replay is not None:
         options["replay"] = replay
-    elif engine_name == "replay":
-        _fail("--engine replay needs --replay FILE")
-    judge_options = _engine_options(judge_option)
     if judge_replay is not None:
         judge_options["replay"] = judge_replay
-    elif judge_name == "replay":
+    resolved = resolve(recipe, engine=engine_name if given("engine_name") else None, engine_options=options,
+                       judge=judge_name if given("judge_name") else None, judge_options=judge_options,
+                       calibration=calibrate if given("calibrate") else None, repo=repo_id)
+    engine_name, judge_name, calibrate = resolved.engine["name"], resolved.judge["name"], resolved.calibration
+    if threads and engine_name == "rapidocr":
+        resolved.engine["threads"] = threads
+    if engine_name == "replay" and "replay" not in resolved.engine:
+        _fail("--engine replay needs --replay FILE")
+    if judge_name == "replay" and "replay" not in resolved.judge:
         _fail("--judge replay needs --judge-replay FILE")
     if calibrate and judge_name == "none":
         _fail("--calibrate needs a judge (--judge same, or a judge engine)")
     if executor == "local" and (ray_address or engine_replicas != 1 or gpus_per_replica):
         _fail("--ray-address, --engine-replicas and --gpus-per-replica need --executor ray")
     try:
-        result = run_build(pool, out, work=work, engine_name=engine_name, engine_options=options,
-                           judge=judge_name, judge_options=judge_options, calibrate=calibrate, limit=limit,
+        result = run_build(pool, out, work=work, recipe=resolved, limit=limit,
                            max_shard_bytes=max_shard_bytes or DEFAULT_MAX_SHARD_BYTES, progress=progress,
                            use_cache=not no_cache, export_generations=export_generations, executor=executor,
                            ray_address=ray_address, engine_replicas=engine_replicas,

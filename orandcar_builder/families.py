@@ -6,9 +6,13 @@ result, byte for byte.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional
 
 from .errors import UnknownNameError
+
+DEFAULT_SEPARATOR = "\n"  # between the question (with its options) and the instruction
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,7 @@ class Family:
     rule: str
     instruction: str
     description: str
+    separator: str = DEFAULT_SEPARATOR
 
 
 FAMILIES: dict[str, Family] = {}
@@ -96,6 +101,24 @@ register(
         description="Any other question with a short answer that must match the reference exactly.",
     )
 )
+
+
+@contextlib.contextmanager
+def families_in_use(families: Optional[Iterable[Family]]) -> Iterator[None]:
+    """Make ``families`` (a build recipe's: changed instructions, separators or rules, and new
+    families with an existing rule) the registry for the duration of the block, then restore the
+    code's own. ``None`` changes nothing. A build runs inside it; so does each Ray worker."""
+    if families is None:
+        yield
+        return
+    saved = dict(FAMILIES)
+    try:
+        for family in families:
+            FAMILIES[family.name] = family
+        yield
+    finally:
+        FAMILIES.clear()
+        FAMILIES.update(saved)
 
 
 # An item that carries lettered options (its own, or rendered by the multiple-choice

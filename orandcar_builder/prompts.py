@@ -14,7 +14,7 @@ from .families import get_family
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 # A question already carrying a lettered block ("A. cat", "(A) cat", "A) cat", "A: cat" on their own lines).
 _LETTERED_LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+\S", re.MULTILINE)
-INSTRUCTION_SEPARATOR = "\n"
+INSTRUCTION_SEPARATOR = "\n"  # between the question and its option block
 
 
 def option_block(options: Sequence[str]) -> str:
@@ -32,11 +32,13 @@ def has_lettered_block(question: str) -> bool:
 
 
 def question_text(question: str, family: str, options: Optional[Sequence[str]] = None) -> str:
-    """Source question, its options as a lettered block (when not already there), the instruction."""
-    parts = [question.rstrip()]
+    """Source question, its options as a lettered block on the next line (when not already
+    there), then the family's instruction after the family's separator (a newline unless a recipe
+    says otherwise)."""
+    text = question.rstrip()
     if options and not has_lettered_block(question):
-        parts.append(option_block(options))
-    instruction = get_family(family).instruction
-    if instruction:
-        parts.append(instruction)
-    return INSTRUCTION_SEPARATOR.join(parts)
+        text += INSTRUCTION_SEPARATOR + option_block(options)
+    settings = get_family(family)
+    if settings.instruction:
+        text += settings.separator + settings.instruction
+    return text

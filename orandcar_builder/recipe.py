@@ -30,6 +30,7 @@ from .errors import OrandCarError
 RECIPE_FORMAT = 1  # the ``format`` a recipe declares; a later, incompatible layout gets a new number
 DEFAULT_SEPARATOR = "\n"  # between the question (with its options) and the family's instruction
 SHIPPED_RECIPE = "orandcar.toml"  # recipes/orandcar.toml: the published dataset's recipe
+DEFAULTS_SOURCE = "(defaults)"  # the source of the recipe a build without a recipe file runs
 
 _SCALAR = {"type": ["string", "number", "boolean"]}
 _OPTION_VALUE = {"anyOf": [_SCALAR, {"type": "array"}, {"type": "object"}]}
@@ -142,6 +143,14 @@ class Recipe:
     def card_options(self) -> dict:
         """The dataset section without ``repo``: the keyword arguments of ``card.CardOptions``."""
         return {k: v for k, v in self.dataset.items() if k != "repo"}
+
+    def family_registry(self) -> tuple:
+        """The families as ``families.Family`` records, for ``families.families_in_use``."""
+        from .families import FAMILIES, Family
+
+        return tuple(Family(name=f.name, rule=f.rule, instruction=f.instruction, separator=f.separator,
+                            description=f.description or (FAMILIES[f.name].description if f.name in FAMILIES else ""))
+                     for f in self.families.values())
 
     def to_dict(self) -> dict:
         """The recipe as resolved (what work/manifest.json and the card record)."""
@@ -386,3 +395,97 @@ def shipped_recipe_path() -> Path:
     from .shipped import shipped_dir
 
     return shipped_dir("recipes") / SHIPPED_RECIPE
+
+
+# --- resolving against the command line ------------------------------------------------------------
+
+DEFAULT_ENGINE = "rapidocr"
+DEFAULT_JUDGE = "none"
+
+
+def resolve(recipe: Optional[Recipe], *, engine: Optional[str] = None, engine_options: Optional[dict] = None,
+            judge: Optional[str] = None, judge_options: Optional[dict] = None, calibration: Optional[int] = None,
+            repo: Optional[str] = None) -> Recipe:
+    """The recipe a build runs: ``recipe`` (or the code's defaults) with the command line over it.
+
+    ``engine`` (given on the command line) replaces the recipe's whole engine section, options
+    included; ``engine_options`` alone are merged over the recipe's. The same holds for ``judge``
+    and ``judge_options``. ``calibration`` and ``repo`` replace the recipe's values when given; a
+    judge turned off (``none``) leaves no calibration unless ``calibration`` asks for one.
+    """
+    if recipe is None:
+        recipe = _resolve({}, DEFAULTS_SOURCE)
+    engine_section = ({"name": engine} if engine is not None
+                      else dict(recipe.engine) if recipe.engine is not None else {"name": DEFAULT_ENGINE})
+    engine_section.update(engine_options or {})
+    judge_section = ({"name": judge} if judge is not None
+                     else dict(recipe.judge) if recipe.judge is not None else {"name": DEFAULT_JUDGE})
+    judge_section.update(judge_options or {})
+    dataset = dict(recipe.dataset)
+    if repo is not None:
+        dataset["repo"] = repo
+    size = calibration if calibration is not None else recipe.calibration if recipe.calibration is not None else 0
+    if calibration is None and judge_section["name"] == DEFAULT_JUDGE:
+        size = 0  # the judge was turned off over the recipe: nothing left to calibrate
+    return Recipe(source=recipe.source, dataset=dataset, engine=engine_section, judge=judge_section,
+                  calibration=size, families=dict(recipe.families), changed_families=recipe.changed_families)
+
+
+def options_of(section: dict) -> dict:
+    """An engine or judge section without its ``name``: the engine's keyword options."""
+    return {k: v for k, v in section.items() if k != "name"}
+
+
+# --- writing TOML (tomllib only reads) -------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else _toml_string(key)
+
+
+def _toml_string(text: str) -> str:
+    import json
+
+    # JSON escapes what TOML requires escaped, except DEL
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if value == value and value not in (float("inf"), float("-inf")) else (
+            "nan" if value != value else "inf" if value > 0 else "-inf")
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items()
+                                if v is not None) + " }" if value else "{}"
+    return _toml_string(str(value))
+
+
+def to_toml(data: dict) -> str:
+    """``data`` (a resolved recipe) as TOML text that ``tomllib`` reads back equal: top-level
+    values first, then one ``[table]`` per section and one ``[families.NAME]`` per family; deeper
+    mappings inline. ``None`` values are left out (TOML has no null)."""
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict) and v is not None]
+    for section, value in data.items():
+        if not isinstance(value, dict):
+            continue
+        if section == "families":
+            nested, plain = dict(value), {}
+        else:
+            nested, plain = {}, value
+        if plain or not nested:
+            lines += ["", f"[{_toml_key(section)}]"]
+            lines += [f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in plain.items() if v is not None]
+        for name, table in nested.items():
+            lines += ["", f"[{_toml_key(section)}.{_toml_key(str(name))}]"]
+            lines += [f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in table.items() if v is not None]
+    return "\n".join(lines).lstrip("\n") + "\n"

@@ -175,3 +175,51 @@ def version_entry(tag: str, previous: Optional[str], summary: dict) -> dict:
     entry = {"tag": tag, "previous": previous}
     entry.update(summary)
     return entry
+
+
+# --- How to reproduce ----------------------------------------------------------------------------
+
+def reproduce_context(report: dict) -> Optional[dict]:
+    """What the card's "How to reproduce" section shows, from the build report: the recipe the
+    build ran (as TOML), the command, and the versions; None for a report without a recipe."""
+    recipe = report.get("recipe")
+    if not isinstance(recipe, dict):
+        return None
+    from .recipe import to_toml
+
+    reproduce = report.get("reproduce") if isinstance(report.get("reproduce"), dict) else {}
+    versions = reproduce.get("versions") if isinstance(reproduce.get("versions"), dict) else {}
+    return {
+        "toml": to_toml(recipe),
+        "command": reproduce.get("command"),
+        "recipe_file": reproduce.get("recipe_file"),
+        "versions": list(versions.items()),
+        "builder": versions.get("orandcar-builder"),
+    }
+
+
+def recorded_families(folder) -> Optional[tuple]:
+    """The families (``families.Family``) the build of dataset ``folder`` ran with, as its card
+    records them (``orandcar_build.recipe.families``), so ``validate`` and ``recheck`` know a
+    family a recipe added and decide with the rule the recipe gave; None when the card records none."""
+    from pathlib import Path
+
+    from .families import FAMILIES, Family
+
+    try:
+        header, _ = split_card((Path(folder) / "README.md").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, CardFormatError):
+        return None
+    recipe = card_settings(header).get("recipe")
+    families = recipe.get("families") if isinstance(recipe, dict) else None
+    if not isinstance(families, dict):
+        return None
+    out = []
+    for name, settings in families.items():
+        if not isinstance(settings, dict) or not isinstance(settings.get("rule"), str):
+            continue
+        code = FAMILIES.get(name)
+        out.append(Family(name=str(name), rule=settings["rule"], instruction=str(settings.get("instruction", "")),
+                          separator=str(settings.get("separator", "\n")),
+                          description=code.description if code else str(settings.get("description", ""))))
+    return tuple(out) or None

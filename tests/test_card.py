@@ -68,7 +68,7 @@ def test_golden_sample_card(sample_card):
 
 def test_card_sections(sample_card):
     assert sections(sample_card) == [
-        "At a glance", "How the data was produced", "What `answer` holds", "How a match is decided",
+        "At a glance", "How the data was produced", "How to reproduce", "What `answer` holds", "How a match is decided",
         "Second pass: the judge", "Cleaning", "Counts per family", "Schema", "Examples", "Access and license",
     ]
 

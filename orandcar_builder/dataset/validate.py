@@ -352,7 +352,11 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     shards_by_config = {}
     # "config/sha256" -> where the image's first row in that config is. One map for the folder:
     # past its threshold it holds a fixed Bloom filter and page cache, paid once, not per config.
-    with SpillMap() as seen_images:
+    from ..families import families_in_use
+    from ..release import recorded_families
+
+    # a family the build's recipe added is known (the card records the recipe)
+    with families_in_use(recorded_families(folder) if header is not None else None), SpillMap() as seen_images:
         for config in CONFIGS:
             shards, name_problems = _check_shard_names(folder, config)
             shards_by_config[config] = shards

@@ -43,6 +43,7 @@ class GenerationStage:
     chunk_size: int = CHUNK_SIZE
     progress: Callable[[CacheStats], None] = lambda stats: None
     timings: dict[str, float] = field(default_factory=dict)
+    families: Optional[tuple] = None  # a recipe's families (families.Family), for workers in other processes
 
     def add_time(self, name: str, seconds: float) -> None:
         self.timings[name] = self.timings.get(name, 0.0) + seconds

@@ -73,7 +73,11 @@ class GenerateAndDecide:
     """The Ray Data actor: one engine per actor; ``__call__`` takes a batch of admitted rows and
     returns their decision records plus the generations (as JSON) for the driver's cache."""
 
-    def __init__(self, factory, expected_engine: str):
+    def __init__(self, factory, expected_engine: str, families=None):
+        if families is not None:  # a recipe's family settings: this worker composes the same prompts
+            from ..families import FAMILIES
+
+            FAMILIES.update({family.name: family for family in families})
         self.engine = factory.create()
         fingerprint = self.engine.fingerprint()
         if engine_hash(fingerprint) != expected_engine:
@@ -266,7 +270,8 @@ class RayExecutor:
                 refs.append(self.ray.put(pa.Table.from_batches([batch])))
         dataset = ray.data.from_arrow_refs(refs)
         options: dict[str, Any] = dict(
-            fn_constructor_kwargs={"factory": stage.factory, "expected_engine": engine_hash(fingerprint)},
+            fn_constructor_kwargs={"factory": stage.factory, "expected_engine": engine_hash(fingerprint),
+                                   "families": stage.families},
             batch_size=stage.batch_size, batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=self.replicas), num_cpus=self.cpus_per_replica,
         )

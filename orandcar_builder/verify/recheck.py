@@ -218,7 +218,16 @@ def _rule_of(family: str, has_options: bool) -> tuple[str, str]:
 
 
 def _recheck_shard(folder: Path, config: str, path: Path) -> RecheckReport:
-    """The report of one shard alone (the unit of work of ``recheck``)."""
+    """The report of one shard alone (the unit of work of ``recheck``), with the families the
+    build's recipe gave (as the card records them)."""
+    from ..families import families_in_use
+    from ..release import recorded_families
+
+    with families_in_use(recorded_families(folder)):
+        return _recheck_shard_items(folder, config, path)
+
+
+def _recheck_shard_items(folder: Path, config: str, path: Path) -> RecheckReport:
     report = RecheckReport(folder=folder)
     shard = path.relative_to(folder).as_posix()
     report.shards.append(shard)
