@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
-from .engines.base import Engine
+from .engines.base import Engine, EngineContractError
 from .errors import OrandCarError
 from .records import Generation, Request
 
@@ -51,10 +51,6 @@ CREATE TABLE IF NOT EXISTS engines (
 
 class CacheError(OrandCarError):
     """A cache file that cannot be used; the message names it."""
-
-
-class EngineContractError(OrandCarError):
-    """An engine answered with the wrong number of generations or out of order."""
 
 
 def _canonical(obj: object) -> str:
