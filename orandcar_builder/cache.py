@@ -7,7 +7,8 @@ of the same image share one generation.
 
 Writes are atomic: each batch is one transaction in a write-ahead-logged database, so a process
 killed at any point (SIGKILL included) leaves every earlier batch intact and none of its
-current one; the next run asks the engine only for what is missing. The judge pass uses the
+current one; the next run asks the engine only for what is missing. A streaming build commits
+through ``CommitBuffer``: small transactions as generations finish, bounded by count and time. The judge pass uses the
 same cache with the judge engine's fingerprint.
 """
 
@@ -17,6 +18,8 @@ import hashlib
 import json
 import os
 import sqlite3
+import threading
+import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
@@ -33,6 +36,9 @@ RECORD_ONLY_KEYS = ("reproducibility",)
 COMPLETE_FINISH_REASONS = ("stop", "length")
 # SQLite's default limit on bound parameters is 999 in old builds; stay under it.
 _LOOKUP_CHUNK = 500
+# A streaming build commits its finished generations at least this often (count, seconds).
+COMMIT_ENTRIES = 64
+COMMIT_SECONDS = 0.05
 _GENERATION_FIELDS = {f.name for f in fields(Generation)}
 
 _SCHEMA = """
@@ -220,6 +226,109 @@ class GenerationCache:
 
     def put(self, fingerprint: dict, key: str, generation: Generation) -> None:
         self.put_many(fingerprint, [(key, generation)])
+
+    def present(self, keys: Iterable[str]) -> set[str]:
+        """The keys among ``keys`` that the cache holds (without reading their generations)."""
+        keys = list(dict.fromkeys(keys))
+        found: set[str] = set()
+        for start in range(0, len(keys), _LOOKUP_CHUNK):
+            chunk = keys[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            found.update(row[0] for row in self.connection.execute(
+                f"SELECT key FROM generations WHERE key IN ({marks})", chunk))
+        return found
+
+
+class CommitBuffer:
+    """Finished generations committed to a cache file in small transactions as they arrive: at
+    most ``max_entries`` per transaction, and none waits longer than ``max_seconds``, so a process
+    killed at any moment loses only what was in flight and the last fraction of a second.
+
+    The writes run on a thread of its own with its own connection (the caller never waits on the
+    disk); ``get(key)`` sees an entry from the moment it is added. ``close()`` commits the rest
+    and raises any error the writer met (a full disk, say); ``add`` raises it too once known.
+    """
+
+    def __init__(self, path: str | os.PathLike, fingerprint: dict, *, max_entries: int = COMMIT_ENTRIES,
+                 max_seconds: float = COMMIT_SECONDS, stats: Optional["CacheStats"] = None):
+        if max_entries < 1 or max_seconds <= 0:
+            raise ValueError("a commit buffer needs max_entries >= 1 and max_seconds > 0")
+        self.path, self.fingerprint = str(path), fingerprint
+        self.max_entries, self.max_seconds = max_entries, max_seconds
+        self.stats = stats
+        self._pending: dict[str, Generation] = {}  # added, not yet committed
+        self._since: Optional[float] = None  # when the oldest pending entry was added
+        self._cond = threading.Condition()
+        self._closing = False
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name="cache-commits", daemon=True)
+        self._thread.start()
+
+    def add(self, key: str, generation: Generation) -> None:
+        if not is_complete(generation):
+            raise ValueError(f"generation {generation.item_id!r} is incomplete (finish_reason {generation.finish_reason!r})")
+        with self._cond:
+            self._raise_error()
+            first = self._since is None
+            if first:
+                self._since = time.monotonic()
+            self._pending[key] = generation
+            if first or len(self._pending) >= self.max_entries:
+                self._cond.notify()  # the writer sets its timer by the first, commits at the count
+
+    def get(self, key: str) -> Optional[Generation]:
+        with self._cond:
+            return self._pending.get(key)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+        with self._cond:
+            self._raise_error()
+
+    def __enter__(self) -> "CommitBuffer":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise CacheError(f"{self.path}: cannot store generations ({type(error).__name__}: {error})") from error
+
+    def _run(self) -> None:
+        try:
+            with GenerationCache(self.path) as cache:
+                while True:
+                    with self._cond:
+                        while not self._ready():
+                            timeout = None if self._since is None else self._since + self.max_seconds - time.monotonic()
+                            self._cond.wait(timeout)
+                        closing = self._closing
+                        entries = list(self._pending.items())[: self.max_entries]
+                    if entries:
+                        cache.put_many(self.fingerprint, entries)
+                    with self._cond:
+                        for key, _ in entries:
+                            self._pending.pop(key, None)
+                        self._since = time.monotonic() if self._pending else None
+                        if self.stats is not None and entries:
+                            self.stats.stored += len(entries)
+                            self.stats.batches += 1
+                        if closing and not self._pending:
+                            return
+        except BaseException as exc:  # handed to the caller's thread
+            with self._cond:
+                self._error = exc
+                self._pending.clear()
+
+    def _ready(self) -> bool:
+        if self._closing or len(self._pending) >= self.max_entries:
+            return True
+        return self._since is not None and time.monotonic() - self._since >= self.max_seconds
 
 
 def _check_batch(batch: Sequence[Request], generations: Sequence[Generation], engine: Engine) -> None:
