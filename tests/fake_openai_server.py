@@ -123,6 +123,11 @@ def completion_body(model: str, body: dict, reasoning_field: Optional[str], seri
     }
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # the listen backlog: a client may open many connections at once
+
+
 class FakeOpenAIServer:
     """Start with ``with FakeOpenAIServer() as server:``; ``server.url`` is the base URL."""
 
@@ -137,8 +142,7 @@ class FakeOpenAIServer:
         self.in_flight = 0
         self.max_in_flight = 0  # the most chat requests the server held at once
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", port), self._handler_class())
         self._thread: Optional[threading.Thread] = None
 
     @property

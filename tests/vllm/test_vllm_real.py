@@ -66,14 +66,14 @@ def requests_(tmp_path_factory) -> list[Request]:
 
 @pytest.fixture(scope="module")
 def engine(tiny_model) -> VLLMEngine:
-    # chunk_size 2: five requests go through LLM.chat in three chunks.
-    return VLLMEngine(str(tiny_model), max_tokens=16, max_model_len=MAX_MODEL_LEN, chunk_size=2,
+    # concurrency 2: five requests stream through vLLM's engine, at most two queued at once.
+    return VLLMEngine(str(tiny_model), max_tokens=16, max_model_len=MAX_MODEL_LEN, concurrency=2,
                       llm_kwargs={"enforce_eager": True})
 
 
 def sibling(engine: VLLMEngine, **options) -> VLLMEngine:
     """Another engine over the same started LLM, differing in the given settings."""
-    settings = dict(max_tokens=engine.max_tokens, max_model_len=MAX_MODEL_LEN, chunk_size=engine.chunk_size)
+    settings = dict(max_tokens=engine.max_tokens, max_model_len=MAX_MODEL_LEN, concurrency=engine.concurrency)
     settings.update(options)
     return VLLMEngine(engine.model, llm=engine.llm, **settings)
 
@@ -89,6 +89,18 @@ def test_offline_chat_records_prompt_order_split_and_tokens(engine, requests_):
         assert gen.model == engine.model and gen.revision == ""
     # image tokens are expanded in the token count, not in the prompt text
     assert gens[0].prompt_tokens > len(gens[0].prompt.split())
+
+
+def test_stream_renders_and_answers_as_llm_chat_does(engine, requests_):
+    """The streaming path (LLM.enqueue_chat + LLMEngine.step) gives what LLM.chat gives."""
+    kwargs = {"chat_template_kwargs": engine.chat_template_kwargs, "use_tqdm": False}
+    outputs = engine.llm.chat([engine.conversation(r) for r in requests_], engine.sampling_params(), **kwargs)
+    gens = engine.generate(requests_)
+    assert [g.prompt for g in gens] == [o.prompt for o in outputs]
+    assert [(g.text, g.finish_reason) for g in gens] == [(o.outputs[0].text, o.outputs[0].finish_reason) for o in outputs]
+    completions = list(sibling(engine, concurrency=None).stream(iter(requests_)))
+    assert sorted(c.request.item_id for c in completions) == sorted(r.item_id for r in requests_)
+    assert all(c.ok for c in completions)
 
 
 def test_length_limit_inside_thinking_is_truncated(engine, requests_):
