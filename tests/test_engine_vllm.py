@@ -310,3 +310,27 @@ def test_an_engine_that_fails_to_start_stops_before_any_request(fake_vllm, model
     with pytest.raises(EngineUnavailable, match="could not start model .*out of memory"):
         list(VLLMEngine(str(model_dir)).stream(feed()))
     assert pulled == [0]
+
+
+def test_streams_on_several_threads_share_one_engine(fake_vllm, model_dir):
+    """A Ray actor runs several batches at once on one engine: each stream gets exactly its own
+    requests back, whichever thread stepped the engine."""
+    import threading
+
+    engine = VLLMEngine(str(model_dir), concurrency=3)
+    results = {}
+
+    def run(name):
+        requests = [req(f"{name}-{i}", f"Question {name} {i}{'!' * (i % 3)}?") for i in range(15)]
+        results[name] = [(c.request.item_id, c.ok and c.generation.answer == f"A:{c.request.question}")
+                         for c in engine.stream(iter(requests))]
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in "abcd"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for name in "abcd":
+        assert sorted(item for item, _ in results[name]) == sorted(f"{name}-{i}" for i in range(15))
+        assert all(ok for _, ok in results[name])
+    assert len(StubLLM.instances) == 1

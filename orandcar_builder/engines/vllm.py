@@ -24,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import queue
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -37,6 +39,8 @@ DEFAULT_MAX_TOKENS = 16384
 DEFAULT_SEED = 0
 # The window is this many times vLLM's max_num_seqs: a queue waits whenever a slot frees.
 WINDOW_PER_SLOT = 2
+# Seconds a stream waits for the step lock or for its inbox before looking again.
+ROUTE_WAIT_S = 0.05
 DEFAULT_CHAT_TEMPLATE_KWARGS = {"enable_thinking": True}
 DEFAULT_LIMIT_MM_PER_PROMPT = {"image": 1}
 IMAGE_TRANSPORTS = ("pil", "data_url")
@@ -177,6 +181,11 @@ class VLLMEngine:
             self.model_digest = None
         # An already started vllm.LLM of this model may be shared (sampling is per call).
         self._llm: Any = llm
+        # Streams may run on several threads (a Ray actor with several batches in flight): one
+        # at a time queues or steps; each finished output goes to the inbox of its stream.
+        self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._inboxes: dict[str, Any] = {}
         self._parser: Any = None
         self._fingerprint: Optional[dict] = None
 
@@ -209,6 +218,12 @@ class VLLMEngine:
     @property
     def llm(self) -> Any:
         """The ``vllm.LLM``, started on first use (loading weights takes a while)."""
+        with self._start_lock:
+            if self._llm is None:
+                self._start()
+        return self._llm
+
+    def _start(self) -> None:
         if self._llm is None:
             kwargs = {
                 "model": self.model,
@@ -228,7 +243,6 @@ class VLLMEngine:
                 self._llm = self._vllm.LLM(**kwargs)
             except Exception as exc:  # weights missing, out of memory, a bad setting: nothing can run
                 raise EngineUnavailable(f"vLLM could not start model {self.model!r}: {error_text(exc)}") from exc
-        return self._llm
 
     def sampling_params(self) -> Any:
         return self._vllm.SamplingParams(temperature=0.0, max_tokens=self.max_tokens, seed=self.seed)
@@ -284,6 +298,7 @@ class VLLMEngine:
         if self.chat_template is not None:
             kwargs["chat_template"] = self.chat_template
         queued: dict[str, Request] = {}
+        inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # this stream's finished outputs
         pending: Optional[Request] = first
         exhausted = False
         try:
@@ -294,7 +309,10 @@ class VLLMEngine:
                         exhausted = True
                         break
                     try:
-                        (request_id,) = enqueue([self.conversation(request)], params, **kwargs)
+                        conversation = self.conversation(request)  # decodes the image, outside the lock
+                        with self._lock:
+                            (request_id,) = enqueue([conversation], params, **kwargs)
+                            self._inboxes[str(request_id)] = inbox
                     except FATAL_ERRORS:
                         raise
                     except Exception as exc:  # rendering refused this request only
@@ -303,12 +321,8 @@ class VLLMEngine:
                     queued[str(request_id)] = request
                 if not queued:
                     return
-                for output in engine.step():
-                    if not getattr(output, "finished", True):
-                        continue
-                    request = queued.pop(str(output.request_id), None)
-                    if request is None:
-                        continue  # not one of ours (a shared engine)
+                for output in self._finished(engine, inbox):
+                    request = queued.pop(str(output.request_id))
                     try:
                         generation = self._generation(request, output, parser)
                     except Exception as exc:
@@ -317,7 +331,33 @@ class VLLMEngine:
                     yield Completion(request, generation)
         finally:
             if queued:
-                engine.abort_request(list(queued))
+                with self._lock:
+                    for request_id in queued:
+                        self._inboxes.pop(request_id, None)
+                    engine.abort_request(list(queued))
+
+    def _finished(self, engine: Any, inbox: "queue.SimpleQueue[Any]") -> list[Any]:
+        """The outputs finished for one stream: those another stream's step already routed to
+        ``inbox``, else one ``step()`` of the engine (one stream steps at a time; outputs of the
+        others' requests go to their inboxes), else a short wait for another stream's step."""
+        found = _drain(inbox)
+        if found:
+            return found
+        if self._lock.acquire(timeout=ROUTE_WAIT_S):
+            try:
+                for output in engine.step():
+                    if not getattr(output, "finished", True):
+                        continue
+                    owner = self._inboxes.pop(str(output.request_id), None)
+                    if owner is not None:  # else not ours (a shared engine)
+                        owner.put(output)
+            finally:
+                self._lock.release()
+            return _drain(inbox)
+        try:
+            return [inbox.get(timeout=ROUTE_WAIT_S)] + _drain(inbox)
+        except queue.Empty:
+            return []
 
     def _generation(self, request: Request, output: Any, parser: Any) -> Generation:
         completion = output.outputs[0]
@@ -332,3 +372,12 @@ class VLLMEngine:
             prompt_tokens=len(output.prompt_token_ids) if output.prompt_token_ids is not None else None,
             completion_tokens=len(completion.token_ids) if completion.token_ids is not None else None,
         )
+
+
+def _drain(inbox: "queue.SimpleQueue[Any]") -> list[Any]:
+    found = []
+    while True:
+        try:
+            found.append(inbox.get_nowait())
+        except queue.Empty:
+            return found
