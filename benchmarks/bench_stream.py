@@ -76,6 +76,8 @@ def run_vllm(args, root: Path, pool: Path, batcher: ContinuousBatcher) -> dict:
         sys.modules["vllm"] = stub
     from standin import StandInLLM
 
+    for name in [m for m in sys.modules if m == "orandcar_builder" or m.startswith("orandcar_builder.")]:
+        del sys.modules[name]  # import the tree given by --source
     from orandcar_builder.engines.vllm import VLLMEngine
     from orandcar_builder.images import ImageRef
     from orandcar_builder.records import Request
@@ -86,13 +88,17 @@ def run_vllm(args, root: Path, pool: Path, batcher: ContinuousBatcher) -> dict:
                         ImageRef.from_file(root / "img" / f"{i}.png")) for i in range(args.requests)]
     batcher.start()
     try:
-        engine = VLLMEngine(str(root / "model"), llm=StandInLLM(batcher), concurrency=args.concurrency or None)
+        options = {"concurrency": args.concurrency} if args.concurrency else {}
+        engine = VLLMEngine(str(root / "model"), llm=StandInLLM(batcher), **options)
         t0 = time.perf_counter()
-        done = sum(1 for c in engine.stream(iter(requests)) if c.ok)
+        if hasattr(engine, "stream"):
+            done = sum(1 for c in engine.stream(iter(requests)) if c.ok)
+        else:  # the engine before streaming: generate() in LLM.chat chunks, as a build called it
+            done = sum(len(engine.generate(requests[i:i + 32])) for i in range(0, len(requests), 32))
         wall = time.perf_counter() - t0
     finally:
         batcher.stop()
-    return {"stream_s": round(wall, 1), "answered": done, "window": engine.window()}
+    return {"stream_s": round(wall, 1), "answered": done, "window": getattr(engine, "window", lambda: None)()}
 
 
 def main() -> None:

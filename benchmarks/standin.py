@@ -270,6 +270,15 @@ class StandInLLM:
     def enqueue_chat(self, conversations, sampling_params, **kwargs):
         return [self.llm_engine.add(render(conversation)) for conversation in conversations]
 
+    def chat(self, conversations, sampling_params, **kwargs):
+        """``LLM.chat``: queue every conversation, return when all have finished, in order."""
+        ids = [i.split("-", 1)[0] for i in self.enqueue_chat(conversations, sampling_params)]
+        done: dict[str, StandInOutput] = {}
+        while len(done) < len(ids):
+            for output in self.llm_engine.step():
+                done[output.request_id] = output
+        return [done[i] for i in ids]
+
 
 class _StandInLLMEngine:
     def __init__(self, batcher: ContinuousBatcher):
@@ -288,7 +297,7 @@ class _StandInLLMEngine:
                                              [StandInCompletion(answer_text(prompt, tokens), [0] * tokens)]))
 
         self.batcher.submit(prompt, done)
-        return request_id
+        return f"{request_id}-{self._counter:08x}"  # vLLM's internal id; outputs carry the external one
 
     def step(self) -> list:
         try:

@@ -86,7 +86,7 @@ class StubLLMEngine:
         steps = 1 + sum(map(ord, question)) % 4
         self.queued[request_id] = [steps, output]
         self.most_queued = max(self.most_queued, len(self.queued))
-        return request_id
+        return f"{request_id}-{self.counter:08x}"  # vLLM 0.32 hands back its internal id
 
     def step(self):
         done = []

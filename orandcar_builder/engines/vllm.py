@@ -311,14 +311,15 @@ class VLLMEngine:
                     try:
                         conversation = self.conversation(request)  # decodes the image, outside the lock
                         with self._lock:
-                            (request_id,) = enqueue([conversation], params, **kwargs)
-                            self._inboxes[str(request_id)] = inbox
+                            (internal_id,) = enqueue([conversation], params, **kwargs)
+                            request_id = external_id(internal_id)
+                            self._inboxes[request_id] = inbox
                     except FATAL_ERRORS:
                         raise
                     except Exception as exc:  # rendering refused this request only
                         yield Completion(request, error=f"vLLM refused the request: {error_text(exc)}")
                         continue
-                    queued[str(request_id)] = request
+                    queued[request_id] = request
                 if not queued:
                     return
                 for output in self._finished(engine, inbox):
@@ -381,3 +382,10 @@ def _drain(inbox: "queue.SimpleQueue[Any]") -> list[Any]:
             found.append(inbox.get_nowait())
         except queue.Empty:
             return found
+
+
+def external_id(request_id: Any) -> str:
+    """The id vLLM's outputs carry for a request ``LLM.enqueue_chat`` queued: vLLM 0.32 returns
+    its internal id (the external one, which ``LLM`` counts, plus ``-`` and 8 random characters)
+    while ``RequestOutput.request_id`` and ``abort_request`` use the external one."""
+    return str(request_id).split("-", 1)[0]
