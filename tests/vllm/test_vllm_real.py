@@ -246,3 +246,70 @@ def test_fake_server_has_the_real_response_shape(server_url):
 
     assert shape(fake) == shape(real)
     assert real["prompt_text"] == fake["prompt_text"]  # the fake renders the same template
+
+
+# --- kill and resume a streaming build ----------------------------------------------------------
+
+KILL_ITEMS = 120
+
+
+def _cached(work: Path) -> set[str]:
+    import sqlite3
+
+    db = work / "cache" / "generations.sqlite"
+    if not db.exists():
+        return set()
+    try:
+        with sqlite3.connect(db, timeout=30) as con:
+            return {row[0] for row in con.execute("SELECT item_id FROM generations")}
+    except sqlite3.OperationalError:
+        return set()
+
+
+def _vllm_build(pool: Path, out: Path, work: Path, model: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "orandcar_builder.cli", "build", str(pool), "-o", str(out), "--work", str(work),
+               "--engine", "vllm", "--engine-option", f"model={model}", "--engine-option", "max_tokens=16",
+               "--engine-option", f"max_model_len={MAX_MODEL_LEN}", "--engine-option", "concurrency=4",
+               "--engine-option", 'llm_kwargs={"enforce_eager": true}', "--no-progress"]
+    return subprocess.Popen(command, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+
+
+def test_killed_streaming_build_resumes_to_identical_bytes(tiny_model, tmp_path):
+    """``orandcar build --engine vllm`` SIGKILLed while generations stream into the cache, then
+    rerun: the same dataset bytes as an uninterrupted build, and what was cached is kept."""
+    import signal
+
+    images = tmp_path / "img"
+    images.mkdir()
+    lines = []
+    for i in range(KILL_ITEMS):
+        Image.new("RGB", (32 + i % 7, 24), (i % 256, (5 * i) % 256, 90)).save(images / f"{i}.png")
+        lines.append({"id": f"q{i}", "image": f"img/{i}.png", "question": f"What is written on sign {i}?",
+                      "answer": "A", "family": "scene_text"})
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    reference = _vllm_build(pool, tmp_path / "ref", tmp_path / "ref_work", tiny_model)
+    assert reference.wait(timeout=900) == 0, reference.stderr.read().decode()[-3000:]
+
+    work = tmp_path / "work"
+    kills = 0
+    for target in (10, 50):
+        before = _cached(work)
+        proc = _vllm_build(pool, tmp_path / "out", work, tiny_model)
+        while proc.poll() is None and len(_cached(work)) < target:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        kills += proc.wait(timeout=120) == -signal.SIGKILL
+        assert before <= _cached(work)  # nothing committed is lost
+    assert kills == 2, "both runs should have been killed while generating"
+    assert 0 < len(_cached(work)) < KILL_ITEMS
+    final = _vllm_build(pool, tmp_path / "out", work, tiny_model)
+    assert final.wait(timeout=900) == 0, final.stderr.read().decode()[-3000:]
+    report = json.loads((work / "report.json").read_text())
+    assert report["cache"]["generate"]["hits"] >= 50 and report["failed"] == 0
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    files = sorted(p.relative_to(ref) for p in ref.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    for rel in files:
+        assert (ref / rel).read_bytes() == (out / rel).read_bytes(), rel
