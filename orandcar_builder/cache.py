@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
-from .engines.base import Engine, EngineContractError
+from .engines.base import Engine, EngineContractError, EngineRequestError
 from .errors import OrandCarError
 from .records import Generation, Request
 
@@ -356,7 +356,10 @@ def generate_cached(
     the cache lacks (each distinct key once, in batches of ``batch_size``).
 
     Each batch's complete generations are committed before the next batch is asked, so an
-    interrupted call loses at most the batch in flight. A cached generation answering another
+    interrupted call loses at most the batch in flight. An engine with a ``stream`` gets all the
+    missing requests as one stream (its window slides over the whole call) and its generations
+    are committed as they finish (at most COMMIT_ENTRIES / COMMIT_SECONDS apart); requests that
+    failed raise EngineRequestError once the others are done and committed. A cached generation answering another
     item carries the asking request's item id. ``on_batch(stats)`` is called after each batch;
     pass ``stats`` to read the counts afterwards.
     """
@@ -378,6 +381,9 @@ def generate_cached(
     stats.shared += sum(1 for k in keys if k not in known) - len(first_request)
 
     pending = list(first_request.items())
+    if getattr(engine, "stream", None) is not None and pending:
+        results.update(_generate_streamed(engine, pending, cache, fingerprint, stats, on_batch))
+        pending = []
     for start in range(0, len(pending), batch_size):
         chunk = pending[start : start + batch_size]
         batch = [req for _, req in chunk]
@@ -398,3 +404,49 @@ def generate_cached(
         gen = results[key]
         out.append(gen if gen.item_id == req.item_id else replace(gen, item_id=req.item_id))
     return out
+
+
+def _generate_streamed(engine: Engine, pending: list[tuple[str, Request]], cache: GenerationCache, fingerprint: dict,
+                       stats: CacheStats, on_batch: Optional[Callable[[CacheStats], None]]) -> dict[str, Generation]:
+    """``generate_cached``'s path for a streaming engine: the generations of ``pending`` by key."""
+    keys = {id(request): key for key, request in pending}
+    results: dict[str, Generation] = {}
+    failures: dict[str, str] = {}
+    entries: list[tuple[str, Generation]] = []
+    since = time.monotonic()
+
+    def commit() -> None:
+        nonlocal since
+        if entries:
+            stats.stored += cache.put_many(fingerprint, entries)
+            stats.batches += 1
+            entries.clear()
+        since = time.monotonic()
+        if on_batch is not None:
+            on_batch(stats)
+
+    for completion in engine.stream(request for _, request in pending):  # type: ignore[attr-defined]
+        key = keys.pop(id(completion.request), None)
+        if key is None:
+            raise EngineContractError(f"engine {engine.kind!r} answered {completion.request.item_id!r}, which was not asked")
+        stats.asked += 1
+        generation = completion.generation
+        if generation is None:
+            failures[completion.request.item_id] = completion.error or "failed"
+            continue
+        if generation.item_id != completion.request.item_id:
+            raise EngineContractError(f"engine {engine.kind!r} answered {generation.item_id!r} where "
+                                      f"{completion.request.item_id!r} was asked: order not kept")
+        results[key] = generation
+        if is_complete(generation):
+            entries.append((key, generation))
+        else:
+            stats.uncached += 1
+        if len(entries) >= COMMIT_ENTRIES or time.monotonic() - since >= COMMIT_SECONDS:
+            commit()
+    commit()
+    if keys:
+        raise EngineContractError(f"engine {engine.kind!r} ended its stream with {len(keys)} request(s) unanswered")
+    if failures:
+        raise EngineRequestError(failures)
+    return results
