@@ -254,6 +254,7 @@ class CommitBuffer:
         if max_entries < 1 or max_seconds <= 0:
             raise ValueError("a commit buffer needs max_entries >= 1 and max_seconds > 0")
         self.path, self.fingerprint = str(path), fingerprint
+        GenerationCache(self.path).close()  # a file that is no cache fails here, in the caller
         self.max_entries, self.max_seconds = max_entries, max_seconds
         self.stats = stats
         self._pending: dict[str, Generation] = {}  # added, not yet committed

@@ -184,13 +184,24 @@ def test_commit_buffer_commits_by_time(tmp_path):
         assert "k" in _keys_in(path)
 
 
-def test_commit_buffer_reports_a_write_error(tmp_path):
+def test_commit_buffer_refuses_a_file_that_is_no_cache(tmp_path):
     path = tmp_path / "c.sqlite"
     path.write_text("not a database" * 100)
-    buffer = CommitBuffer(path, {"kind": "x"})
-    buffer.add("k", _gen(0))
     with pytest.raises(CacheError, match="c.sqlite"):
-        buffer.close()
+        CommitBuffer(path, {"kind": "x"})
+
+
+def test_commit_buffer_reports_a_write_error(tmp_path, monkeypatch):
+    from orandcar_builder.cache import GenerationCache
+
+    def full(self, fingerprint, entries):
+        raise OSError(28, "No space left on device")
+
+    buffer = CommitBuffer(tmp_path / "c.sqlite", {"kind": "x"})
+    monkeypatch.setattr(GenerationCache, "put_many", full)
+    with pytest.raises(CacheError, match="c.sqlite: cannot store generations .*No space left"):
+        buffer.add("k", _gen(0))
+        buffer.close()  # the error surfaces here, or at the add after the writer met it
 
 
 def test_commit_buffer_refuses_an_incomplete_generation(tmp_path):
