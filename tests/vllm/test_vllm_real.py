@@ -271,13 +271,15 @@ def _vllm_build(pool: Path, out: Path, work: Path, model: Path) -> subprocess.Po
                "--engine", "vllm", "--engine-option", f"model={model}", "--engine-option", "max_tokens=16",
                "--engine-option", f"max_model_len={MAX_MODEL_LEN}", "--engine-option", "concurrency=4",
                "--engine-option", 'llm_kwargs={"enforce_eager": true}', "--no-progress"]
+    # A session of its own: the kill takes vLLM's engine-core processes too, as a lost machine would.
     return subprocess.Popen(command, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, start_new_session=True)
 
 
 def test_killed_streaming_build_resumes_to_identical_bytes(tiny_model, tmp_path):
     """``orandcar build --engine vllm`` SIGKILLed while generations stream into the cache, then
     rerun: the same dataset bytes as an uninterrupted build, and what was cached is kept."""
+    import os
     import signal
 
     images = tmp_path / "img"
@@ -299,7 +301,7 @@ def test_killed_streaming_build_resumes_to_identical_bytes(tiny_model, tmp_path)
         proc = _vllm_build(pool, tmp_path / "out", work, tiny_model)
         while proc.poll() is None and len(_cached(work)) < target:
             time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
         kills += proc.wait(timeout=120) == -signal.SIGKILL
         assert before <= _cached(work)  # nothing committed is lost
     assert kills == 2, "both runs should have been killed while generating"
