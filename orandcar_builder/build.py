@@ -47,6 +47,7 @@ from .errors import OrandCarError
 from .executors import EngineFactory, Executor, GenerationStage, get_executor
 from .executors.base import CHUNK_SIZE
 from .executors.local import generate
+from .executors.ordering import sort_by_order
 from .executors.steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_row, apply_verdict, decide,
                               decision_from_row, generation_from_row, make_request, with_verdict)
 from .families import families_in_use, rule_for
@@ -209,10 +210,11 @@ class _GenerationFacts:
 def _generation_stage(executor: Executor, stage: GenerationStage, total: int, progress: bool,
                       export_generations: Optional[Path]) -> _GenerationFacts:
     """work/decisions.parquet (before the judge), prompts.jsonl, unsupported.jsonl, failed.jsonl
-    and the optional replay export, from the executor's chunks in pool order."""
+    and the optional replay export. The executor's chunks come in the order generations finished;
+    they are written as they come, sorted into pool order on disk (``sort_by_order``), and the
+    other files are written from the sorted decisions, so every file is in pool order."""
     from tqdm import tqdm
 
-    facts = _GenerationFacts()
     work = stage.work
     with tqdm(total=total, desc="generate", unit="qa", disable=not progress, file=sys.stderr) as bar:
         def advance(stats: CacheStats) -> None:
@@ -220,30 +222,44 @@ def _generation_stage(executor: Executor, stage: GenerationStage, total: int, pr
             bar.refresh()
 
         stage.progress = advance
-        with _Files(decisions=_ParquetFile(work / "decisions.parquet", DECISION_SCHEMA),
-                    prompts=_JsonlFile(work / "prompts.jsonl"),
-                    unsupported=_JsonlFile(work / "unsupported.jsonl"),
-                    failed=_JsonlFile(work / "failed.jsonl"),
-                    export=_ReplayExport(export_generations) if export_generations is not None else None) as files:
+        unsorted = work / "decisions.unsorted.parquet"
+        with _Files(decisions=_ParquetFile(unsorted, DECISION_SCHEMA)) as files:
             for chunk in executor.run(stage):
                 files.decisions.write_rows(chunk.rows)
-                for request, generation, row in zip(chunk.requests, chunk.generations, chunk.rows):
-                    if row["route"] == FAILED:
-                        files.failed.write({"id": request.item_id, "reason": row["reason"], "detail": row["error"]})
-                        facts.failed += 1
-                        continue
-                    files.prompts.write({"id": request.item_id, "question": request.question, "prompt": generation.prompt})
-                    if generation.unsupported:
-                        files.unsupported.write({"id": generation.item_id, "family": request.family,
-                                                 "explanation": generation.unsupported})
-                    if files.export is not None:
-                        files.export.add(generation, request.question)
-                    if generation.model:
-                        facts.models.add(generation.model)
-                    if generation.revision:
-                        facts.revisions.add(generation.revision)
         bar.n = total
         bar.refresh()
+    t0 = time.perf_counter()
+    sort_by_order(unsorted, work / "decisions.parquet")
+    facts = _side_files(work, export_generations)
+    stage.add_time("order", time.perf_counter() - t0)
+    return facts
+
+
+def _side_files(work: Path, export_generations: Optional[Path]) -> _GenerationFacts:
+    """prompts.jsonl, unsupported.jsonl, failed.jsonl and the optional replay export, in pool
+    order, from work/decisions.parquet."""
+    facts = _GenerationFacts()
+    with _Files(prompts=_JsonlFile(work / "prompts.jsonl"),
+                unsupported=_JsonlFile(work / "unsupported.jsonl"),
+                failed=_JsonlFile(work / "failed.jsonl"),
+                export=_ReplayExport(export_generations) if export_generations is not None else None) as files:
+        for batch in open_parquet(work / "decisions.parquet").iter_batches(batch_size=CHUNK_SIZE):
+            for row in batch.to_pylist():
+                if row["route"] == FAILED:
+                    files.failed.write({"id": row["id"], "reason": row["reason"], "detail": row["error"]})
+                    facts.failed += 1
+                    continue
+                generation = generation_from_row(row)
+                files.prompts.write({"id": row["id"], "question": row["question"], "prompt": generation.prompt})
+                if generation.unsupported:
+                    files.unsupported.write({"id": row["id"], "family": row["family"],
+                                             "explanation": generation.unsupported})
+                if files.export is not None:
+                    files.export.add(generation, row["question"])
+                if generation.model:
+                    facts.models.add(generation.model)
+                if generation.revision:
+                    facts.revisions.add(generation.revision)
     return facts
 
 

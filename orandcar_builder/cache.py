@@ -7,7 +7,8 @@ of the same image share one generation.
 
 Writes are atomic: each batch is one transaction in a write-ahead-logged database, so a process
 killed at any point (SIGKILL included) leaves every earlier batch intact and none of its
-current one; the next run asks the engine only for what is missing. The judge pass uses the
+current one; the next run asks the engine only for what is missing. A streaming build commits
+through ``CommitBuffer``: small transactions as generations finish, bounded by count and time. The judge pass uses the
 same cache with the judge engine's fingerprint.
 """
 
@@ -17,11 +18,13 @@ import hashlib
 import json
 import os
 import sqlite3
+import threading
+import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
-from .engines.base import Engine
+from .engines.base import Engine, EngineContractError, EngineRequestError
 from .errors import OrandCarError
 from .records import Generation, Request
 
@@ -33,6 +36,9 @@ RECORD_ONLY_KEYS = ("reproducibility",)
 COMPLETE_FINISH_REASONS = ("stop", "length")
 # SQLite's default limit on bound parameters is 999 in old builds; stay under it.
 _LOOKUP_CHUNK = 500
+# A streaming build commits its finished generations at least this often (count, seconds).
+COMMIT_ENTRIES = 64
+COMMIT_SECONDS = 0.05
 _GENERATION_FIELDS = {f.name for f in fields(Generation)}
 
 _SCHEMA = """
@@ -51,10 +57,6 @@ CREATE TABLE IF NOT EXISTS engines (
 
 class CacheError(OrandCarError):
     """A cache file that cannot be used; the message names it."""
-
-
-class EngineContractError(OrandCarError):
-    """An engine answered with the wrong number of generations or out of order."""
 
 
 def _canonical(obj: object) -> str:
@@ -229,6 +231,110 @@ class GenerationCache:
     def put(self, fingerprint: dict, key: str, generation: Generation) -> None:
         self.put_many(fingerprint, [(key, generation)])
 
+    def present(self, keys: Iterable[str]) -> set[str]:
+        """The keys among ``keys`` that the cache holds (without reading their generations)."""
+        keys = list(dict.fromkeys(keys))
+        found: set[str] = set()
+        for start in range(0, len(keys), _LOOKUP_CHUNK):
+            chunk = keys[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            found.update(row[0] for row in self.connection.execute(
+                f"SELECT key FROM generations WHERE key IN ({marks})", chunk))
+        return found
+
+
+class CommitBuffer:
+    """Finished generations committed to a cache file in small transactions as they arrive: at
+    most ``max_entries`` per transaction, and none waits longer than ``max_seconds``, so a process
+    killed at any moment loses only what was in flight and the last fraction of a second.
+
+    The writes run on a thread of its own with its own connection (the caller never waits on the
+    disk); ``get(key)`` sees an entry from the moment it is added. ``close()`` commits the rest
+    and raises any error the writer met (a full disk, say); ``add`` raises it too once known.
+    """
+
+    def __init__(self, path: str | os.PathLike, fingerprint: dict, *, max_entries: int = COMMIT_ENTRIES,
+                 max_seconds: float = COMMIT_SECONDS, stats: Optional["CacheStats"] = None):
+        if max_entries < 1 or max_seconds <= 0:
+            raise ValueError("a commit buffer needs max_entries >= 1 and max_seconds > 0")
+        self.path, self.fingerprint = str(path), fingerprint
+        GenerationCache(self.path).close()  # a file that is no cache fails here, in the caller
+        self.max_entries, self.max_seconds = max_entries, max_seconds
+        self.stats = stats
+        self._pending: dict[str, Generation] = {}  # added, not yet committed
+        self._since: Optional[float] = None  # when the oldest pending entry was added
+        self._cond = threading.Condition()
+        self._closing = False
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name="cache-commits", daemon=True)
+        self._thread.start()
+
+    def add(self, key: str, generation: Generation) -> None:
+        if not is_complete(generation):
+            raise ValueError(f"generation {generation.item_id!r} is incomplete (finish_reason {generation.finish_reason!r})")
+        with self._cond:
+            self._raise_error()
+            first = self._since is None
+            if first:
+                self._since = time.monotonic()
+            self._pending[key] = generation
+            if first or len(self._pending) >= self.max_entries:
+                self._cond.notify()  # the writer sets its timer by the first, commits at the count
+
+    def get(self, key: str) -> Optional[Generation]:
+        with self._cond:
+            return self._pending.get(key)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+        with self._cond:
+            self._raise_error()
+
+    def __enter__(self) -> "CommitBuffer":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise CacheError(f"{self.path}: cannot store generations ({type(error).__name__}: {error})") from error
+
+    def _run(self) -> None:
+        try:
+            with GenerationCache(self.path) as cache:
+                while True:
+                    with self._cond:
+                        while not self._ready():
+                            timeout = None if self._since is None else self._since + self.max_seconds - time.monotonic()
+                            self._cond.wait(timeout)
+                        closing = self._closing
+                        entries = list(self._pending.items())[: self.max_entries]
+                    if entries:
+                        cache.put_many(self.fingerprint, entries)
+                    with self._cond:
+                        for key, _ in entries:
+                            self._pending.pop(key, None)
+                        self._since = time.monotonic() if self._pending else None
+                        if self.stats is not None and entries:
+                            self.stats.stored += len(entries)
+                            self.stats.batches += 1
+                        if closing and not self._pending:
+                            return
+        except BaseException as exc:  # handed to the caller's thread
+            with self._cond:
+                self._error = exc
+                self._pending.clear()
+
+    def _ready(self) -> bool:
+        if self._closing or len(self._pending) >= self.max_entries:
+            return True
+        return self._since is not None and time.monotonic() - self._since >= self.max_seconds
+
 
 def _check_batch(batch: Sequence[Request], generations: Sequence[Generation], engine: Engine) -> None:
     if len(generations) != len(batch):
@@ -255,7 +361,10 @@ def generate_cached(
     the cache lacks (each distinct key once, in batches of ``batch_size``).
 
     Each batch's complete generations are committed before the next batch is asked, so an
-    interrupted call loses at most the batch in flight. A cached generation answering another
+    interrupted call loses at most the batch in flight. An engine with a ``stream`` gets all the
+    missing requests as one stream (its window slides over the whole call) and its generations
+    are committed as they finish (at most COMMIT_ENTRIES / COMMIT_SECONDS apart); requests that
+    failed raise EngineRequestError once the others are done and committed. A cached generation answering another
     item carries the asking request's item id. ``on_batch(stats)`` is called after each batch;
     pass ``stats`` to read the counts afterwards.
     """
@@ -277,6 +386,9 @@ def generate_cached(
     stats.shared += sum(1 for k in keys if k not in known) - len(first_request)
 
     pending = list(first_request.items())
+    if getattr(engine, "stream", None) is not None and pending:
+        results.update(_generate_streamed(engine, pending, cache, fingerprint, stats, on_batch))
+        pending = []
     for start in range(0, len(pending), batch_size):
         chunk = pending[start : start + batch_size]
         batch = [req for _, req in chunk]
@@ -297,3 +409,49 @@ def generate_cached(
         gen = results[key]
         out.append(gen if gen.item_id == req.item_id else replace(gen, item_id=req.item_id))
     return out
+
+
+def _generate_streamed(engine: Engine, pending: list[tuple[str, Request]], cache: GenerationCache, fingerprint: dict,
+                       stats: CacheStats, on_batch: Optional[Callable[[CacheStats], None]]) -> dict[str, Generation]:
+    """``generate_cached``'s path for a streaming engine: the generations of ``pending`` by key."""
+    keys = {id(request): key for key, request in pending}
+    results: dict[str, Generation] = {}
+    failures: dict[str, str] = {}
+    entries: list[tuple[str, Generation]] = []
+    since = time.monotonic()
+
+    def commit() -> None:
+        nonlocal since
+        if entries:
+            stats.stored += cache.put_many(fingerprint, entries)
+            stats.batches += 1
+            entries.clear()
+        since = time.monotonic()
+        if on_batch is not None:
+            on_batch(stats)
+
+    for completion in engine.stream(request for _, request in pending):  # type: ignore[attr-defined]
+        key = keys.pop(id(completion.request), None)
+        if key is None:
+            raise EngineContractError(f"engine {engine.kind!r} answered {completion.request.item_id!r}, which was not asked")
+        stats.asked += 1
+        generation = completion.generation
+        if generation is None:
+            failures[completion.request.item_id] = completion.error or "failed"
+            continue
+        if generation.item_id != completion.request.item_id:
+            raise EngineContractError(f"engine {engine.kind!r} answered {generation.item_id!r} where "
+                                      f"{completion.request.item_id!r} was asked: order not kept")
+        results[key] = generation
+        if is_complete(generation):
+            entries.append((key, generation))
+        else:
+            stats.uncached += 1
+        if len(entries) >= COMMIT_ENTRIES or time.monotonic() - since >= COMMIT_SECONDS:
+            commit()
+    commit()
+    if keys:
+        raise EngineContractError(f"engine {engine.kind!r} ended its stream with {len(keys)} request(s) unanswered")
+    if failures:
+        raise EngineRequestError(failures)
+    return results

@@ -61,15 +61,20 @@ class PushError(OrandCarError):
     """A push that could not be done; nothing after the failing step was sent."""
 
 
+def _listing(lines: Sequence[str], most: int) -> str:
+    """Indented lines, the first ``most`` of them, and how many more there are."""
+    shown = "\n".join(f"  {line}" for line in lines[:most])
+    return shown + (f"\n  ... and {len(lines) - most} more" if len(lines) > most else "")
+
+
 class InvalidFolderError(PushError):
     """The folder failed validation; ``problems`` holds one line per problem."""
 
     def __init__(self, folder: Path, problems: Sequence[str]):
         self.folder, self.problems = folder, list(problems)
-        shown = "\n".join(f"  {line}" for line in self.problems[:20])
-        more = f"\n  ... and {len(self.problems) - 20} more" if len(self.problems) > 20 else ""
         super().__init__(
-            f"{folder}: refusing to push, validation found {len(self.problems)} problem(s):\n{shown}{more}\n"
+            f"{folder}: refusing to push, validation found {len(self.problems)} problem(s):\n"
+            f"{_listing(self.problems, 20)}\n"
             f"Fix them (run `orandcar validate {folder}`) and push again."
         )
 
@@ -79,11 +84,9 @@ class UnexpectedFilesError(PushError):
 
     def __init__(self, folder: Path, files: Sequence[str]):
         self.folder, self.files = folder, list(files)
-        shown = "\n".join(f"  {path}" for path in self.files[:50])
-        more = f"\n  ... and {len(self.files) - 50} more" if len(self.files) > 50 else ""
         super().__init__(
             f"{folder}: refusing to push, {len(self.files)} file(s) are not part of the dataset layout "
-            f"({expected_layout_text()}):\n{shown}{more}\nMove them out of the folder and push again."
+            f"({expected_layout_text()}):\n{_listing(self.files, 50)}\nMove them out of the folder and push again."
         )
 
 

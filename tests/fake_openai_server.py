@@ -15,7 +15,9 @@ question, so tests can check order and content:
 ``reasoning_field`` picks where reasoning goes: ``"reasoning"`` (vLLM >= 0.10),
 ``"reasoning_content"`` (older) or ``None`` (no reasoning parser: inline ``<think>`` tags in
 the content). ``fail_next(question, [429, 500, 0])`` makes the next requests for that question
-fail with those statuses first (0: the connection is closed without an answer).
+fail with those statuses first (0: the connection is closed without an answer). ``delay`` (a
+function of the question) holds an answer back; ``max_in_flight`` counts the most requests held
+at once.
 
 Run alone: ``python tests/fake_openai_server.py [--port N]`` prints its base URL.
 """
@@ -26,9 +28,10 @@ import argparse
 import hashlib
 import json
 import threading
+import time
 from collections import defaultdict, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Optional
+from typing import Callable, Optional
 
 CREATED = 1_764_000_000  # fixed, so recorded responses are stable
 
@@ -120,6 +123,11 @@ def completion_body(model: str, body: dict, reasoning_field: Optional[str], seri
     }
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # the listen backlog: a client may open many connections at once
+
+
 class FakeOpenAIServer:
     """Start with ``with FakeOpenAIServer() as server:``; ``server.url`` is the base URL."""
 
@@ -129,9 +137,12 @@ class FakeOpenAIServer:
         self.received: list[dict] = []  # request bodies in arrival order
         self.statuses: list[tuple[str, int]] = []  # (question, status answered)
         self._failures: dict[str, deque[int]] = defaultdict(deque)
+        # delay(question) -> seconds to wait before answering (in the handler's thread)
+        self.delay: Optional[Callable[[str], float]] = None
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most chat requests the server held at once
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", port), self._handler_class())
         self._thread: Optional[threading.Thread] = None
 
     @property
@@ -162,6 +173,18 @@ class FakeOpenAIServer:
         self.stop()
 
     def _answer(self, body: dict) -> tuple[int, Optional[dict]]:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay is not None:
+                time.sleep(self.delay(question_of(body)))
+            return self._reply(body)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _reply(self, body: dict) -> tuple[int, Optional[dict]]:
         question = question_of(body)
         with self._lock:
             self.received.append(body)

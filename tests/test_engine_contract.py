@@ -178,3 +178,17 @@ def test_output_is_cached_and_not_asked_again(setup, tmp_path):
         second = generate_cached(Counting(), image_requests(requests), cache, batch_size=2)
     assert first == second
     assert sorted(asked) == sorted(r.item_id for r in image_requests(requests))
+
+
+def test_stream_answers_each_request_once_and_fails_only_the_bad_one(setup):
+    from orandcar_builder.engines.base import stream_of
+
+    harness, requests = setup
+    asked = image_requests(requests)
+    bad = harness.failing(requests[0])
+    completions = list(stream_of(harness.engine, iter([asked[1], bad, asked[2]])))
+    assert sorted(c.request.item_id for c in completions) == sorted([asked[1].item_id, bad.item_id, asked[2].item_id])
+    by_id = {c.request.item_id: c for c in completions}
+    assert not by_id[bad.item_id].ok and by_id[bad.item_id].error
+    assert by_id[asked[1].item_id].generation == harness.engine.generate([asked[1]])[0]
+    assert by_id[asked[2].item_id].ok

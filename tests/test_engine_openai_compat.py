@@ -10,6 +10,7 @@ from PIL import Image
 
 from tests.fake_openai_server import FakeOpenAIServer, image_urls_of
 from orandcar_builder.engines import create_engine
+from orandcar_builder.engines.base import EngineUnavailable
 from orandcar_builder.engines.openai_compat import (
     EngineRequestError,
     OpenAICompatEngine,
@@ -123,9 +124,9 @@ def test_gives_up_after_the_retry_budget(server):
     assert len(server.received) == 3
 
 
-def test_unreachable_server_is_an_error_naming_the_url():
+def test_unreachable_server_stops_before_any_request_naming_the_url():
     engine = OpenAICompatEngine("m", "http://127.0.0.1:9/v1", max_retries=1, backoff_s=0.0)
-    with pytest.raises(EngineRequestError, match="127.0.0.1:9"):
+    with pytest.raises(EngineUnavailable, match="127.0.0.1:9"):
         engine.generate([req("a", "Q")])
 
 
@@ -216,3 +217,52 @@ def test_rendered_prompt_is_recorded_when_the_server_returns_it(server, tmp_path
 def test_prompt_recording_can_be_switched_off_for_other_servers(server):
     (gen,) = engine_for(server, record_prompt=False).generate([req("a", "Q")])
     assert "return_prompt_text" not in server.received[0] and gen.prompt is None
+
+
+# --- streaming ----------------------------------------------------------------------------------
+
+
+def test_stream_keeps_a_sliding_window_and_hands_back_each_answer_when_it_finishes(server):
+    """One slow request does not hold the others: with a window of 3, the requests behind it go
+    out as the fast ones finish, never more than 3 at once, and the slow one comes back last."""
+    server.delay = lambda question: 0.6 if question == "slow" else 0.02
+    pulled = []
+
+    def requests():
+        for i, question in enumerate(["slow"] + [f"Q{i}" for i in range(11)]):
+            pulled.append(question)
+            yield req(f"r{i}", question)
+
+    completions = list(engine_for(server, concurrency=3).stream(requests()))
+    assert [c.request.question for c in completions][-1] == "slow"
+    assert sorted(c.request.item_id for c in completions) == sorted(f"r{i}" for i in range(12))
+    assert all(c.ok and c.generation.answer == f"answer to: {c.request.question}" for c in completions)
+    assert server.max_in_flight == 3
+
+
+def test_stream_records_a_failed_request_and_goes_on(server):
+    completions = list(engine_for(server).stream([req("a", "Q1"), req("bad", "x [[bad]]"), req("c", "Q3")]))
+    by_id = {c.request.item_id: c for c in completions}
+    assert by_id["a"].ok and by_id["c"].ok
+    assert not by_id["bad"].ok and "HTTP 400" in by_id["bad"].error and by_id["bad"].generation is None
+
+
+def test_stream_pulls_requests_only_as_the_window_frees(server):
+    """The iterator is not drained up front: a consumer that stops early leaves the rest unread."""
+    pulled = []
+
+    def requests():
+        for i in range(100):
+            pulled.append(i)
+            yield req(f"r{i}", f"Q{i}")
+
+    stream = engine_for(server, concurrency=4).stream(requests())
+    first = next(stream)
+    stream.close()
+    assert first.ok and len(pulled) <= 6
+
+
+def test_a_model_the_server_does_not_serve_stops_before_any_request(server):
+    with pytest.raises(EngineUnavailable, match="does not serve model 'other'"):
+        OpenAICompatEngine("other", server.url).generate([req("a", "Q")])
+    assert server.received == []

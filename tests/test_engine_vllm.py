@@ -33,34 +33,73 @@ class RequestOutput:
     prompt: str
     prompt_token_ids: list
     outputs: list
+    request_id: str = ""
+    finished: bool = True
 
 
 class StubLLM:
-    """Records LLM construction and chat calls; answers like a Qwen3 thinking model would."""
+    """Records LLM construction and the requests queued with ``enqueue_chat``; its
+    ``llm_engine.step()`` finishes each request after a number of steps that depends on the
+    question (so completions come back out of order), answering like a Qwen3 thinking model."""
 
     instances: list = []
 
     def __init__(self, **kwargs):
         self.kwargs = kwargs
         self.calls = []
+        self.llm_engine = StubLLMEngine()
         StubLLM.instances.append(self)
 
     def get_tokenizer(self):
         return TOKENIZER
 
-    def chat(self, conversations, sampling_params, **kwargs):
+    def enqueue_chat(self, conversations, sampling_params, **kwargs):
         self.calls.append((conversations, sampling_params, kwargs))
-        outputs = []
+        ids = []
         for conv in conversations:
             content = conv[0]["content"]
+            if not isinstance(content, str) and content[0].get("type") == "image_url" and "broken" in content[0]["image_url"]["url"]:
+                raise ValueError("cannot identify image file")
             question = content if isinstance(content, str) else content[-1]["text"]
-            prompt = TEMPLATE_HEAD + ("<|vision_start|><|image_pad|><|vision_end|>" if not isinstance(content, str) else "") + question + TEMPLATE_TAIL
-            if "[[length]]" in question:
-                text, finish = "thinking without end", "length"
-            else:
-                text, finish = f"thought about {question}\n</think>\n\nA:{question}", "stop"
-            outputs.append(RequestOutput(prompt, list(range(len(prompt.split()))), [CompletionOutput(text, finish, list(range(len(text.split()))))]))
-        return outputs
+            ids.append(self.llm_engine.add(question, not isinstance(content, str)))
+        return ids
+
+
+class StubLLMEngine:
+    def __init__(self):
+        self.queued: dict = {}
+        self.counter = 0
+        self.most_queued = 0
+        self.aborted: list = []
+        self.vllm_config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=3))
+
+    def add(self, question, has_image):
+        request_id = str(self.counter)
+        self.counter += 1
+        prompt = TEMPLATE_HEAD + ("<|vision_start|><|image_pad|><|vision_end|>" if has_image else "") + question + TEMPLATE_TAIL
+        if "[[length]]" in question:
+            text, finish = "thinking without end", "length"
+        else:
+            text, finish = f"thought about {question}\n</think>\n\nA:{question}", "stop"
+        output = RequestOutput(prompt, list(range(len(prompt.split()))), [CompletionOutput(text, finish, list(range(len(text.split()))))])
+        output.request_id, output.finished = request_id, True
+        steps = 1 + sum(map(ord, question)) % 4
+        self.queued[request_id] = [steps, output]
+        self.most_queued = max(self.most_queued, len(self.queued))
+        return f"{request_id}-{self.counter:08x}"  # vLLM 0.32 hands back its internal id
+
+    def step(self):
+        done = []
+        for request_id, entry in list(self.queued.items()):
+            entry[0] -= 1
+            if entry[0] == 0:
+                done.append(self.queued.pop(request_id)[1])
+        return done
+
+    def abort_request(self, request_ids, internal=False):
+        self.aborted.extend(request_ids)
+        for request_id in request_ids:
+            self.queued.pop(request_id, None)
 
 
 class StubSamplingParams:
@@ -107,13 +146,14 @@ def test_missing_vllm_is_engine_unavailable_with_install_hint(monkeypatch, model
         create_engine("vllm", model=str(model_dir))
 
 
-def test_chunks_order_prompt_record_and_sampling(fake_vllm, model_dir, tmp_path):
+def test_stream_window_order_prompt_record_and_sampling(fake_vllm, model_dir, tmp_path):
     image = png(tmp_path)
-    engine = create_engine("vllm", model=str(model_dir), chunk_size=2, max_tokens=999, seed=5)
+    engine = create_engine("vllm", model=str(model_dir), concurrency=2, max_tokens=999, seed=5)
     requests = [req(f"q{i}", f"Question {i}?", image if i % 2 == 0 else None) for i in range(5)]
     gens = engine.generate(requests)
     (llm,) = StubLLM.instances
-    assert [len(call[0]) for call in llm.calls] == [2, 2, 1]  # LLM.chat on chunks
+    assert [len(call[0]) for call in llm.calls] == [1] * 5  # queued one by one as room frees
+    assert llm.llm_engine.most_queued == 2
     assert [g.item_id for g in gens] == [r.item_id for r in requests]
     assert [g.answer for g in gens] == [f"A:Question {i}?" for i in range(5)]
     assert [g.think for g in gens] == [f"thought about Question {i}?" for i in range(5)]
@@ -172,7 +212,7 @@ def test_named_reasoning_parser_is_built_from_the_model_tokenizer(fake_vllm, mod
 
 
 def test_engine_starts_lazily_and_once(fake_vllm, model_dir):
-    engine = VLLMEngine(str(model_dir), chunk_size=1)
+    engine = VLLMEngine(str(model_dir), concurrency=1)
     engine.fingerprint()
     assert StubLLM.instances == []
     engine.generate([req("a", "Q"), req("b", "Q")])
@@ -208,8 +248,89 @@ def test_hub_model_with_a_commit_needs_no_lookup(fake_vllm):
 
 @pytest.mark.parametrize(
     "options, message",
-    [({"max_tokens": 0}, "max_tokens"), ({"chunk_size": 0}, "chunk_size"), ({"image_transport": "jpeg"}, "image_transport")],
+    [({"max_tokens": 0}, "max_tokens"), ({"concurrency": 0}, "concurrency"), ({"image_transport": "jpeg"}, "image_transport")],
 )
 def test_bad_options_are_refused(fake_vllm, model_dir, options, message):
     with pytest.raises(ValueError, match=message):
         VLLMEngine(str(model_dir), **options)
+
+
+def test_stream_hands_back_each_request_when_it_finishes(fake_vllm, model_dir):
+    """Completions follow vLLM's finishing order, not the order asked; the default window is
+    twice max_num_seqs (3 in the stub), refilled as requests finish."""
+    engine = VLLMEngine(str(model_dir))
+    requests = [req(f"q{i}", f"Question {i}{'!' * (i % 4)}?") for i in range(12)]
+    pulled = []
+
+    def feed():
+        for r in requests:
+            pulled.append(r.item_id)
+            yield r
+
+    completions = list(engine.stream(feed()))
+    (llm,) = StubLLM.instances
+    assert sorted(c.request.item_id for c in completions) == sorted(r.item_id for r in requests)
+    assert [c.request.item_id for c in completions] != [r.item_id for r in requests]
+    assert all(c.ok and c.generation.answer == f"A:{c.request.question}" for c in completions)
+    assert engine.window() == 6 and llm.llm_engine.most_queued == 6
+
+
+def test_a_request_vllm_refuses_fails_alone(fake_vllm, model_dir, tmp_path):
+    bad = ImageRef(path="broken.png", sha256="0" * 64)
+    engine = VLLMEngine(str(model_dir), image_transport="data_url")
+    good = png(tmp_path)
+    completions = {c.request.item_id: c for c in engine.stream([req("a", "Q", good), req("b", "Q2")])}
+    assert completions["a"].ok and completions["b"].ok
+    completions = {c.request.item_id: c for c in engine.stream([req("x", "Q", bad), req("y", "Q2")])}
+    assert not completions["x"].ok and "broken.png" in completions["x"].error and completions["y"].ok
+
+
+def test_requests_left_queued_are_aborted_when_the_consumer_stops(fake_vllm, model_dir):
+    engine = VLLMEngine(str(model_dir), concurrency=4)
+    stream = engine.stream(req(f"q{i}", f"Question {i}?") for i in range(20))
+    next(stream)
+    stream.close()
+    (llm,) = StubLLM.instances
+    assert llm.llm_engine.aborted and not llm.llm_engine.queued
+
+
+def test_an_engine_that_fails_to_start_stops_before_any_request(fake_vllm, model_dir):
+    class Broken(StubLLM):
+        def __init__(self, **kwargs):
+            raise RuntimeError("CUDA out of memory while loading weights")
+
+    fake_vllm.LLM = Broken
+    pulled = []
+
+    def feed():
+        for i in range(3):
+            pulled.append(i)
+            yield req(f"q{i}", "Q")
+
+    with pytest.raises(EngineUnavailable, match="could not start model .*out of memory"):
+        list(VLLMEngine(str(model_dir)).stream(feed()))
+    assert pulled == [0]
+
+
+def test_streams_on_several_threads_share_one_engine(fake_vllm, model_dir):
+    """A Ray actor runs several batches at once on one engine: each stream gets exactly its own
+    requests back, whichever thread stepped the engine."""
+    import threading
+
+    engine = VLLMEngine(str(model_dir), concurrency=3)
+    results = {}
+
+    def run(name):
+        requests = [req(f"{name}-{i}", f"Question {name} {i}{'!' * (i % 3)}?") for i in range(15)]
+        results[name] = [(c.request.item_id, c.ok and c.generation.answer == f"A:{c.request.question}")
+                         for c in engine.stream(iter(requests))]
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in "abcd"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for name in "abcd":
+        assert sorted(item for item, _ in results[name]) == sorted(f"{name}-{i}" for i in range(15))
+        assert all(ok for _, ok in results[name])
+    assert len(StubLLM.instances) == 1

@@ -142,3 +142,38 @@ def test_a_lost_actor_is_restarted(ray_cluster, tmp_path, recorded):
     assert marker.exists(), "an actor should have died"
     assert result.ok and result.report["failed"] == 0
     assert _digests(result.out) == _digests(local_out)
+
+
+class SlowStreams(ReplayEngine):
+    """Replays slowly, and writes to ``log`` how many of its streams ran at once (in the actor)."""
+
+    def __init__(self, replay, log):
+        super().__init__(replay)
+        import threading
+
+        self.log, self.lock, self.running, self.most = log, threading.Lock(), 0, 0
+
+    def stream(self, requests):
+        import time
+
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            Path(self.log).write_text(str(self.most))
+        try:
+            time.sleep(0.3)
+            yield from super().stream(requests)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_an_actor_runs_several_batches_at_once(ray_cluster, tmp_path, recorded):
+    gens, local_out = recorded
+    log = tmp_path / "most"
+    result = build(POOL, tmp_path / "out", work=tmp_path / "work", engine=ReplayEngine(gens), executor="ray",
+                   engine_factory=Factory(SlowStreams, gens, str(log)), engine_replicas=1,
+                   generation_batch=4, progress=False)
+    assert result.ok and result.report["failed"] == 0
+    assert int(log.read_text()) > 1, "one actor should have had several batches in its engine at once"
+    assert _digests(result.out) == _digests(local_out)

@@ -1,15 +1,62 @@
-"""The Engine protocol every engine implements, and helpers they share."""
+"""The Engine protocol every engine implements, and helpers they share.
+
+Streaming is the main shape: ``stream(requests)`` takes requests from an iterator and yields a
+``Completion`` for each as soon as it finishes (a generation, or the reason it failed), holding
+at most a window of requests in flight; completion order is not request order. ``generate(batch)``
+is the list form for callers that want one (the judge): one generation per request in the order
+asked, or an error naming the failed requests.
+
+An engine that has no ``stream`` of its own (a plain ``generate`` engine, such as a test double)
+is streamed by ``stream_of``, which asks it in small batches and retries a failed batch one
+request at a time so that one bad request fails only itself.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional, Protocol, Sequence, runtime_checkable
 
 from ..errors import OrandCarError
 from ..records import Generation, Request
 
+# Requests a batch-only engine is asked at once by ``stream_of``.
+DEFAULT_STREAM_BATCH = 32
+
 
 class EngineUnavailable(OrandCarError):
     """The engine cannot start (missing optional dependency, unreachable server, ...)."""
+
+
+class EngineContractError(OrandCarError):
+    """An engine answered with the wrong number of generations or out of order."""
+
+
+class EngineRequestError(OrandCarError):
+    """Requests an engine could not answer; ``failures`` maps item id -> reason."""
+
+    def __init__(self, failures: dict[str, str]):
+        self.failures = dict(failures)
+        lines = [f"{item_id}: {reason}" for item_id, reason in self.failures.items()]
+        super().__init__(f"{len(lines)} request(s) failed:\n  " + "\n  ".join(lines[:20])
+                         + (f"\n  ... and {len(lines) - 20} more" if len(lines) > 20 else ""))
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished request: its ``generation``, or ``error`` (why it failed) and no generation.
+    ``request`` is the very object the engine was given, so a caller can find its own records."""
+
+    request: Request
+    generation: Optional[Generation] = None
+    error: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.generation is not None
+
+
+# Errors that say the engine itself cannot run: they stop a stream instead of failing one request.
+FATAL_ERRORS: tuple[type[BaseException], ...] = (EngineUnavailable, EngineContractError)
 
 
 @runtime_checkable
@@ -23,3 +70,90 @@ class Engine(Protocol):
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         """One generation per request, in the order of ``requests``."""
+
+
+def error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def stream_of(engine: Engine, requests: Iterable[Request], *, batch_size: int = DEFAULT_STREAM_BATCH) -> Iterator[Completion]:
+    """``engine.stream(requests)`` where the engine has one, else its ``generate`` asked in batches
+    of ``batch_size`` (pulled from ``requests`` only as they are sent). A batch that raises is
+    asked again one request at a time; a request that still raises is a failed Completion.
+    ``FATAL_ERRORS`` are raised, never turned into failures."""
+    stream = getattr(engine, "stream", None)
+    if stream is not None:
+        yield from stream(requests)
+        return
+    yield from stream_batches(engine.generate, requests, batch_size=batch_size, kind=engine.kind)
+
+
+def stream_batches(generate, requests: Iterable[Request], *, batch_size: int, kind: str) -> Iterator[Completion]:
+    """The batch form behind ``stream_of``, for synchronous engines: ``generate(batch)`` per batch."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    iterator = iter(requests)
+    while True:
+        batch: list[Request] = []
+        for request in iterator:
+            batch.append(request)
+            if len(batch) >= batch_size:
+                break
+        if not batch:
+            return
+        try:
+            yield from _checked(generate, batch, kind)
+            continue
+        except FATAL_ERRORS:
+            raise
+        except Exception as exc:
+            if len(batch) == 1:
+                yield Completion(batch[0], error=error_text(exc))
+                continue
+        for request in batch:  # one bad request must not fail the others
+            try:
+                yield from _checked(generate, [request], kind)
+            except FATAL_ERRORS:
+                raise
+            except Exception as exc:
+                yield Completion(request, error=error_text(exc))
+
+
+def _checked(generate, batch: list[Request], kind: str) -> list[Completion]:
+    out = list(generate(batch))
+    if len(out) != len(batch):
+        raise EngineContractError(f"engine {kind!r} returned {len(out)} generations for {len(batch)} requests")
+    for request, generation in zip(batch, out):
+        if generation.item_id != request.item_id:
+            raise EngineContractError(f"engine {kind!r} answered {generation.item_id!r} where "
+                                      f"{request.item_id!r} was asked: order not kept")
+    return [Completion(request, generation) for request, generation in zip(batch, out)]
+
+
+def generate_from_stream(stream, requests: Sequence[Request]) -> list[Generation]:
+    """``generate(batch)`` on top of a ``stream``: the generations in the order of ``requests``, or
+    EngineRequestError naming every request that failed (after all have finished)."""
+    requests = list(requests)
+    if not requests:
+        return []
+    positions: dict[int, list[int]] = {}
+    for i, request in enumerate(requests):
+        positions.setdefault(id(request), []).append(i)
+    generations: list[Optional[Generation]] = [None] * len(requests)
+    failures: dict[str, str] = {}
+    seen = 0
+    for completion in stream(requests):
+        waiting = positions.get(id(completion.request))
+        if not waiting:
+            raise EngineContractError(f"a stream answered {completion.request.item_id!r}, which was not asked")
+        position = waiting.pop(0)
+        seen += 1
+        if completion.generation is None:
+            failures[completion.request.item_id] = completion.error or "failed"
+        else:
+            generations[position] = completion.generation
+    if seen != len(requests):
+        raise EngineContractError(f"a stream answered {seen} of {len(requests)} requests")
+    if failures:
+        raise EngineRequestError(failures)
+    return generations  # type: ignore[return-value]

@@ -1,7 +1,8 @@
 """The openai_compat engine: any OpenAI-compatible chat endpoint, such as ``vllm serve``.
 
-Requests go out concurrently (asyncio, at most ``concurrency`` in flight) spread over one or more
-base URLs. Transient failures (connection errors, timeouts, HTTP 429 and 5xx) are retried with
+Requests stream through one sliding window (asyncio on a thread of its own, at most
+``concurrency`` in flight), spread over one or more base URLs; each answer is handed back as soon
+as it arrives and the next request is sent in its place. Transient failures (connection errors, timeouts, HTTP 429 and 5xx) are retried with
 exponential backoff, honouring ``Retry-After``; any other error (a 400 for a prompt too long,
 say) fails at once. Reasoning is read from ``message.reasoning`` (``reasoning_content`` on older
 servers) when the server runs a reasoning parser, otherwise split from the text by
@@ -18,14 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
+import queue
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..errors import OrandCarError
 from ..images import ImageRef
 from ..records import Generation, Request
-from .base import EngineUnavailable
+from .base import (Completion, EngineRequestError, EngineUnavailable, error_text,  # noqa: F401 (re-exported)
+                   generate_from_stream)
 from .reasoning import THINK_CLOSE, THINK_OPEN, make_generation
 
 # Large enough for a reasoning model's thinking; the server's own default may be tiny.
@@ -38,6 +43,8 @@ DEFAULT_MAX_RETRIES = 6
 DEFAULT_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 DEFAULT_TIMEOUT_S = 1800.0
+PROBE_TIMEOUT_S = 10.0
+PROBE_ATTEMPTS = 3
 TRANSIENT_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 
 # Leading bytes of each format a VLM server accepts -> MIME type.
@@ -50,16 +57,6 @@ _MAGIC = (
     (b"II*\x00", "image/tiff"),
     (b"MM\x00*", "image/tiff"),
 )
-
-
-class EngineRequestError(OrandCarError):
-    """Requests a server refused or that kept failing; ``failures`` maps item id -> reason."""
-
-    def __init__(self, failures: dict[str, str]):
-        self.failures = dict(failures)
-        lines = [f"{item_id}: {reason}" for item_id, reason in self.failures.items()]
-        super().__init__(f"{len(lines)} request(s) failed:\n  " + "\n  ".join(lines[:20])
-                         + (f"\n  ... and {len(lines) - 20} more" if len(lines) > 20 else ""))
 
 
 def image_mime(data: bytes, name: str = "<bytes>") -> str:
@@ -232,54 +229,103 @@ class OpenAICompatEngine:
         return body
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
-        if not requests:
-            return []
-        coro = self._generate_all(list(requests))
+        """The generations of ``requests`` in order (through ``stream``); EngineRequestError names
+        every request that failed, after the others have finished."""
+        return generate_from_stream(self.stream, requests)
+
+    def stream(self, requests: Iterable[Request]) -> Iterator[Completion]:
+        """One sliding window over the whole stream: at most ``concurrency`` requests in flight;
+        a new one is pulled from ``requests`` (in the caller's thread) as soon as one finishes,
+        and each finished request is handed back at once. A request that fails for good is a
+        failed Completion and never stops the others. The HTTP client runs on an event loop of
+        its own thread; the first request is sent only after the servers answered a probe."""
+        iterator = iter(requests)
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        # Called from inside an event loop (a notebook): run ours on a thread of its own.
-        result: dict[str, Any] = {}
+            first = next(iterator)
+        except StopIteration:
+            return
+        self.check_servers()
+        loop = _LoopThread(self._client_factory())
+        finished: "queue.Queue[tuple[Request, concurrent.futures.Future]]" = queue.Queue()
+        in_flight, sent, exhausted = 0, 0, False
+        pending: Optional[Request] = first
+        try:
+            while True:
+                while not exhausted and in_flight < self.concurrency:
+                    if pending is None:
+                        pending = next(iterator, None)
+                        if pending is None:
+                            exhausted = True
+                            break
+                    request, pending = pending, None
+                    try:
+                        body = self.request_body(request)  # reads and encodes the image here
+                    except (ValueError, OrandCarError, OSError) as exc:
+                        yield Completion(request, error=f"cannot build the request: {error_text(exc)}")
+                        continue
+                    future = loop.submit(self._send(loop.client, sent, request, body))
+                    future.add_done_callback(lambda f, r=request: finished.put((r, f)))
+                    in_flight += 1
+                    sent += 1
+                if in_flight == 0:
+                    return
+                request, future = finished.get()
+                in_flight -= 1
+                exc = future.exception()
+                if exc is None:
+                    yield Completion(request, future.result())
+                elif isinstance(exc, (_RequestFailed, ValueError, OrandCarError)):
+                    yield Completion(request, error=str(exc))
+                else:
+                    raise exc
+        finally:
+            loop.close()
 
-        def runner() -> None:
-            try:
-                result["value"] = asyncio.run(coro)
-            except BaseException as exc:  # re-raised in the caller's thread
-                result["error"] = exc
-
-        thread = threading.Thread(target=runner)
-        thread.start()
-        thread.join()
-        if "error" in result:
-            raise result["error"]
-        return result["value"]
-
-    async def _generate_all(self, requests: list[Request]) -> list[Generation]:
+    def check_servers(self) -> None:
+        """Stop before any request when no server can be reached, or one does not serve the
+        model (from ``GET /models``; a server without that route is not held against it). One
+        unreachable server among several is left to the per-request retries, which move on."""
         httpx = self._httpx
-        semaphore = asyncio.Semaphore(self.concurrency)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        unreachable: list[str] = []
+        with httpx.Client(timeout=min(self.timeout_s, PROBE_TIMEOUT_S), headers=headers) as client:
+            for base in self.base_urls:
+                error = ""
+                for attempt in range(PROBE_ATTEMPTS):
+                    try:
+                        response = client.get(f"{base}/models")
+                    except httpx.TransportError as exc:
+                        error = f"{type(exc).__name__}: {exc}"
+                        time.sleep(min(self.backoff_s * (2 ** attempt), MAX_BACKOFF_S) if self.backoff_s else 0)
+                        continue
+                    error = ""
+                    if response.status_code == 200:
+                        try:
+                            served = [m.get("id") for m in response.json().get("data", [])]
+                        except (ValueError, AttributeError):
+                            served = []
+                        if served and self.model not in served:
+                            raise EngineUnavailable(
+                                f"{base} does not serve model {self.model!r} (it serves {', '.join(map(str, served))}); "
+                                "pass the served name with --model")
+                    break
+                if error:
+                    unreachable.append(f"{base} ({error})")
+        if len(unreachable) == len(self.base_urls):
+            raise EngineUnavailable(f"cannot reach the OpenAI-compatible server at {'; '.join(unreachable)}; "
+                                    "start it, or pass its address with --engine-option base_urls=...")
+
+    def _client_factory(self):
+        httpx = self._httpx
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits, headers=headers) as client:
+        return lambda: httpx.AsyncClient(timeout=self.timeout_s, limits=limits, headers=headers)
 
-            async def one(index: int, request: Request) -> Generation:
-                async with semaphore:
-                    return await self._generate_one(client, index, request)
+    async def _send(self, client: Any, index: int, request: Request, body: dict) -> Generation:
+        return await self._generate_one(client, index, request, body)
 
-            outcomes = await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)), return_exceptions=True)
-        failures = {}
-        for request, outcome in zip(requests, outcomes):
-            if isinstance(outcome, BaseException):
-                if not isinstance(outcome, (_RequestFailed, ValueError, OrandCarError)):
-                    raise outcome
-                failures[request.item_id] = str(outcome)
-        if failures:
-            raise EngineRequestError(failures)
-        return list(outcomes)  # type: ignore[arg-type]
-
-    async def _generate_one(self, client: Any, index: int, request: Request) -> Generation:
+    async def _generate_one(self, client: Any, index: int, request: Request, body: dict) -> Generation:
         httpx = self._httpx
-        body = self.request_body(request)
         last_error = ""
         for attempt in range(self.max_retries + 1):
             # Spread requests over the servers; a retry moves on to the next one.
@@ -318,4 +364,37 @@ class OpenAICompatEngine:
 
 
 class _RequestFailed(Exception):
-    """One request failed for good; collected into EngineRequestError."""
+    """One request failed for good: a failed Completion (EngineRequestError from ``generate``)."""
+
+
+class _LoopThread:
+    """An asyncio event loop on a thread of its own, holding one HTTP client made on it."""
+
+    def __init__(self, make_client):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="openai_compat", daemon=True)
+        self.thread.start()
+        self.client = asyncio.run_coroutine_threadsafe(self._make(make_client), self.loop).result()
+
+    @staticmethod
+    async def _make(make_client):
+        return make_client()
+
+    def submit(self, coro) -> "concurrent.futures.Future":
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        """Cancel what is still in flight (a consumer that stopped early), close the client, stop."""
+        async def shutdown() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.client.aclose()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout=30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=30)
+            self.loop.close()

@@ -21,11 +21,11 @@ import hashlib
 import logging
 import re
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from ..images import ImageError
 from ..records import Generation, Request
-from .base import EngineUnavailable
+from .base import Completion, EngineUnavailable, stream_batches
 
 SUPPORTED_FAMILIES = ("scene_text", "multiple_choice")
 _OPTION_LINE = re.compile(r"^([A-Z])\. (.+)$", re.MULTILINE)  # the block prompts.option_block renders
@@ -84,6 +84,11 @@ class RapidOCREngine:
     @property
     def model_id(self) -> str:
         return f"rapidocr/{self._model_path.stem if self._model_path else 'rec'}"
+
+    def stream(self, requests: Iterable[Request]) -> Iterator[Completion]:
+        """One request at a time (the model runs here, synchronously); an image that cannot be
+        read is a failed Completion for that item only."""
+        return stream_batches(self.generate, requests, batch_size=1, kind=self.kind)
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         return [self._one(r) for r in requests]

@@ -18,11 +18,12 @@ import os
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..errors import OrandCarError
 from ..images import sha256_file
 from ..records import Generation, Request
+from .base import Completion, stream_batches
 from .reasoning import load_reasoning_parser, make_generation
 
 FINISH_REASONS = ("stop", "length")
@@ -155,6 +156,11 @@ class ReplayEngine:
 
     def fingerprint(self) -> dict:
         return {"kind": self.kind, "sha256": self.sha256, "reasoning_parser": self.reasoning_parser}
+
+    def stream(self, requests: Iterable[Request]) -> Iterator[Completion]:
+        """Each request's recording as it is pulled; a request with no recording, or recorded for
+        another question, is a failed Completion (the others go on)."""
+        return stream_batches(self.generate, requests, batch_size=1, kind=self.kind)
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         missing = [r.item_id for r in requests if r.item_id not in self.recordings]

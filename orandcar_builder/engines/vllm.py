@@ -1,11 +1,16 @@
-"""The vllm engine: offline ``vllm.LLM``, ``LLM.chat`` on chunks of requests, temperature 0.
+"""The vllm engine: offline ``vllm.LLM`` driven step by step, temperature 0.
 
-Each chunk's images are decoded from their original bytes (a PIL image opened from the bytes, or
-a data URL of them; never a lossy re-encode) only when that chunk is sent, since ``LLM.chat``
-renders every image of a call up front. Sampling is fixed: temperature 0, a fixed seed and a
-``max_tokens`` large enough for the thinking (vLLM's own default is 16). For each request the
-rendered prompt (``RequestOutput.prompt``), model id and revision, finish reason and token counts
-are recorded.
+Requests stream through vLLM's own engine: each is rendered and queued with
+``LLM.enqueue_chat`` (the very rendering ``LLM.chat`` does: chat template, template kwargs,
+multimodal inputs) as soon as there is room in the window, and ``LLMEngine.step()`` hands back
+each request the moment it finishes, so vLLM keeps batching continuously while new requests
+arrive; ``LLM.chat`` on a chunk would wait for the chunk's longest reply. The window
+(``concurrency``) defaults to twice vLLM's ``max_num_seqs``, so a queue is always waiting when a
+slot frees. Each image is decoded from its original bytes (a PIL image opened from the bytes,
+or a data URL of them; never a lossy re-encode) only when its request is queued. Sampling is
+fixed: temperature 0, a fixed seed and a ``max_tokens`` large enough for the thinking (vLLM's own
+default is 16). For each request the rendered prompt (``RequestOutput.prompt``), model id and
+revision, finish reason and token counts are recorded.
 
 Temperature 0 alone is not reproducible across batch shapes: set ``VLLM_BATCH_INVARIANT=1``
 (compute capability >= 8.0), and keep the hardware and tensor-parallel size fixed. The engine's
@@ -19,18 +24,23 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import queue
+import threading
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..images import ImageRef, decode
 from ..records import Generation, Request
-from .base import EngineUnavailable
+from .base import FATAL_ERRORS, Completion, EngineUnavailable, error_text, generate_from_stream
 from .openai_compat import chat_messages, image_part
 from .reasoning import load_reasoning_parser, make_generation
 
 DEFAULT_MAX_TOKENS = 16384
 DEFAULT_SEED = 0
-DEFAULT_CHUNK_SIZE = 256
+# The window is this many times vLLM's max_num_seqs: a queue waits whenever a slot frees.
+WINDOW_PER_SLOT = 2
+# Seconds a stream waits for the step lock or for its inbox before looking again.
+ROUTE_WAIT_S = 0.05
 DEFAULT_CHAT_TEMPLATE_KWARGS = {"enable_thinking": True}
 DEFAULT_LIMIT_MM_PER_PROMPT = {"image": 1}
 IMAGE_TRANSPORTS = ("pil", "data_url")
@@ -128,7 +138,7 @@ class VLLMEngine:
         seed: int = DEFAULT_SEED,
         chat_template_kwargs: Optional[dict] = None,
         chat_template: Optional[str] = None,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        concurrency: Optional[int] = None,
         limit_mm_per_prompt: Optional[dict] = None,
         tensor_parallel_size: int = 1,
         max_model_len: Optional[int] = None,
@@ -144,8 +154,8 @@ class VLLMEngine:
             raise ValueError("the vllm engine needs a model (a Hub id or a local folder)")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if image_transport not in IMAGE_TRANSPORTS:
             raise ValueError(f"image_transport must be one of {', '.join(IMAGE_TRANSPORTS)}, got {image_transport!r}")
         if batch_invariant is not None:
@@ -158,7 +168,7 @@ class VLLMEngine:
         self.seed = seed
         self.chat_template_kwargs = dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs)
         self.chat_template = chat_template
-        self.chunk_size = chunk_size
+        self.concurrency = concurrency
         self.limit_mm_per_prompt = dict(DEFAULT_LIMIT_MM_PER_PROMPT if limit_mm_per_prompt is None else limit_mm_per_prompt)
         self.tensor_parallel_size = tensor_parallel_size
         self.max_model_len = max_model_len
@@ -175,6 +185,11 @@ class VLLMEngine:
             self.model_digest = None
         # An already started vllm.LLM of this model may be shared (sampling is per call).
         self._llm: Any = llm
+        # Streams may run on several threads (a Ray actor with several batches in flight): one
+        # at a time queues or steps; each finished output goes to the inbox of its stream.
+        self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._inboxes: dict[str, Any] = {}
         self._parser: Any = None
         self._fingerprint: Optional[dict] = None
 
@@ -207,6 +222,12 @@ class VLLMEngine:
     @property
     def llm(self) -> Any:
         """The ``vllm.LLM``, started on first use (loading weights takes a while)."""
+        with self._start_lock:
+            if self._llm is None:
+                self._start()
+        return self._llm
+
+    def _start(self) -> None:
         if self._llm is None:
             kwargs = {
                 "model": self.model,
@@ -222,8 +243,10 @@ class VLLMEngine:
             if self.max_model_len is not None:
                 kwargs["max_model_len"] = self.max_model_len
             kwargs.update(self.llm_kwargs)
-            self._llm = self._vllm.LLM(**kwargs)
-        return self._llm
+            try:
+                self._llm = self._vllm.LLM(**kwargs)
+            except Exception as exc:  # weights missing, out of memory, a bad setting: nothing can run
+                raise EngineUnavailable(f"vLLM could not start model {self.model!r}: {error_text(exc)}") from exc
 
     def sampling_params(self) -> Any:
         return self._vllm.SamplingParams(temperature=0.0, max_tokens=self.max_tokens, seed=self.seed)
@@ -240,22 +263,106 @@ class VLLMEngine:
         image = self._image_part(request.image) if request.image is not None else None
         return chat_messages(request, image=image)
 
-    def generate(self, requests: Sequence[Request]) -> list[Generation]:
-        generations: list[Generation] = []
-        for start in range(0, len(requests), self.chunk_size):
-            generations.extend(self._generate_chunk(requests[start : start + self.chunk_size]))
-        return generations
+    def window(self) -> int:
+        """Requests kept queued in vLLM at once: ``concurrency``, or ``WINDOW_PER_SLOT`` times
+        the started engine's ``max_num_seqs``."""
+        if self.concurrency is not None:
+            return self.concurrency
+        try:
+            slots = int(self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
+        except (AttributeError, TypeError, ValueError):
+            slots = 256
+        return WINDOW_PER_SLOT * max(1, slots)
 
-    def _generate_chunk(self, chunk: Sequence[Request]) -> list[Generation]:
-        conversations = [self.conversation(r) for r in chunk]
+    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+        """The generations of ``requests`` in order (through ``stream``); EngineRequestError names
+        every request that failed."""
+        return generate_from_stream(self.stream, requests)
+
+    def stream(self, requests: Iterable[Request]) -> Iterator[Completion]:
+        """Each request's generation as soon as vLLM finishes it, at most ``window()`` queued at
+        once; a request vLLM refuses (an image it cannot read, a prompt too long) is a failed
+        Completion. The engine is started before the first request is pulled; a failure to start
+        is raised. Requests still queued when the consumer stops early are aborted."""
+        iterator = iter(requests)
+        first = next(iterator, None)
+        if first is None:
+            return
+        llm = self.llm
+        enqueue = getattr(llm, "enqueue_chat", None)
+        if enqueue is None:
+            raise EngineUnavailable(
+                "the vllm engine streams through LLM.enqueue_chat and LLMEngine.step, which this vLLM "
+                f"({getattr(self._vllm, '__version__', 'unknown')}) lacks; install vLLM 0.32 or later")
+        engine = llm.llm_engine
+        window = self.window()
+        parser = self._reasoning_parser()
+        params = self.sampling_params()
         kwargs: dict[str, Any] = {"chat_template_kwargs": self.chat_template_kwargs, "use_tqdm": False}
         if self.chat_template is not None:
             kwargs["chat_template"] = self.chat_template
-        outputs = self.llm.chat(conversations, self.sampling_params(), **kwargs)
-        if len(outputs) != len(chunk):
-            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(chunk)} requests")
-        parser = self._reasoning_parser()
-        return [self._generation(req, out, parser) for req, out in zip(chunk, outputs)]
+        queued: dict[str, Request] = {}
+        inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # this stream's finished outputs
+        pending: Optional[Request] = first
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(queued) < window:
+                    request, pending = (pending if pending is not None else next(iterator, None)), None
+                    if request is None:
+                        exhausted = True
+                        break
+                    try:
+                        conversation = self.conversation(request)  # decodes the image, outside the lock
+                        with self._lock:
+                            (internal_id,) = enqueue([conversation], params, **kwargs)
+                            request_id = external_id(internal_id)
+                            self._inboxes[request_id] = inbox
+                    except FATAL_ERRORS:
+                        raise
+                    except Exception as exc:  # rendering refused this request only
+                        yield Completion(request, error=f"vLLM refused the request: {error_text(exc)}")
+                        continue
+                    queued[request_id] = request
+                if not queued:
+                    return
+                for output in self._finished(engine, inbox):
+                    request = queued.pop(str(output.request_id))
+                    try:
+                        generation = self._generation(request, output, parser)
+                    except Exception as exc:
+                        yield Completion(request, error=f"unreadable vLLM output: {error_text(exc)}")
+                        continue
+                    yield Completion(request, generation)
+        finally:
+            if queued:
+                with self._lock:
+                    for request_id in queued:
+                        self._inboxes.pop(request_id, None)
+                    engine.abort_request(list(queued))
+
+    def _finished(self, engine: Any, inbox: "queue.SimpleQueue[Any]") -> list[Any]:
+        """The outputs finished for one stream: those another stream's step already routed to
+        ``inbox``, else one ``step()`` of the engine (one stream steps at a time; outputs of the
+        others' requests go to their inboxes), else a short wait for another stream's step."""
+        found = _drain(inbox)
+        if found:
+            return found
+        if self._lock.acquire(timeout=ROUTE_WAIT_S):
+            try:
+                for output in engine.step():
+                    if not getattr(output, "finished", True):
+                        continue
+                    owner = self._inboxes.pop(str(output.request_id), None)
+                    if owner is not None:  # else not ours (a shared engine)
+                        owner.put(output)
+            finally:
+                self._lock.release()
+            return _drain(inbox)
+        try:
+            return [inbox.get(timeout=ROUTE_WAIT_S)] + _drain(inbox)
+        except queue.Empty:
+            return []
 
     def _generation(self, request: Request, output: Any, parser: Any) -> Generation:
         completion = output.outputs[0]
@@ -270,3 +377,19 @@ class VLLMEngine:
             prompt_tokens=len(output.prompt_token_ids) if output.prompt_token_ids is not None else None,
             completion_tokens=len(completion.token_ids) if completion.token_ids is not None else None,
         )
+
+
+def _drain(inbox: "queue.SimpleQueue[Any]") -> list[Any]:
+    found = []
+    while True:
+        try:
+            found.append(inbox.get_nowait())
+        except queue.Empty:
+            return found
+
+
+def external_id(request_id: Any) -> str:
+    """The id vLLM's outputs carry for a request ``LLM.enqueue_chat`` queued: vLLM 0.32 returns
+    its internal id (the external one, which ``LLM`` counts, plus ``-`` and 8 random characters)
+    while ``RequestOutput.request_id`` and ``abort_request`` use the external one."""
+    return str(request_id).split("-", 1)[0]

@@ -1,8 +1,9 @@
 """Executors: where the generation stage (generate, then decide) runs.
 
 ``local`` runs it in this process; ``ray`` runs it on a Ray cluster (one engine per actor). Both
-read ``work/admitted.parquet`` and yield the same ``DecidedChunk`` stream in pool order, which
-the build writes to ``work/decisions.parquet``; the steps they run (``steps.py``) do not know
+read ``work/admitted.parquet`` and yield ``DecidedChunk``s (local: in the order generations
+finish; ray: in pool order), which the build writes and sorts into pool order
+(``ordering.sort_by_order``) as ``work/decisions.parquet``; the steps they run (``steps.py``) do not know
 where they run, and the stages after generation (judge, route, write) are the same for both.
 """
 

@@ -51,8 +51,10 @@ class GenerationStage:
 
 @dataclass
 class DecidedChunk:
-    """Consecutive admitted items, in pool order: their requests, their generations (None where
-    generation failed) and their decision records (steps.DECISION_SCHEMA)."""
+    """Admitted items (consecutive in pool order on the ray executor; in the order their
+    generations finished on the local one): their requests, their generations (None where
+    generation failed) and their decision records (steps.DECISION_SCHEMA), each with its pool
+    ``order``."""
 
     requests: list[Request]
     generations: list[Optional[Generation]]
@@ -63,7 +65,7 @@ class Executor(Protocol):
     name: str
 
     def run(self, stage: GenerationStage) -> Iterator[DecidedChunk]:
-        """Every admitted item's DecidedChunk, in pool order."""
+        """Every admitted item's decision, once, in DecidedChunks of any order (the build sorts)."""
 
     def describe(self) -> dict[str, Any]:
         """Settings for the manifest (never part of the dataset)."""

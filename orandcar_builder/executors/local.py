@@ -1,58 +1,201 @@
-"""The local executor: the generation stage in this process, chunk by chunk."""
+"""The local executor: the generation stage in this process, streaming.
+
+Admitted items are read chunk by chunk and turned into requests; those the cache lacks flow into
+the engine's ``stream`` (the engine holds its own window in flight and pulls the next request as
+one finishes), and each finished generation is committed to the cache (``CommitBuffer``: small
+transactions, bounded by count and time) and decided at once. Decisions come out in completion
+order, each with its pool ``order``; the build sorts them on disk (``ordering.sort_by_order``).
+
+Items the cache already answers, and items asking the same request as an earlier one of this
+run, are only marked while streaming (one byte each) and decided after the stream, from the cache:
+so nothing is held in memory in front of the engine and the first requests go out at once.
+
+A request that fails (the engine's failed Completion) is recorded on its item as ``failed`` and
+the build goes on; a rerun asks it again. An engine that cannot run at all (EngineUnavailable,
+EngineContractError) stops the build.
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Iterator, Optional, Sequence
 
+import numpy as np
 
-from ..cache import CacheStats, EngineContractError, GenerationCache, generate_cached
+from ..cache import CacheStats, CommitBuffer, GenerationCache, generate_cached, is_complete, request_keys
 from ..engines import Engine
+from ..engines.base import generate_from_stream, stream_of
 from ..parquetio import open_parquet
-from ..records import Generation, Request
+from ..records import Admitted, Generation, Request
 from .base import DecidedChunk, GenerationStage
-from .steps import admitted_from_row, decide_rows, make_request
+from .steps import admitted_from_row, decided_row, failed_row, make_request
+
+# The reason recorded on an item whose rule raised (the error text goes to ``error``).
+DECISION_FAILED = "decision_failed"
+SAME_REQUEST_FAILED = "the same request failed for an earlier item"
+_ASK, _HIT, _SHARED = 0, 1, 2
+# Seconds between progress callbacks while streaming.
+PROGRESS_EVERY_S = 0.5
 
 
 def generate(engine: Engine, requests: Sequence[Request], cache: Optional[GenerationCache], *,
              batch_size: int, stats: CacheStats,
              on_batch: Callable[[CacheStats], None] = lambda stats: None) -> list[Generation]:
     """Generations for ``requests`` in order, from ``cache`` where present (see cache.py), asking
-    ``engine`` in batches of ``batch_size``; without a cache every request is asked."""
+    ``engine`` in batches of ``batch_size``; without a cache every request is asked (through
+    its stream, so its window stays full). Any failed request raises (the judge's semantics)."""
     if cache is not None:
         return generate_cached(engine, requests, cache, batch_size=batch_size, on_batch=on_batch, stats=stats)
-    generations: list[Generation] = []
-    for start in range(0, len(requests), batch_size):
-        chunk = list(requests[start:start + batch_size])
-        out = list(engine.generate(chunk))
-        if len(out) != len(chunk) or any(g.item_id != r.item_id for g, r in zip(out, chunk)):
-            raise EngineContractError(f"engine {engine.kind} returned generations out of order or incomplete")
-        generations.extend(out)
-        stats.total += len(chunk)
-        stats.asked += len(chunk)
-        on_batch(stats)
+    generations = generate_from_stream(lambda rs: stream_of(engine, rs, batch_size=batch_size), requests)
+    stats.total += len(requests)
+    stats.asked += len(requests)
+    on_batch(stats)
     return generations
 
 
+def decided_or_failed(admitted: Admitted, request: Request, generation: Generation) -> dict:
+    """``decided_row``, or a failed record when the rule raises: one item never sinks the rest."""
+    try:
+        return decided_row(admitted, request, generation)
+    except Exception as exc:
+        row = failed_row(admitted, request, f"{type(exc).__name__}: {exc}")
+        return {**row, "reason": DECISION_FAILED}
+
+
+class _Out:
+    """Decided records gathered into DecidedChunks of ``size``."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.requests: list[Request] = []
+        self.generations: list[Optional[Generation]] = []
+        self.rows: list[dict] = []
+
+    def add(self, request: Request, generation: Optional[Generation], row: dict) -> Optional[DecidedChunk]:
+        self.requests.append(request)
+        self.generations.append(generation)
+        self.rows.append(row)
+        return self.take() if len(self.rows) >= self.size else None
+
+    def take(self) -> Optional[DecidedChunk]:
+        if not self.rows:
+            return None
+        chunk = DecidedChunk(requests=self.requests, generations=self.generations, rows=self.rows)
+        self.requests, self.generations, self.rows = [], [], []
+        return chunk
+
+
 class LocalExecutor:
-    """Runs the build's own engine here; an engine error stops the build (the cache keeps what
-    was done)."""
+    """Runs the build's own engine here, streaming (see the module docstring)."""
 
     name = "local"
 
     def run(self, stage: GenerationStage) -> Iterator[DecidedChunk]:
         admitted_file = open_parquet(stage.admitted)
-        for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
-            admitted = [admitted_from_row(row) for row in batch.to_pylist()]
+        total = admitted_file.metadata.num_rows
+        status = np.full(total, _ASK, dtype=np.int8)
+        fingerprint = stage.engine.fingerprint()
+        cache = stage.cache
+        stats = stage.stats
+        in_flight: dict[int, tuple[Admitted, Request, Optional[str]]] = {}
+        asked: set[bytes] = set()  # 32 bytes per asked key: what a later item may share
+        commits = CommitBuffer(cache.path, fingerprint, stats=stats) if cache is not None else None
+        out = _Out(stage.chunk_size)
+        timer = {"verify": 0.0}
+
+        def feed() -> Iterator[Request]:
+            position = 0
+            for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
+                admitted = [admitted_from_row(row) for row in batch.to_pylist()]
+                requests = [make_request(a) for a in admitted]
+                keys: list[Optional[str]] = list(request_keys(fingerprint, requests)) if cache is not None else [None] * len(requests)
+                cached = cache.present(k for k in keys if k is not None) if cache is not None else set()
+                for a, request, key in zip(admitted, requests, keys):
+                    if key is not None and key in cached:
+                        status[position] = _HIT
+                    elif key is not None and bytes.fromhex(key) in asked:
+                        status[position] = _SHARED
+                    else:
+                        if key is not None:
+                            asked.add(bytes.fromhex(key))
+                        in_flight[id(request)] = (a, request, key)
+                        stats.total += 1
+                        yield request
+                    position += 1
+
+        t0 = time.perf_counter()
+        last_progress = 0.0
+        try:
+            for completion in stream_of(stage.engine, feed(), batch_size=stage.batch_size):
+                a, request, key = in_flight.pop(id(completion.request))
+                generation = completion.generation
+                stats.asked += 1
+                t1 = time.perf_counter()
+                if generation is None:
+                    row = failed_row(a, request, completion.error or "the engine gave no answer")
+                else:
+                    if generation.item_id != request.item_id:
+                        generation = replace(generation, item_id=request.item_id)
+                    if commits is not None and is_complete(generation):
+                        commits.add(key, generation)
+                    elif not is_complete(generation):
+                        stats.uncached += 1
+                    row = decided_or_failed(a, request, generation)
+                timer["verify"] += time.perf_counter() - t1
+                chunk = out.add(request, generation, row)
+                if chunk is not None:
+                    yield chunk
+                if time.perf_counter() - last_progress >= PROGRESS_EVERY_S:
+                    last_progress = time.perf_counter()
+                    stage.progress(stats)
+        finally:
+            if commits is not None:
+                commits.close()
+        stage.add_time("generate", time.perf_counter() - t0 - timer["verify"])
+        stage.add_time("verify", timer["verify"])
+        if in_flight:
+            raise RuntimeError(f"engine {stage.engine.kind!r} ended its stream with {len(in_flight)} request(s) unanswered")
+        chunk = out.take()
+        if chunk is not None:
+            yield chunk
+        stage.progress(stats)
+        if cache is not None and np.any(status != _ASK):
+            yield from self._from_cache(stage, fingerprint, status)
+
+    def _from_cache(self, stage: GenerationStage, fingerprint: dict, status: np.ndarray) -> Iterator[DecidedChunk]:
+        """The items answered by the cache (``_HIT``) or by an earlier ask of this run
+        (``_SHARED``), decided in chunks."""
+        t0 = time.perf_counter()
+        position = 0
+        for batch in open_parquet(stage.admitted).iter_batches(batch_size=stage.chunk_size):
+            classes = status[position:position + batch.num_rows]
+            position += batch.num_rows
+            wanted = np.flatnonzero(classes != _ASK)
+            if len(wanted) == 0:
+                continue
+            rows = batch.take(wanted).to_pylist()
+            admitted = [admitted_from_row(row) for row in rows]
             requests = [make_request(a) for a in admitted]
-            t0 = time.perf_counter()
-            generations = generate(stage.engine, requests, stage.cache, batch_size=stage.batch_size,
-                                   stats=stage.stats, on_batch=stage.progress)
-            t1 = time.perf_counter()
-            rows = decide_rows(admitted, requests, generations)
-            stage.add_time("generate", t1 - t0)
-            stage.add_time("verify", time.perf_counter() - t1)
-            yield DecidedChunk(requests=requests, generations=list(generations), rows=rows)
+            keys = request_keys(fingerprint, requests)
+            found = stage.cache.get_many(keys)
+            out = _Out(len(rows) + 1)  # one chunk per batch, taken below
+            for a, request, key, kind in zip(admitted, requests, keys, classes[wanted]):
+                stage.stats.total += 1
+                if kind == _HIT:
+                    stage.stats.hits += 1
+                else:
+                    stage.stats.shared += 1
+                generation = found.get(key)
+                if generation is None:
+                    out.add(request, None, failed_row(a, request, SAME_REQUEST_FAILED))
+                    continue
+                if generation.item_id != request.item_id:
+                    generation = replace(generation, item_id=request.item_id)
+                out.add(request, generation, decided_or_failed(a, request, generation))
+            stage.progress(stage.stats)
+            yield out.take()
+        stage.add_time("verify", time.perf_counter() - t0)
 
     def describe(self) -> dict:
         return {"executor": self.name}

@@ -7,9 +7,10 @@ The driver (this process) keeps the generation cache; the cluster only generates
    ``work/ray/asks-*.parquet``.
 2. The driver puts those items in the object store in chunks; they become a Ray Dataset; ``map_batches`` runs ``GenerateAndDecide`` on a pool of
    ``replicas`` actors, each holding one engine made by the EngineFactory (a vLLM model loads
-   once per replica) and deciding each item next to its generation. A request that raises is
-   retried alone; if it still fails, its row is recorded as ``failed`` with the error, and the
-   job goes on. An actor that dies is restarted by Ray and its batch retried (Ray Data's
+   once per replica) and deciding each item next to its generation. Each actor runs
+   ``batches_per_replica`` batches at once (threads sharing its engine: each batch streams
+   through it), so its engine is fed the next batches while one batch's slowest reply runs. A
+   request that fails is recorded as ``failed`` with the error, and the job goes on. An actor that dies is restarted by Ray and its batch retried (Ray Data's
    defaults: without limit; ``max_restarts`` / ``max_task_retries`` bound them).
 3. The driver reads the results in order (``preserve_order``), commits each received batch of
    generations to the cache in one transaction, and merges them with the cached items into
@@ -38,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..cache import engine_hash, generation_from_json, generation_to_json, is_complete, request_keys
-from ..engines.base import EngineUnavailable
+from ..engines.base import EngineUnavailable, stream_of
 from ..errors import OrandCarError
 from ..images import ImageRef
 from ..parquetio import open_parquet
@@ -51,6 +52,8 @@ RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[r
                "(it installs ray[data])")
 DECISION_FAILED = "decision_failed"
 ASKS_PER_FILE = 4096
+# Batches each actor runs at the same time on its one engine.
+BATCHES_PER_REPLICA = 4
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
 _HIT, _ASK, _SHARED = 0, 1, 2
 
@@ -105,26 +108,22 @@ class GenerateAndDecide:
         return table.append_column(GENERATION_COLUMN, pa.array(blobs, pa.string()))
 
     def _generate(self, requests: list[Request]) -> tuple[list[Optional[Generation]], list[Optional[str]]]:
-        try:
-            return self._checked(requests), [None] * len(requests)
-        except Exception:
-            pass  # retried one by one below, so one bad request fails only itself
-        generations: list[Optional[Generation]] = []
-        errors: list[Optional[str]] = []
-        for request in requests:
-            try:
-                generations.append(self._checked([request])[0])
-                errors.append(None)
-            except Exception as exc:
-                generations.append(None)
-                errors.append(f"{type(exc).__name__}: {exc}")
+        """The batch through the engine's stream (its window slides within the batch; the other
+        batches this actor runs at the same time share the engine): one generation or one error
+        per request, in the batch's order. A request that fails fails only itself."""
+        position = {id(r): i for i, r in enumerate(requests)}
+        generations: list[Optional[Generation]] = [None] * len(requests)
+        errors: list[Optional[str]] = ["the engine gave no answer"] * len(requests)
+        for completion in stream_of(self.engine, requests):
+            i = position.pop(id(completion.request), None)
+            if i is None:
+                raise ExecutorError(f"engine {self.engine.kind!r} answered {completion.request.item_id!r}, "
+                                    "which was not asked")
+            if completion.generation is not None and completion.generation.item_id != completion.request.item_id:
+                raise ExecutorError(f"engine {self.engine.kind!r} answered {completion.generation.item_id!r} "
+                                    f"where {completion.request.item_id!r} was asked")
+            generations[i], errors[i] = completion.generation, completion.error if completion.generation is None else None
         return generations, errors
-
-    def _checked(self, requests: list[Request]) -> list[Generation]:
-        out = list(self.engine.generate(requests))
-        if len(out) != len(requests) or any(g.item_id != r.item_id for g, r in zip(out, requests)):
-            raise ExecutorError(f"engine {self.engine.kind!r} returned generations out of order or incomplete")
-        return out
 
 
 class _Peekable:
@@ -150,7 +149,10 @@ class RayExecutor:
 
     def __init__(self, address: Optional[str] = None, replicas: int = 1, gpus_per_replica: float = 0.0,
                  cpus_per_replica: float = 1.0, max_restarts: Optional[int] = None,
-                 max_task_retries: Optional[int] = None, show_progress: bool = False):
+                 max_task_retries: Optional[int] = None, show_progress: bool = False,
+                 batches_per_replica: int = BATCHES_PER_REPLICA):
+        if batches_per_replica < 1:
+            raise ExecutorError(f"batches per replica must be at least 1, got {batches_per_replica}")
         if replicas < 1:
             raise ExecutorError(f"engine replicas must be at least 1, got {replicas}")
         if gpus_per_replica < 0 or cpus_per_replica < 0:
@@ -163,11 +165,13 @@ class RayExecutor:
         self.max_restarts = max_restarts
         self.max_task_retries = max_task_retries
         self.show_progress = show_progress
+        self.batches_per_replica = batches_per_replica
 
     def describe(self) -> dict:
         return {"executor": self.name, "address": self.address, "replicas": self.replicas,
                 "gpus_per_replica": self.gpus_per_replica, "cpus_per_replica": self.cpus_per_replica,
                 "max_restarts": self.max_restarts, "max_task_retries": self.max_task_retries,
+                "batches_per_replica": self.batches_per_replica,
                 "ray": self.ray.__version__}
 
     # -- driver ----------------------------------------------------------------------------
@@ -273,7 +277,13 @@ class RayExecutor:
             fn_constructor_kwargs={"factory": stage.factory, "expected_engine": engine_hash(fingerprint),
                                    "families": stage.families},
             batch_size=stage.batch_size, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=self.replicas), num_cpus=self.cpus_per_replica,
+            # Several batches run at once on each actor (threads sharing its engine), so the engine
+            # is handed the next batch's requests while the slowest of one batch still runs.
+            compute=ray.data.ActorPoolStrategy(size=self.replicas,
+                                               max_tasks_in_flight_per_actor=self.batches_per_replica,
+                                               max_concurrent_calls_per_actor=self.batches_per_replica,
+                                               enable_true_multi_threading=self.batches_per_replica > 1),
+            num_cpus=self.cpus_per_replica,
         )
         if self.gpus_per_replica:
             options["num_gpus"] = self.gpus_per_replica

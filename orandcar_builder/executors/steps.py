@@ -45,6 +45,7 @@ ADMITTED_SCHEMA = pa.schema([
 _GENERATION_FIELDS = [
     ("text", pa.string()), ("model_answer", pa.string()), ("finish_reason", pa.string()),
     ("unsupported", pa.string()), ("model", pa.string()), ("revision", pa.string()), ("prompt", pa.string()),
+    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
 ]
 _DECISION_FIELDS = [
     ("rule", pa.string()), ("rule_version", pa.string()), ("candidate", pa.string()),
@@ -156,6 +157,7 @@ def decision_row(outcome: Outcome, generation: Generation, decision: Optional[De
         "model_answer": generation.answer, "finish_reason": generation.finish_reason,
         "unsupported": generation.unsupported, "model": generation.model,
         "revision": generation.revision, "prompt": generation.prompt,
+        "prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens,
         "rule": decision.rule if decision else None,
         "rule_version": decision.rule_version if decision else None,
         "candidate": decision.candidate if decision else None,
@@ -180,11 +182,12 @@ def failed_row(admitted: Admitted, request: Request, error: str) -> dict:
 
 
 def generation_from_row(row: dict) -> Generation:
-    """The generation a decision record holds (token counts are not recorded there)."""
+    """The generation a decision record holds."""
     return Generation(item_id=row["id"], text=row["text"] or "", think=row["think"] or "",
                       answer=row["model_answer"] or "", finish_reason=row["finish_reason"] or "",
                       model=row["model"] or "", revision=row["revision"] or "",
-                      unsupported=row["unsupported"], prompt=row["prompt"])
+                      unsupported=row["unsupported"], prompt=row["prompt"],
+                      prompt_tokens=row.get("prompt_tokens"), completion_tokens=row.get("completion_tokens"))
 
 
 def decision_from_row(row: dict) -> Optional[Decision]:

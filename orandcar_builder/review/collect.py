@@ -49,7 +49,7 @@ KNOWN_COLUMNS = frozenset((
     "policy", "actions", "think", "route", "answer", "verifier", "wrong_vlm", "reason", "text",
     "model_answer", "finish_reason", "unsupported", "model", "revision", "prompt", "rule",
     "rule_version", "candidate", "score", "rule_passed", "verdict", "verdict_raw", "error",
-    "extraction", "extraction_version", "decided_text",
+    "extraction", "extraction_version", "decided_text", "prompt_tokens", "completion_tokens",
 ))
 
 

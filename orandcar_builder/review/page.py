@@ -104,6 +104,7 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
         "final_answer": clip(answer) if answer is not None else None,
         "think": clip(think) if think else None,
         "rule": row.get("rule"), "rule_version": row.get("rule_version"), "candidate": row.get("candidate"),
+        "prompt_tokens": row.get("prompt_tokens"), "completion_tokens": row.get("completion_tokens"),
         "extraction": row.get("extraction") or "", "extraction_version": row.get("extraction_version") or "",
         "span": clip(span) if (span := decided_span(row)) is not None else None,
         "score": _score(row.get("score")), "rule_passed": row.get("rule_passed"),

@@ -66,14 +66,14 @@ def requests_(tmp_path_factory) -> list[Request]:
 
 @pytest.fixture(scope="module")
 def engine(tiny_model) -> VLLMEngine:
-    # chunk_size 2: five requests go through LLM.chat in three chunks.
-    return VLLMEngine(str(tiny_model), max_tokens=16, max_model_len=MAX_MODEL_LEN, chunk_size=2,
+    # concurrency 2: five requests stream through vLLM's engine, at most two queued at once.
+    return VLLMEngine(str(tiny_model), max_tokens=16, max_model_len=MAX_MODEL_LEN, concurrency=2,
                       llm_kwargs={"enforce_eager": True})
 
 
 def sibling(engine: VLLMEngine, **options) -> VLLMEngine:
     """Another engine over the same started LLM, differing in the given settings."""
-    settings = dict(max_tokens=engine.max_tokens, max_model_len=MAX_MODEL_LEN, chunk_size=engine.chunk_size)
+    settings = dict(max_tokens=engine.max_tokens, max_model_len=MAX_MODEL_LEN, concurrency=engine.concurrency)
     settings.update(options)
     return VLLMEngine(engine.model, llm=engine.llm, **settings)
 
@@ -89,6 +89,18 @@ def test_offline_chat_records_prompt_order_split_and_tokens(engine, requests_):
         assert gen.model == engine.model and gen.revision == ""
     # image tokens are expanded in the token count, not in the prompt text
     assert gens[0].prompt_tokens > len(gens[0].prompt.split())
+
+
+def test_stream_renders_and_answers_as_llm_chat_does(engine, requests_):
+    """The streaming path (LLM.enqueue_chat + LLMEngine.step) gives what LLM.chat gives."""
+    kwargs = {"chat_template_kwargs": engine.chat_template_kwargs, "use_tqdm": False}
+    outputs = engine.llm.chat([engine.conversation(r) for r in requests_], engine.sampling_params(), **kwargs)
+    gens = engine.generate(requests_)
+    assert [g.prompt for g in gens] == [o.prompt for o in outputs]
+    assert [(g.text, g.finish_reason) for g in gens] == [(o.outputs[0].text, o.outputs[0].finish_reason) for o in outputs]
+    completions = list(sibling(engine, concurrency=None).stream(iter(requests_)))
+    assert sorted(c.request.item_id for c in completions) == sorted(r.item_id for r in requests_)
+    assert all(c.ok for c in completions)
 
 
 def test_length_limit_inside_thinking_is_truncated(engine, requests_):
@@ -234,3 +246,72 @@ def test_fake_server_has_the_real_response_shape(server_url):
 
     assert shape(fake) == shape(real)
     assert real["prompt_text"] == fake["prompt_text"]  # the fake renders the same template
+
+
+# --- kill and resume a streaming build ----------------------------------------------------------
+
+KILL_ITEMS = 120
+
+
+def _cached(work: Path) -> set[str]:
+    import sqlite3
+
+    db = work / "cache" / "generations.sqlite"
+    if not db.exists():
+        return set()
+    try:
+        with sqlite3.connect(db, timeout=30) as con:
+            return {row[0] for row in con.execute("SELECT item_id FROM generations")}
+    except sqlite3.OperationalError:
+        return set()
+
+
+def _vllm_build(pool: Path, out: Path, work: Path, model: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "orandcar_builder.cli", "build", str(pool), "-o", str(out), "--work", str(work),
+               "--engine", "vllm", "--engine-option", f"model={model}", "--engine-option", "max_tokens=16",
+               "--engine-option", f"max_model_len={MAX_MODEL_LEN}", "--engine-option", "concurrency=4",
+               "--engine-option", 'llm_kwargs={"enforce_eager": true}', "--no-progress"]
+    # A session of its own: the kill takes vLLM's engine-core processes too, as a lost machine would.
+    return subprocess.Popen(command, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+
+
+def test_killed_streaming_build_resumes_to_identical_bytes(tiny_model, tmp_path):
+    """``orandcar build --engine vllm`` SIGKILLed while generations stream into the cache, then
+    rerun: the same dataset bytes as an uninterrupted build, and what was cached is kept."""
+    import os
+    import signal
+
+    images = tmp_path / "img"
+    images.mkdir()
+    lines = []
+    for i in range(KILL_ITEMS):
+        Image.new("RGB", (32 + i % 7, 24), (i % 256, (5 * i) % 256, 90)).save(images / f"{i}.png")
+        lines.append({"id": f"q{i}", "image": f"img/{i}.png", "question": f"What is written on sign {i}?",
+                      "answer": "A", "family": "scene_text"})
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    reference = _vllm_build(pool, tmp_path / "ref", tmp_path / "ref_work", tiny_model)
+    assert reference.wait(timeout=900) == 0, reference.stderr.read().decode()[-3000:]
+
+    work = tmp_path / "work"
+    kills = 0
+    for target in (10, 50):
+        before = _cached(work)
+        proc = _vllm_build(pool, tmp_path / "out", work, tiny_model)
+        while proc.poll() is None and len(_cached(work)) < target:
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        kills += proc.wait(timeout=120) == -signal.SIGKILL
+        assert before <= _cached(work)  # nothing committed is lost
+    assert kills == 2, "both runs should have been killed while generating"
+    assert 0 < len(_cached(work)) < KILL_ITEMS
+    final = _vllm_build(pool, tmp_path / "out", work, tiny_model)
+    assert final.wait(timeout=900) == 0, final.stderr.read().decode()[-3000:]
+    report = json.loads((work / "report.json").read_text())
+    assert report["cache"]["generate"]["hits"] >= 50 and report["failed"] == 0
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    files = sorted(p.relative_to(ref) for p in ref.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    for rel in files:
+        assert (ref / rel).read_bytes() == (out / rel).read_bytes(), rel
