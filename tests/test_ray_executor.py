@@ -177,3 +177,25 @@ def test_an_actor_runs_several_batches_at_once(ray_cluster, tmp_path, recorded):
     assert result.ok and result.report["failed"] == 0
     assert int(log.read_text()) > 1, "one actor should have had several batches in its engine at once"
     assert _digests(result.out) == _digests(local_out)
+
+
+def test_ray_workers_compose_the_recipes_prompts(ray_cluster, tmp_path, recorded):
+    """A recipe's family settings reach the Ray workers, which compose the questions: the same
+    bytes as the local executor with the same recipe."""
+    import pyarrow.parquet as pq
+
+    from orandcar_builder.recipe import parse_recipe, resolve
+
+    gens, _ = recorded
+    answers = tmp_path / "answers.jsonl"  # the recordings without the question they were made for
+    answers.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "question"}) + "\n"
+                               for line in gens.read_text().splitlines()))
+    recipe = resolve(parse_recipe(f'[engine]\nname = "replay"\nreplay = "{answers}"\n'
+                                  '[families.scene_text]\ninstruction = "Read it."\nseparator = " "\n'))
+    local = build(POOL, tmp_path / "local", work=tmp_path / "wl", recipe=recipe, progress=False)
+    on_ray = build(POOL, tmp_path / "ray", work=tmp_path / "wr", recipe=recipe, executor="ray", engine_replicas=2,
+                   progress=False)
+    assert local.ok and on_ray.ok, (local.problems, on_ray.problems)
+    assert _digests(on_ray.out) == _digests(local.out)
+    questions = {qa["question"] for row in pq.read_table(on_ray.out / "RS_nothink").to_pylist() for qa in row["qa"]}
+    assert "What is written in this image? Read it." in questions
