@@ -244,10 +244,12 @@ def _flatten(value: Any, prefix: str = "") -> dict:
 
 
 def settings_changes(old: dict, new: dict) -> list[dict]:
-    """Each setting (a dotted path into the ``orandcar_build`` blocks) whose value differs."""
+    """Each setting (a dotted path into the ``orandcar_build`` blocks) whose value differs. A rule
+    that decided items on one side only (the pools cover other families) is no change of version."""
     a, b = _flatten(old), _flatten(new)
     keys = list(dict.fromkeys([*a, *b]))
-    return [{"key": key, "old": a.get(key), "new": b.get(key)} for key in keys if a.get(key) != b.get(key)]
+    return [{"key": key, "old": a.get(key), "new": b.get(key)} for key in keys
+            if a.get(key) != b.get(key) and not (key.startswith("rules.") and (key not in a or key not in b))]
 
 
 def _acceptance(accepted: dict, rejected: dict) -> dict:
@@ -271,6 +273,8 @@ class DatasetDiff:
     flipped: dict[str, list[dict]]  # "accepted_to_rejected" / "rejected_to_accepted" -> items
     acceptance: dict[str, dict]  # family -> {"old": counts, "new": counts}
     settings: dict  # {"old": block, "new": block, "changed": [...]}
+    dataset: dict = field(default_factory=dict)  # QA items of the dataset (accepted or rejected): counts
+
 
     @property
     def identical(self) -> bool:
@@ -279,13 +283,14 @@ class DatasetDiff:
                 and not self.settings["changed"])
 
     def totals(self) -> dict:
-        accepted, rejected = self.configs[ACCEPTED_CONFIG]["qa"], self.configs[REJECTED_CONFIG]["qa"]
-        return {kind: len(accepted[kind]) + len(rejected[kind]) for kind in ("added", "removed", "changed")} | {
-            "old": accepted["old"] + rejected["old"], "new": accepted["new"] + rejected["new"]}
+        """QA items of the dataset as a whole: old and new counts; added, removed, and changed
+        without changing side (an item whose decision flipped is counted as flipped, not here)."""
+        return {kind: value if isinstance(value, int) else len(value) for kind, value in self.dataset.items()}
 
     def summary(self) -> dict:
-        """The few figures a Versions entry records: QA items of the dataset (accepted + rejected)
-        old and new, added, removed, changed; flips each way; accepted share; changed settings."""
+        """The few figures a Versions entry records: QA items of the dataset (accepted or rejected)
+        old and new, added, removed, changed (``totals``); flips each way; accepted share; the
+        settings (top-level keys of ``orandcar_build``) that changed."""
         totals = self.totals()
         accepted = self.configs[ACCEPTED_CONFIG]["qa"]
 
@@ -318,6 +323,7 @@ class DatasetDiff:
             "new": side(self.new),
             "identical": self.identical,
             "configs": {config: {"rows": counts(c["rows"]), "qa": counts(c["qa"])} for config, c in self.configs.items()},
+            "qa": counts(self.dataset),
             "flipped": self.flipped,
             "acceptance": self.acceptance,
             "settings": self.settings,
@@ -346,7 +352,12 @@ def diff_sides(old: Side, new: Side) -> DatasetDiff:
     old_settings, new_settings = (card_settings(split_card(s.card, source=f"{s.spec}: {README}")[0]) if s.card else {}
                                   for s in (old, new))
     settings = {"old": old_settings, "new": new_settings, "changed": settings_changes(old_settings, new_settings)}
-    return DatasetDiff(old, new, configs, flipped, acceptance, settings)
+    before = {k: ("accepted", i.digest) for k, i in old_acc.items()} | {k: ("rejected", i.digest) for k, i in old_rej.items()}
+    after = {k: ("accepted", i.digest) for k, i in new_acc.items()} | {k: ("rejected", i.digest) for k, i in new_rej.items()}
+    dataset = {"old": len(before), "new": len(after), "added": [k for k in after if k not in before],
+               "removed": [k for k in before if k not in after],
+               "changed": [k for k in after if k in before and after[k][0] == before[k][0] and after[k] != before[k]]}
+    return DatasetDiff(old, new, configs, flipped, acceptance, settings, dataset)
 
 
 def diff(old: str, new: str, *, token: Optional[str] = None) -> DatasetDiff:
@@ -386,6 +397,9 @@ def format_diff(result: DatasetDiff, *, flips_shown: int = FLIPS_SHOWN) -> str:
     lines.append(f"{'config':<{width}}{'rows old → new (+added -removed ~changed)':<44}QA items old → new (+added -removed ~changed)")
     for config, c in result.configs.items():
         lines.append(f"{config:<{width}}{_changes(c['rows']):<44}{_changes(c['qa'])}")
+    totals = result.totals()
+    lines.append(f"{'dataset':<{width}}{'':<44}{totals['old']:,} → {totals['new']:,} (+{totals['added']:,} "
+                 f"-{totals['removed']:,} ~{totals['changed']:,}; a flipped item moves between configs)")
     lines.append("")
     a2r, r2a = result.flipped["accepted_to_rejected"], result.flipped["rejected_to_accepted"]
     lines.append(f"decisions flipped: {len(r2a):,} rejected → accepted, {len(a2r):,} accepted → rejected")

@@ -95,6 +95,7 @@ def test_diff_of_two_local_builds(two_builds):
     assert ids(rejected["added_keys"]) == [ref(changes["to_rejected"])]
     assert ids(rejected["removed_keys"]) == [ref(changes["to_accepted"])]
     assert rejected["changed"] == 0
+    assert data["qa"]["changed_keys"] == accepted["changed_keys"] and data["qa"]["added"] == data["qa"]["removed"] == 0
     assert data["configs"]["RS_think"]["qa"]["changed"] == 1
     assert data["acceptance"]["scene_text"]["old"] == data["acceptance"]["scene_text"]["new"]  # one each way
     assert data["acceptance"]["multiple_choice"]["old"] == {"accepted": 3, "rejected": 1, "qa": 4, "share": 0.75}
@@ -102,7 +103,7 @@ def test_diff_of_two_local_builds(two_builds):
     # the replay file is part of the engine fingerprint; nothing else in the settings moved
     assert [c["key"] for c in data["settings"]["changed"]] == ["engine.sha256"]
     assert data["summary"] == {
-        "qa": {"old": 46, "new": 46, "added": 2, "removed": 2, "changed": 1},
+        "qa": {"old": 46, "new": 46, "added": 0, "removed": 0, "changed": 1},  # the flips are counted apart
         "flipped": {"accepted_to_rejected": 1, "rejected_to_accepted": 1},
         "accepted_share": {"old": round(30 / 46, 6), "new": round(30 / 46, 6)},
         "settings_changed": ["engine"],
@@ -249,11 +250,11 @@ def test_tagged_pushes_write_the_versions_section(released, hub):
     assert [v["tag"] for v in versions] == ["v1.0", "v1.1"]
     assert versions[0]["previous"] is None and versions[0]["qa"]["new"] == 46
     assert versions[1]["previous"] == "v1.0"
-    assert versions[1]["qa"] == {"old": 46, "new": 46, "added": 2, "removed": 2, "changed": 1}
+    assert versions[1]["qa"] == {"old": 46, "new": 46, "added": 0, "removed": 0, "changed": 1}
     assert versions[1]["flipped"] == {"accepted_to_rejected": 1, "rejected_to_accepted": 1}
     assert versions[1]["settings_changed"] == ["engine"]
     section = body.split(VERSIONS_START, 1)[1].split(VERSIONS_END, 1)[0]
-    assert "## Versions" in section and "| `v1.1` | `v1.0` | 46 | 2 | 2 | 1 | 1 | 1 | 65.2% → 65.2% | `engine` |" in section
+    assert "## Versions" in section and "| `v1.1` | `v1.0` | 46 | 0 | 0 | 1 | 1 | 1 | 65.2% → 65.2% | `engine` |" in section
     assert "| `v1.0` | – | 46 |" in section and "first version" in section
     # the v1.0 card itself records only v1.0
     assert card_versions(split_card(hub.read(REPO, "README.md", revision="v1.0").decode())[0])[-1]["tag"] == "v1.0"
@@ -341,3 +342,18 @@ def test_a_dry_run_with_a_tag_plans_the_card_and_writes_nothing(released, two_bu
     assert "card's Versions section: v1.2 against v1.1 (dry run: not written)" in format_push_result(result)
     assert not [r for r in hub.log if r.method in ("POST", "PUT", "DELETE") and r.route != "paths-info"]
     assert "v1.2" not in hub.repo(REPO).tags
+
+
+def test_items_of_a_longer_pool_are_added_and_none_flips(two_builds, tmp_path):
+    from orandcar_builder.engines import create_engine
+
+    old = two_builds[0]
+    replay = old.parent / "old.jsonl"
+    shorter = build(SAMPLES / "pool.jsonl", tmp_path / "short", work=tmp_path / "w", progress=False, limit=40,
+                    engine=create_engine("replay", replay=replay))
+    data = diff(str(shorter.out), str(old)).to_dict()
+    assert (data["qa"]["old"], data["qa"]["new"], data["qa"]["added"], data["qa"]["removed"]) == (40, 46, 6, 0)
+    assert data["qa"]["changed"] == 0 and data["flipped"] == {"accepted_to_rejected": [], "rejected_to_accepted": []}
+    assert data["settings"]["changed"] == []  # same engine, rules, extraction, policy and recipe
+    back = diff(str(old), str(shorter.out)).summary()
+    assert back["qa"]["removed"] == 6 and back["qa"]["added"] == 0
