@@ -624,8 +624,11 @@ def push(
     ``revision`` from main when missing, uploads the files that differ in commits of at most
     ``commit_max_files`` files and ``commit_max_bytes`` bytes, deletes stale files (see the module
     docstring), and creates ``tag`` on the final commit. Nothing changed means no commit. A tag that
-    exists elsewhere is a TagConflictError before anything is written. ``dry_run`` reads the Hub and
-    returns the plan without writing. Hub refusals are HubPermissionError / PushError; no error text
+    exists already is a TagConflictError before anything is written. With ``tag``, the folder's card
+    gets a Versions entry for it (``release_card``: the summary of its diff against the previous tag,
+    written into the folder's README.md before the upload); without, the Versions the Hub's card has
+    are carried over. ``dry_run`` reads the Hub and returns the plan without writing (not even the
+    folder's card). Hub refusals are HubPermissionError / PushError; no error text
     contains the token. Each request may take ``timeout`` seconds per connect, read or write; past
     that the push ends with a HubTimeoutError.
     """
