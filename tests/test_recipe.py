@@ -122,3 +122,34 @@ def test_an_unreadable_recipe_is_named(tmp_path):
     (tmp_path / "latin1.toml").write_bytes(b"x = '\xe9'\n")
     with pytest.raises(RecipeError, match="latin1.toml: the recipe is not UTF-8"):
         read_recipe(tmp_path / "latin1.toml")
+
+
+def test_a_resolved_recipe_written_as_toml_reads_back_equal():
+    import tomllib
+
+    from orandcar_builder.recipe import resolve, to_toml
+
+    text = '''
+[dataset]
+repo = "my-org/OrandCar"
+tags = ["a", "b c"]
+gated_prompt = "Agree to \\"the terms\\"\\n\\tplease \\u007f."
+gated_fields = { Name = "text", "I agree: yes" = "checkbox", Role = { type = "select", options = ["x", "y"] } }
+
+[engine]
+name = "vllm"
+model = "Qwen/Qwen3-VL-8B-Thinking"
+max_tokens = 16384
+chat_template_kwargs = { enable_thinking = true }
+limit_mm_per_prompt = { image = 1 }
+
+[families."odd name"]
+instruction = "Ünïcode – fine."
+separator = "\\n\\n"
+rule = "exact"
+'''
+    recipe = resolve(parse_recipe(text), engine_options={"seed": 7})
+    data = recipe.to_dict()
+    written = to_toml(data)
+    assert tomllib.loads(written) == data
+    assert parse_recipe(written).to_dict() == data  # and it is a valid recipe again
