@@ -121,8 +121,8 @@ def versions_section(versions: list[dict]) -> str:
         lines += [
             "## Versions",
             "",
-            "Each published tag, newest first, compared with the tag before it (`orandcar diff` gives the "
-            "full list of what moved). A tag is never moved: load an exact version with "
+            "Each published tag, newest first, compared with the tag before it (`orandcar diff` gives the",
+            "full list of what moved). A tag is never moved: load an exact version with",
             "`load_dataset(..., revision=TAG)`.",
             "",
             "| tag | compared with | QA items | added | removed | changed | rejected → accepted "

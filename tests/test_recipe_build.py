@@ -81,7 +81,7 @@ def test_the_shipped_recipe_gives_the_published_scene_text_question(tmp_path):
     header, body = split_card(card)
     assert header[BUILD_KEY]["recipe"] == recipe
     section = body.split("## How to reproduce", 1)[1].split("\n## ", 1)[0]
-    assert "(a recipe file with the command line applied over it)" in section
+    assert "(a recipe file with the command line applied over it)" in " ".join(section.split())
     toml_blocks = [text for info, text in code_blocks(section) if info == "toml"]
     assert len(toml_blocks) == 1 and tomllib.loads(toml_blocks[0]) == recipe
     assert "orandcar build pool.jsonl -o OrandCar --recipe recipe.toml" in section
