@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from orandcar_builder.build import build
 from orandcar_builder.cli import main
-from orandcar_builder.diff import DiffError, diff, format_diff, open_side, settings_changes
+from orandcar_builder.diff import DiffError, diff, open_side, settings_changes
 from orandcar_builder.publish import push
 from orandcar_builder.release import (BUILD_KEY, VERSIONS_END, VERSIONS_KEY, VERSIONS_START, card_versions,
                                       split_card, versions_section, with_versions)
