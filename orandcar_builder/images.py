@@ -258,3 +258,17 @@ def check_images(paths: list[str], root: str, policy: ImagePolicy) -> list[tuple
 def unpack_checked(packed: tuple) -> "ImageRef | ImageError":
     """The result ``check_images`` packed."""
     return packed[1] if packed[0] == "ok" else ImageError(packed[1], packed[2])
+
+
+def exit_with_parent(parent: int, every_s: float = 0.5) -> None:
+    """In a worker process (``pool.prefetch``'s initializer): end it once ``parent`` is gone. A
+    build killed outright (SIGKILL, a lost machine) cannot stop its workers, and they would wait
+    on their task queue for ever: the queue's write end lives on in each worker."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()

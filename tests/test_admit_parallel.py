@@ -191,3 +191,39 @@ def test_cli_admit_workers(tmp_path):
     assert outs[0] == outs[1]
     res = runner.invoke(main, ["build", str(pool), "-o", str(tmp_path / "x"), "--admit-workers", "0"])
     assert res.exit_code == 2 and "--admit-workers" in res.output
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_workers_end_when_the_build_is_killed(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pool = _pool(tmp_path / "pool")
+    code = ("import multiprocessing, sys, time\n"
+            "from orandcar_builder.pool.jsonl import read_pool\n"
+            f"records = read_pool({str(pool)!r}, workers=2)\n"
+            "next(records)\n"
+            "print(' '.join(str(p.pid) for p in multiprocessing.active_children()), flush=True)\n"
+            "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    try:
+        workers = [int(p) for p in proc.stdout.readline().split()]
+        assert len(workers) == 2 and all(_alive(p) for p in workers)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 20
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in workers), "admission workers outlived their killed build"

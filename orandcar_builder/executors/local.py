@@ -1,6 +1,9 @@
 """The local executor: the generation stage in this process, streaming.
 
-Admitted items are read chunk by chunk and turned into requests; those the cache lacks flow into
+Admitted items are taken as they are admitted (``GenerationStage.admitted_rows``: the build's
+admission runs inside this stream, so the first requests go out after a few items, not after the
+whole pool) or read chunk by chunk from work/admitted.parquet, and turned into requests; those
+the cache lacks flow into
 the engine's ``stream`` (the engine holds its own window in flight and pulls the next request as
 one finishes), and each finished generation is committed to the cache (``CommitBuffer``: small
 transactions, bounded by count and time) and decided at once. Decisions come out in completion
@@ -205,25 +208,28 @@ class LocalExecutor:
 
 
 # Rows per batch taken from admission while it overlaps generation: the first batches are small,
-# so the first requests go out after a few items are admitted, not after a chunk.
+# so the first requests go out after a few items are admitted, not after a chunk, and none is
+# large, so the engine's loop never waits long for a batch to be admitted.
 FIRST_STREAM_BATCH = 8
+MAX_STREAM_BATCH = 64
 
 
 def _row_batches(stage: GenerationStage) -> Iterator[list[dict]]:
     """The admitted rows in pool order, in batches: from ``stage.admitted_rows`` as they are
-    admitted (batches growing from FIRST_STREAM_BATCH to the chunk size), else read from
-    ``stage.admitted``."""
+    admitted (batches growing from FIRST_STREAM_BATCH to MAX_STREAM_BATCH), else read from
+    ``stage.admitted`` a chunk at a time."""
     if stage.admitted_rows is None:
         for batch in open_parquet(stage.admitted).iter_batches(batch_size=stage.chunk_size):
             yield batch.to_pylist()
         return
-    size = min(FIRST_STREAM_BATCH, stage.chunk_size)
+    largest = min(MAX_STREAM_BATCH, stage.chunk_size)
+    size = min(FIRST_STREAM_BATCH, largest)
     batch: list[dict] = []
     for row in stage.admitted_rows:
         batch.append(row)
         if len(batch) >= size:
             yield batch
             batch = []
-            size = min(size * 2, stage.chunk_size)
+            size = min(size * 2, largest)
     if batch:
         yield batch

@@ -13,7 +13,8 @@ dropped for another reason (a repeated id) is only wasted work.
 
 Memory stays bounded: at most ``depth`` chunks of lines and their checks (a path, a hash and a
 size each) are held. Workers are started with ``spawn`` (a build may already run threads, which
-``fork`` does not copy safely) and import only ``images``.
+``fork`` does not copy safely), import only ``images``, and end when the build's process is gone,
+even if it was killed outright.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional
 
-from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_images, unpack_checked
+from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_images, exit_with_parent, unpack_checked
 
 # Lines per task sent to a worker: enough to make a task's overhead small against its images.
 CHUNK_LINES = 16
@@ -82,7 +83,8 @@ class ImagePrefetch:
         self._next = 0
 
     def __enter__(self) -> "ImagePrefetch":
-        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=exit_with_parent, initargs=(os.getpid(),))
         return self
 
     def __exit__(self, *exc_info) -> None:
