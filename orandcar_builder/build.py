@@ -220,12 +220,9 @@ class _Admission:
         self.done = True
 
 
-def _admit_stage(pool: Path, work: Path, limit: Optional[int], clean_report: dict,
-                 images: Optional[ImagePolicy] = None, workers: int = 1) -> tuple[int, Counter]:
-    """work/admitted.parquet and work/dropped.jsonl, the whole pool at once; returns (admitted,
-    drops per reason). The ids seen while reading spill to scratch files in the work dir once
-    there are many."""
-    admission = _Admission(pool, work, limit, clean_report, images, workers)
+def _admit_stage(admission: _Admission) -> tuple[int, Counter]:
+    """The whole admission at once (work/admitted.parquet and work/dropped.jsonl complete before
+    anything else runs); returns (admitted, drops per reason)."""
     for _ in admission.rows():
         pass
     return admission.admitted, admission.dropped
@@ -441,8 +438,7 @@ def _build(
     admission = _Admission(pool, work, limit, clean_report, images, admit_workers)
     overlap = overlap_admit and executor.name == "local"
     if not overlap:
-        for _ in admission.rows():
-            pass
+        _admit_stage(admission)
         timings["admit"] = time.perf_counter() - t0
 
     # The engines are made before the first item is admitted when admission overlaps generation:
