@@ -71,6 +71,7 @@ def test_read_pool_on_two_processes_gives_the_same_records(tmp_path, monkeypatch
     policy = ImagePolicy(max_bytes=100_000)
     if chunk is not None:  # small chunks and a small memory of checks: eviction, paths sent twice
         monkeypatch.setattr(prefetch, "CHUNK_LINES", chunk)
+        monkeypatch.setattr(prefetch, "INLINE_FIRST", 0)
         monkeypatch.setattr(jsonl_module, "IMAGE_CHECK_CACHE", cache)
     one = list(read_pool(pool, images=policy, workers=1))
     two = list(read_pool(pool, images=policy, workers=2))
@@ -210,7 +211,9 @@ def test_workers_end_when_the_build_is_killed(tmp_path):
 
     pool = _pool(tmp_path / "pool")
     code = ("import multiprocessing, sys, time\n"
+            "from orandcar_builder.pool import prefetch\n"
             "from orandcar_builder.pool.jsonl import read_pool\n"
+            "prefetch.INLINE_FIRST = 0\n"
             f"records = read_pool({str(pool)!r}, workers=2)\n"
             "next(records)\n"
             "print(' '.join(str(p.pid) for p in multiprocessing.active_children()), flush=True)\n"

@@ -216,14 +216,17 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
     # memory does not grow with the pool (an image seen again much later is checked again).
     images: OrderedDict[str, ImageRef | ImageError] = OrderedDict()
     lines = islice(decode_json_lines(path), limit)
+    here = lambda image_path: check_image(image_path, root, policy)  # noqa: E731
     if workers == 1:
-        yield from _read_lines(lines, base, root, seen_ids, policy, images,
-                               lambda image_path: check_image(image_path, root, policy))
+        yield from _read_lines(lines, base, root, seen_ids, policy, images, here)
         return
-    from .prefetch import ImagePrefetch
+    from . import prefetch
 
-    with ImagePrefetch(workers, base, root, policy, images.__contains__) as prefetch:
-        yield from _read_lines(prefetch.lines(lines), base, root, seen_ids, policy, images, prefetch.result)
+    # The first lines are checked here: a small pool never waits for workers to start, and the
+    # first items of a large one reach the engine while they start.
+    yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here)
+    with prefetch.ImagePrefetch(workers, base, root, policy, images.__contains__) as ahead:
+        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result)
 
 
 def _read_lines(lines: Iterable[tuple], base: str, root: str, seen_ids: SpillSet, policy: ImagePolicy,

@@ -32,6 +32,8 @@ from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_image
 CHUNK_LINES = 16
 # Tasks queued per worker ahead of the reader.
 TASKS_PER_WORKER = 4
+# Lines the reader checks itself before any worker starts (``jsonl.read_pool``).
+INLINE_FIRST = 64
 # Default admission processes (``default_workers``).
 MAX_DEFAULT_WORKERS = 8
 
