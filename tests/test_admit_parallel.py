@@ -230,3 +230,17 @@ def test_workers_end_when_the_build_is_killed(tmp_path):
     while any(_alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(p) for p in workers), "admission workers outlived their killed build"
+
+
+def _die(paths, root, policy):  # runs in a worker: as if it were killed
+    os._exit(1)
+
+
+def test_a_worker_that_dies_is_a_clear_error(tmp_path, monkeypatch):
+    from orandcar_builder.errors import OrandCarError
+
+    pool = _pool(tmp_path / "pool")
+    monkeypatch.setattr(prefetch, "INLINE_FIRST", 0)
+    monkeypatch.setattr(prefetch, "check_images", _die)
+    with pytest.raises(OrandCarError, match="admission worker process ended abruptly.*--admit-workers 1"):
+        list(read_pool(pool, workers=2))

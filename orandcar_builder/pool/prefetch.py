@@ -23,9 +23,11 @@ import multiprocessing
 import os
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional
 
+from ..errors import OrandCarError
 from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_images, exit_with_parent, unpack_checked
 
 # Lines per task sent to a worker: enough to make a task's overhead small against its images.
@@ -36,6 +38,10 @@ TASKS_PER_WORKER = 4
 INLINE_FIRST = 64
 # Default admission processes (``default_workers``).
 MAX_DEFAULT_WORKERS = 8
+
+
+class AdmitWorkerError(OrandCarError):
+    """A worker process died (it was killed, or ran out of memory): its checks are lost."""
 
 
 def default_workers() -> int:
@@ -136,7 +142,13 @@ class ImagePrefetch:
         while window:
             index, chunk, future, send, named = window.popleft()
             if future is not None:
-                for path, packed in zip(send, future.result()):
+                try:
+                    checked = future.result()
+                except BrokenProcessPool as exc:
+                    raise AdmitWorkerError(
+                        f"an admission worker process ended abruptly (killed, or out of memory) while checking "
+                        f"images such as {send[0]}: {exc}; build again, or with --admit-workers 1") from None
+                for path, packed in zip(send, checked):
                     self.ready[path] = unpack_checked(packed)
             yield from chunk
             # The reader is past this chunk: a path no later chunk names is remembered by the
