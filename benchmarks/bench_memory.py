@@ -112,8 +112,10 @@ def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
     _reset_peak()
     t0 = time.perf_counter()
     engine = ReplayEngine(root / "replay.jsonl") if engine_name == "replay" else SyntheticEngine()
+    # overlap_admit=False: the admit stage runs alone first, so its peak is measured on its own
+    # (on the local executor it otherwise runs inside the generate stage).
     result = build_module.build(root / "pool.jsonl", root / "out", work=root / "work", engine=engine, progress=False,
-                                max_shard_bytes=max_shard_bytes)
+                                max_shard_bytes=max_shard_bytes, overlap_admit=False)
     if not result.ok:
         raise SystemExit(f"build failed validation: {result.problems[:3]}")
     gaps.append(_status_mb("VmHWM"))

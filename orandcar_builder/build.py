@@ -54,6 +54,7 @@ from .families import families_in_use, rule_for
 from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S, IMAGE_OUTSIDE_POOL, ImageError, ImagePolicy
 from .parquetio import open_parquet
 from .pool.jsonl import SOURCE_OUTSIDE_POOL
+from .pool.prefetch import check_workers, default_workers
 from .recipe import DEFAULTS_SOURCE, Recipe, options_of
 from .records import Dropped, Generation
 from .route import ACCEPTED, FAILED, REJECTED, RoutePlan
@@ -184,20 +185,49 @@ class _ReplayExport(_JsonlFile):
 # --- stages -----------------------------------------------------------------------------------
 
 
-def _admit_stage(pool: Path, work: Path, limit: Optional[int], clean_report: dict,
-                 images: Optional[ImagePolicy] = None) -> tuple[int, Counter]:
-    """work/admitted.parquet and work/dropped.jsonl; returns (admitted, drops per reason). The ids
-    seen while reading spill to scratch files in the work dir once there are many."""
-    dropped = Counter()
-    with _Files(admitted=_ParquetFile(work / "admitted.parquet", ADMITTED_SCHEMA),
-                dropped=_JsonlFile(work / "dropped.jsonl")) as files:
-        for record in clean_lines(pool, clean_report, limit=limit, spill_dir=work, images=images):
-            if isinstance(record, Dropped):
-                files.dropped.write(record.to_dict())
-                dropped[record.reason] += 1
-            else:
-                files.admitted.add(admitted_row(record))
-    return files.admitted.rows, dropped
+class _Admission:
+    """The admit stage as a stream: ``rows()`` yields each admitted item's row (ADMITTED_SCHEMA) as
+    soon as it is admitted, in pool order, while writing work/admitted.parquet and
+    work/dropped.jsonl; both are complete (renamed into place) once the rows are exhausted, and
+    removed if the stream is closed early or fails. ``workers`` processes check the image files
+    (``pool.prefetch``); the records are those of one process. ``seconds`` is the time spent
+    admitting (not the time the consumer spent between rows)."""
+
+    def __init__(self, pool: Path, work: Path, limit: Optional[int], clean_report: dict,
+                 images: Optional[ImagePolicy] = None, workers: int = 1):
+        self.pool, self.work, self.limit, self.clean_report = pool, work, limit, clean_report
+        self.images, self.workers = images, workers
+        self.dropped: Counter = Counter()
+        self.admitted = 0
+        self.done = False
+        self.seconds = 0.0
+
+    def rows(self) -> Iterator[dict]:
+        t0 = time.perf_counter()
+        with _Files(admitted=_ParquetFile(self.work / "admitted.parquet", ADMITTED_SCHEMA),
+                    dropped=_JsonlFile(self.work / "dropped.jsonl")) as files:
+            for record in clean_lines(self.pool, self.clean_report, limit=self.limit, spill_dir=self.work,
+                                      images=self.images, workers=self.workers):
+                if isinstance(record, Dropped):
+                    files.dropped.write(record.to_dict())
+                    self.dropped[record.reason] += 1
+                else:
+                    row = admitted_row(record)
+                    files.admitted.add(row)
+                    self.admitted += 1
+                    self.seconds += time.perf_counter() - t0
+                    yield row
+                    t0 = time.perf_counter()
+        self.seconds += time.perf_counter() - t0
+        self.done = True
+
+
+def _admit_stage(admission: _Admission) -> tuple[int, Counter]:
+    """The whole admission at once (work/admitted.parquet and work/dropped.jsonl complete before
+    anything else runs); returns (admitted, drops per reason)."""
+    for _ in admission.rows():
+        pass
+    return admission.admitted, admission.dropped
 
 
 @dataclass
@@ -207,12 +237,13 @@ class _GenerationFacts:
     failed: int = 0
 
 
-def _generation_stage(executor: Executor, stage: GenerationStage, total: int, progress: bool,
+def _generation_stage(executor: Executor, stage: GenerationStage, total: Optional[int], progress: bool,
                       export_generations: Optional[Path]) -> _GenerationFacts:
     """work/decisions.parquet (before the judge), prompts.jsonl, unsupported.jsonl, failed.jsonl
     and the optional replay export. The executor's chunks come in the order generations finished;
     they are written as they come, sorted into pool order on disk (``sort_by_order``), and the
-    other files are written from the sorted decisions, so every file is in pool order."""
+    other files are written from the sorted decisions, so every file is in pool order. ``total``
+    is None while the items are still being admitted (``stage.admitted_rows``)."""
     from tqdm import tqdm
 
     work = stage.work
@@ -226,7 +257,7 @@ def _generation_stage(executor: Executor, stage: GenerationStage, total: int, pr
         with _Files(decisions=_ParquetFile(unsorted, DECISION_SCHEMA)) as files:
             for chunk in executor.run(stage):
                 files.decisions.write_rows(chunk.rows)
-        bar.n = total
+        bar.total = bar.n = total if total is not None else stage.stats.total
         bar.refresh()
     t0 = time.perf_counter()
     sort_by_order(unsorted, work / "decisions.parquet")
@@ -355,6 +386,8 @@ def _build(
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
     image_read_timeout: float = DEFAULT_READ_TIMEOUT_S,
     allow_outside_paths: bool = False,
+    admit_workers: Optional[int] = None,
+    overlap_admit: bool = True,
     recipe: Optional[Recipe] = None,
 ) -> BuildResult:
     """Build the dataset folder ``out`` from ``pool``; state and reports go to ``work``.
@@ -383,6 +416,12 @@ def _build(
     fingerprint.
     ``max_image_bytes`` and ``image_read_timeout`` bound each image file; its path must lie in
     the pool file's folder unless ``allow_outside_paths`` (``images.ImagePolicy``).
+    ``admit_workers`` processes read, decode and hash the pool's images (default
+    ``pool.prefetch.default_workers()``: the CPUs, at most 8; 1: all in this process); the
+    admitted items and drops are the same for any number. On the local executor admission
+    overlaps generation: items go to the engine as they are admitted, so the first requests are
+    sent within seconds; ``overlap_admit=False`` (and the ray executor) admits the whole pool
+    first.
     """
     pool, out = Path(pool), Path(out)
     work = Path(work) if work is not None else Path("work")
@@ -411,11 +450,17 @@ def _build(
     clean_report: dict = {}
     try:
         images = ImagePolicy(max_image_bytes, image_read_timeout, allow_outside_paths)
+        admit_workers = check_workers(admit_workers if admit_workers is not None else default_workers())
     except ValueError as exc:
         raise BuildError(str(exc)) from None
-    n_admitted, dropped = _admit_stage(pool, work, limit, clean_report, images)
-    timings["admit"] = time.perf_counter() - t0
+    admission = _Admission(pool, work, limit, clean_report, images, admit_workers)
+    overlap = overlap_admit and executor.name == "local"
+    if not overlap:
+        _admit_stage(admission)
+        timings["admit"] = time.perf_counter() - t0
 
+    # The engines are made before the first item is admitted when admission overlaps generation:
+    # one that cannot be made stops the build before any image is read.
     if engine is None:
         engine = create_engine(engine_name, **(engine_options or {}))
     if judge_engine is None and judge != "none":
@@ -426,19 +471,29 @@ def _build(
     cache = GenerationCache(work / "cache" / "generations.sqlite") if use_cache else None
     gen_stats = CacheStats()
     judge_report = None
+    admitted_rows = admission.rows() if overlap else None
     try:
         stage = GenerationStage(admitted=work / "admitted.parquet", work=work, engine=engine,
                                 factory=engine_factory or EngineFactory(engine_name, dict(engine_options or {})),
                                 cache=cache, stats=gen_stats, batch_size=generation_batch,
-                                timings=timings, families=recipe.family_registry() if recipe is not None else None)
+                                timings=timings, admitted_rows=admitted_rows,
+                                families=recipe.family_registry() if recipe is not None else None)
         timings.setdefault("generate", 0.0)
         timings.setdefault("verify", 0.0)
-        facts = _generation_stage(executor, stage, n_admitted, progress, export_generations)
+        facts = _generation_stage(executor, stage, admission.admitted if not overlap else None, progress,
+                                  export_generations)
+        if not admission.done:
+            raise RuntimeError(f"executor {executor.name!r} ended before every pool line was admitted")  # a bug
+        if overlap:
+            timings["admit"] = admission.seconds  # within generate: the two overlap
+        n_admitted, dropped = admission.admitted, admission.dropped
         if judge_engine is not None:
             t3 = time.perf_counter()
             judge_report = _judge_pass(judge_engine, work / "decisions.parquet", cache, calibrate, progress)
             timings["judge"] = time.perf_counter() - t3
     finally:
+        if admitted_rows is not None:
+            admitted_rows.close()  # a failed build: stops the admission's workers, removes its partial files
         if cache is not None:
             cache.close()
 

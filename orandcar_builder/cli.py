@@ -89,6 +89,9 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
               help="Seconds one image file may take to read (default 60).")
 @click.option("--allow-outside-paths", is_flag=True,
               help="Let pool lines name images (and source.image files) outside the pool file's folder.")
+@click.option("--admit-workers", type=click.IntRange(min=1), default=None,
+              help="Processes that read, decode and hash the pool's images (default: the CPUs, at most 8; "
+                   "1: in the build's own process). The result is the same for any number.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where generation runs: in this process, or on a Ray cluster (the 'ray' extra).")
@@ -104,8 +107,8 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--repo", "repo_id", default=None, help="Hub id the card names (ORG/NAME); overrides the recipe's.")
 def build(pool, out, work, engine_name, replay, engine_option, threads, judge_name, judge_replay, judge_option,
           calibrate, export_generations, limit, max_shard_bytes, no_cache, max_image_bytes, image_read_timeout,
-          allow_outside_paths, progress, executor, ray_address, engine_replicas, gpus_per_replica, recipe_path,
-          repo_id):
+          allow_outside_paths, admit_workers, progress, executor, ray_address, engine_replicas, gpus_per_replica,
+          recipe_path, repo_id):
     """Build the dataset folder OUT from the pool file POOL.
 
     A rerun with the same work dir resumes: cached generations are not asked again.
@@ -163,7 +166,7 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
                            gpus_per_replica=gpus_per_replica,
                            max_image_bytes=max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
                            image_read_timeout=image_read_timeout or DEFAULT_READ_TIMEOUT_S,
-                           allow_outside_paths=allow_outside_paths)
+                           allow_outside_paths=allow_outside_paths, admit_workers=admit_workers)
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(format_summary(result))

@@ -229,3 +229,46 @@ def decode(data: bytes, name: str = "<bytes>") -> Image.Image:
         return img.convert("RGB") if img.mode != "RGB" else img
     except Exception as exc:
         raise ImageError(f"{name}: image data is truncated or corrupt ({type(exc).__name__}: {_stable(exc)})") from None
+
+
+def check_image(path: str, root: str, policy: ImagePolicy) -> "ImageRef | ImageError":
+    """The admission check of one pool image (absolute ``path``, links unresolved): an ImageRef
+    (read, decoded, hashed), or the ImageError that drops it, including a path outside ``root``
+    (the pool file's folder, links resolved) unless the policy allows it. Pure given the file:
+    the same answer in any process (``pool.prefetch`` runs it on worker processes)."""
+    try:
+        if not policy.allow_outside_paths and not within(path, root):
+            raise ImageError("lies outside the pool file's folder (allow it with --allow-outside-paths)",
+                             IMAGE_OUTSIDE_POOL)
+        return ImageRef.from_file(path, policy=policy)
+    except ImageError as exc:
+        return exc
+
+
+def check_images(paths: list[str], root: str, policy: ImagePolicy) -> list[tuple]:
+    """``check_image`` of each path, in a form that crosses processes intact: ``("ok", ImageRef)``
+    or ``("error", message, reason)`` (a pickled ImageError would lose its reason)."""
+    out: list[tuple] = []
+    for path in paths:
+        result = check_image(path, root, policy)
+        out.append(("error", str(result), result.reason) if isinstance(result, ImageError) else ("ok", result))
+    return out
+
+
+def unpack_checked(packed: tuple) -> "ImageRef | ImageError":
+    """The result ``check_images`` packed."""
+    return packed[1] if packed[0] == "ok" else ImageError(packed[1], packed[2])
+
+
+def exit_with_parent(parent: int, every_s: float = 0.5) -> None:
+    """In a worker process (``pool.prefetch``'s initializer): end it once ``parent`` is gone. A
+    build killed outright (SIGKILL, a lost machine) cannot stop its workers, and they would wait
+    on their task queue for ever: the queue's write end lives on in each worker."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()

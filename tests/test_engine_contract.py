@@ -117,14 +117,20 @@ def test_one_generation_per_request_in_the_order_asked(setup):
     assert all(isinstance(g, Generation) and g.finish_reason in ("stop", "length") for g in forward)
 
 
-def test_the_exact_question_is_what_the_backend_receives(setup):
+def test_the_exact_question_is_what_the_backend_receives(setup, request):
     harness, requests = setup
-    gens = harness.engine.generate(image_requests(requests))
+    asked = image_requests(requests)
+    if harness.seen_questions is None and request.node.callspec.id == "rapidocr":
+        pytest.skip("rapidocr's backend is an OCR model: it receives the image and no question text")
+    gens = harness.engine.generate(asked)
     if harness.seen_questions is not None:
         seen = harness.seen_questions()
-        for r in image_requests(requests):
+        for r in asked:
             assert r.question in seen, f"{r.item_id}: question altered on the way ({sorted(seen)})"
-    for r, g in zip(image_requests(requests), gens):
+    else:  # replay: the recording is bound to the exact question; one changed by a byte is refused
+        with pytest.raises(Exception, match=asked[0].item_id):
+            harness.engine.generate([replace(asked[0], question=asked[0].question + " ")])
+    for r, g in zip(asked, gens):
         if g.prompt is not None:  # where the engine records the rendered input, the question is in it verbatim
             assert r.question in g.prompt
 

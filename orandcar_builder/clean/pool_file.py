@@ -24,7 +24,7 @@ DROPPED_FILE = "dropped.jsonl"
 
 def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[int] = None,
                 spill_dir: Optional[Union[str, os.PathLike]] = None,
-                images: Optional[ImagePolicy] = None) -> Iterator[Union[Admitted, Dropped]]:
+                images: Optional[ImagePolicy] = None, workers: int = 1) -> Iterator[Union[Admitted, Dropped]]:
     """Every line of the pool file as one Admitted or Dropped record, in line order: what
     read_pool drops (bad lines, images, repeated ids) and cleaning's verdict on the rest.
 
@@ -33,7 +33,8 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     the pool file's folder, like the item's own image path. ``report`` is filled at the end. Both
     passes remember the ids seen in scratch files under ``spill_dir`` (e.g. the build's work dir;
     None: the system temp dir) once there are many. ``images`` bounds and confines the image files
-    (``pool.jsonl.read_pool``).
+    (``pool.jsonl.read_pool``); ``workers`` > 1 checks them on that many processes, with the same
+    records.
     """
     from . import clean  # the package defines clean(); imported here to avoid a cycle
     from .purity import measure_pool_file
@@ -42,7 +43,7 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     read_drops: list[Dropped] = []
 
     def items() -> Iterator[PoolItem]:
-        for record in read_pool(pool, limit=limit, spill_dir=spill_dir, images=images):
+        for record in read_pool(pool, limit=limit, spill_dir=spill_dir, images=images, workers=workers):
             if isinstance(record, Dropped):
                 read_drops.append(record)
             else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
 
 from ..cache import CacheStats, GenerationCache
 from ..engines import Engine, create_engine
@@ -43,6 +43,9 @@ class GenerationStage:
     chunk_size: int = CHUNK_SIZE
     progress: Callable[[CacheStats], None] = lambda stats: None
     timings: dict[str, float] = field(default_factory=dict)
+    # The admitted rows (ADMITTED_SCHEMA, pool order) as they are admitted, when admission overlaps
+    # generation (the local executor): ``admitted`` is complete only once they are exhausted.
+    admitted_rows: Optional[Iterable[dict]] = None
     families: Optional[tuple] = None  # a recipe's families (families.Family), for workers in other processes
 
     def add_time(self, name: str, seconds: float) -> None:

@@ -1,6 +1,9 @@
 """The local executor: the generation stage in this process, streaming.
 
-Admitted items are read chunk by chunk and turned into requests; those the cache lacks flow into
+Admitted items are taken as they are admitted (``GenerationStage.admitted_rows``: the build's
+admission runs inside this stream, so the first requests go out after a few items, not after the
+whole pool) or read chunk by chunk from work/admitted.parquet, and turned into requests; those
+the cache lacks flow into
 the engine's ``stream`` (the engine holds its own window in flight and pulls the next request as
 one finishes), and each finished generation is committed to the cache (``CommitBuffer``: small
 transactions, bounded by count and time) and decided at once. Decisions come out in completion
@@ -92,9 +95,7 @@ class LocalExecutor:
     name = "local"
 
     def run(self, stage: GenerationStage) -> Iterator[DecidedChunk]:
-        admitted_file = open_parquet(stage.admitted)
-        total = admitted_file.metadata.num_rows
-        status = np.full(total, _ASK, dtype=np.int8)
+        status = bytearray()  # per admitted item in pool order: _ASK, _HIT or _SHARED
         fingerprint = stage.engine.fingerprint()
         cache = stage.cache
         stats = stage.stats
@@ -104,25 +105,27 @@ class LocalExecutor:
         out = _Out(stage.chunk_size)
         timer = {"verify": 0.0}
 
+        fed = []
+
         def feed() -> Iterator[Request]:
-            position = 0
-            for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
-                admitted = [admitted_from_row(row) for row in batch.to_pylist()]
+            for rows in _row_batches(stage):
+                admitted = [admitted_from_row(row) for row in rows]
                 requests = [make_request(a) for a in admitted]
                 keys: list[Optional[str]] = list(request_keys(fingerprint, requests)) if cache is not None else [None] * len(requests)
                 cached = cache.present(k for k in keys if k is not None) if cache is not None else set()
                 for a, request, key in zip(admitted, requests, keys):
                     if key is not None and key in cached:
-                        status[position] = _HIT
+                        status.append(_HIT)
                     elif key is not None and bytes.fromhex(key) in asked:
-                        status[position] = _SHARED
+                        status.append(_SHARED)
                     else:
+                        status.append(_ASK)
                         if key is not None:
                             asked.add(bytes.fromhex(key))
                         in_flight[id(request)] = (a, request, key)
                         stats.total += 1
                         yield request
-                    position += 1
+            fed.append(True)
 
         t0 = time.perf_counter()
         last_progress = 0.0
@@ -156,12 +159,15 @@ class LocalExecutor:
         stage.add_time("verify", timer["verify"])
         if in_flight:
             raise RuntimeError(f"engine {stage.engine.kind!r} ended its stream with {len(in_flight)} request(s) unanswered")
+        if not fed:
+            raise RuntimeError(f"engine {stage.engine.kind!r} ended its stream before taking every request")
         chunk = out.take()
         if chunk is not None:
             yield chunk
         stage.progress(stats)
-        if cache is not None and np.any(status != _ASK):
-            yield from self._from_cache(stage, fingerprint, status)
+        classes = np.frombuffer(bytes(status), dtype=np.int8)
+        if cache is not None and np.any(classes != _ASK):
+            yield from self._from_cache(stage, fingerprint, classes)
 
     def _from_cache(self, stage: GenerationStage, fingerprint: dict, status: np.ndarray) -> Iterator[DecidedChunk]:
         """The items answered by the cache (``_HIT``) or by an earlier ask of this run
@@ -199,3 +205,31 @@ class LocalExecutor:
 
     def describe(self) -> dict:
         return {"executor": self.name}
+
+
+# Rows per batch taken from admission while it overlaps generation: the first batches are small,
+# so the first requests go out after a few items are admitted, not after a chunk, and none is
+# large, so the engine's loop never waits long for a batch to be admitted.
+FIRST_STREAM_BATCH = 8
+MAX_STREAM_BATCH = 64
+
+
+def _row_batches(stage: GenerationStage) -> Iterator[list[dict]]:
+    """The admitted rows in pool order, in batches: from ``stage.admitted_rows`` as they are
+    admitted (batches growing from FIRST_STREAM_BATCH to MAX_STREAM_BATCH), else read from
+    ``stage.admitted`` a chunk at a time."""
+    if stage.admitted_rows is None:
+        for batch in open_parquet(stage.admitted).iter_batches(batch_size=stage.chunk_size):
+            yield batch.to_pylist()
+        return
+    largest = min(MAX_STREAM_BATCH, stage.chunk_size)
+    size = min(FIRST_STREAM_BATCH, largest)
+    batch: list[dict] = []
+    for row in stage.admitted_rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+            size = min(size * 2, largest)
+    if batch:
+        yield batch

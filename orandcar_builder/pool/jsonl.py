@@ -19,12 +19,13 @@ import re
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from itertools import islice
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 from ..errors import UnknownNameError
 from ..families import get_family
 from ..prompts import OPTION_LETTERS
-from ..images import IMAGE_OUTSIDE_POOL, ImageError, ImagePolicy, ImageRef, within
+from ..images import IMAGE_OUTSIDE_POOL, ImageError, ImagePolicy, ImageRef, check_image, within
 from ..records import Dropped, PoolItem, Source
 from ..spill import SpillSet
 
@@ -177,7 +178,7 @@ def _line_id(obj: object) -> Optional[str]:
 
 def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
               spill_dir: Optional[Union[str, os.PathLike]] = None,
-              images: Optional[ImagePolicy] = None) -> Iterator[Union[PoolItem, Dropped]]:
+              images: Optional[ImagePolicy] = None, workers: int = 1) -> Iterator[Union[PoolItem, Dropped]]:
     """Yield a PoolItem for each good line and a Dropped for each bad one, in file order.
 
     ``images`` bounds the image files (size, read time) and, unless it allows outside paths,
@@ -188,13 +189,20 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
     remembered in a SpillSet, so memory does not grow with the pool: past its threshold they go
     to a scratch file in a temporary folder under ``spill_dir`` (None: the system temp dir),
     removed when the read ends.
+
+    ``workers`` > 1 reads, decodes and hashes the image files on that many worker processes
+    (``prefetch.ImagePrefetch``) while this one keeps everything that depends on order; the
+    records are exactly those of ``workers=1``.
     """
     path = Path(path)
     base = os.path.abspath(path.parent)
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more, not {limit}")
+    from .prefetch import check_workers
+
+    workers = check_workers(workers)
     with SpillSet(spill_dir) as seen_ids:
-        yield from _read_pool(path, base, limit, seen_ids, images or ImagePolicy())
+        yield from _read_pool(path, base, limit, seen_ids, images or ImagePolicy(), workers)
 
 
 def _outside(recorded: str, base: str, root: str, policy: ImagePolicy) -> bool:
@@ -202,14 +210,30 @@ def _outside(recorded: str, base: str, root: str, policy: ImagePolicy) -> bool:
 
 
 def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
-               policy: ImagePolicy) -> Iterator[Union[PoolItem, Dropped]]:
+               policy: ImagePolicy, workers: int = 1) -> Iterator[Union[PoolItem, Dropped]]:
     root = os.path.realpath(base)  # the folder the pool's paths must stay in, links resolved
     # One hash and decode check per image file while its QA items come close together; bounded, so
     # memory does not grow with the pool (an image seen again much later is checked again).
     images: OrderedDict[str, ImageRef | ImageError] = OrderedDict()
-    for lineno, (where, obj) in enumerate(decode_json_lines(path), 1):
-        if limit is not None and lineno > limit:
-            return
+    lines = islice(decode_json_lines(path), limit)
+    here = lambda image_path: check_image(image_path, root, policy)  # noqa: E731
+    if workers == 1:
+        yield from _read_lines(lines, base, root, seen_ids, policy, images, here)
+        return
+    from . import prefetch
+
+    # The first lines are checked here: a small pool never waits for workers to start, and the
+    # first items of a large one reach the engine while they start.
+    yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here)
+    with prefetch.ImagePrefetch(workers, base, root, policy, images.__contains__) as ahead:
+        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result)
+
+
+def _read_lines(lines: Iterable[tuple], base: str, root: str, seen_ids: SpillSet, policy: ImagePolicy,
+                images: "OrderedDict[str, ImageRef | ImageError]",
+                check: Callable[[str], "ImageRef | ImageError"]) -> Iterator[Union[PoolItem, Dropped]]:
+    """The records of ``lines`` in order; ``check(path)`` is an image file's admission check."""
+    for where, obj in lines:
         if isinstance(obj, Dropped):
             yield obj
             continue
@@ -234,13 +258,7 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
         if image_path in images:
             images.move_to_end(image_path)
         else:
-            try:
-                if not policy.allow_outside_paths and not within(image_path, root):
-                    raise ImageError("lies outside the pool file's folder (allow it with --allow-outside-paths)",
-                                     IMAGE_OUTSIDE_POOL)
-                images[image_path] = ImageRef.from_file(image_path, policy=policy)
-            except ImageError as exc:
-                images[image_path] = exc
+            images[image_path] = check(image_path)
             if len(images) > IMAGE_CHECK_CACHE:
                 images.popitem(last=False)
         ref = images[image_path]
