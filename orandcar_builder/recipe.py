@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import difflib
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .errors import OrandCarError
+
+try:
+    import tomllib  # the standard library's TOML reader, Python 3.11+
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the same reader as a package
+    import tomli as tomllib
 
 RECIPE_FORMAT = 1  # the ``format`` a recipe declares; a later, incompatible layout gets a new number
 DEFAULT_SEPARATOR = "\n"  # between the question (with its options) and the family's instruction

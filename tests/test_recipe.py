@@ -125,9 +125,7 @@ def test_an_unreadable_recipe_is_named(tmp_path):
 
 
 def test_a_resolved_recipe_written_as_toml_reads_back_equal():
-    import tomllib
-
-    from orandcar_builder.recipe import resolve, to_toml
+    from orandcar_builder.recipe import resolve, to_toml, tomllib
 
     text = '''
 [dataset]

@@ -8,7 +8,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,7 +18,7 @@ from orandcar_builder.card import code_blocks
 from orandcar_builder.cli import main
 from orandcar_builder.dataset.validate import validate_folder
 from orandcar_builder.families import FAMILIES
-from orandcar_builder.recipe import parse_recipe, read_recipe, resolve, shipped_recipe_path
+from orandcar_builder.recipe import parse_recipe, read_recipe, resolve, shipped_recipe_path, tomllib
 from orandcar_builder.release import BUILD_KEY, split_card
 from orandcar_builder.verify.recheck import recheck
 
