@@ -39,8 +39,8 @@ def final_answer_candidates(answer: str, conclusions: bool = False) -> list[tupl
     answer as a whole, its first line and its first paragraph, each stripped, with extraction
     ``""``, then, when ``conclusions`` is set (rules that find values inside a text: ``math``,
     ``choice``), what its last sentence concludes (``conclusion``, ``conclusion_number``) and the
-number it sets in bold (``emphasis``); a text
-    equal to an earlier one is not repeated. An empty answer has no candidates."""
+    number it sets in bold (``emphasis``); a text equal to an earlier one is not repeated. An
+    empty answer has no candidates."""
     full = strip_reasoning(answer).strip()
     if not full:
         return []

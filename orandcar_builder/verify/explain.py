@@ -7,8 +7,8 @@ from typing import Optional, Sequence
 
 from ..families import rule_for
 from . import check_inputs, decide, get_rule, verify
-from .candidates import final_answer_candidates, strip_reasoning
-from .extract import EXTRACTION_VERSION, extract
+from .candidates import STATEMENT_CANDIDATE, final_answer_candidates
+from .extract import EXTRACTION_VERSION
 
 PASS_MARK, REJECT_MARK = "PASS", "REJECT"
 
@@ -27,13 +27,13 @@ def explain(family: str, answer: str, references: Sequence[str], options: Option
     rule_name = rule_for(family, options)
     rule = get_rule(rule_name)
     refs, opts = check_inputs(answer, references, options)
-    statement = extract(strip_reasoning(answer).strip())
     tried = []
     for label, text, extraction in final_answer_candidates(answer, getattr(rule, "FINDS_VALUES", False)):
         value, passed = decide(rule, text, refs, opts)
         detail = rule.detail(text, refs, opts) if hasattr(rule, "detail") else ""
         tried.append({"candidate": label, "text": text, "extraction": extraction, "score": value,
                       "passed": passed, "detail": detail})
+    statement = tried[0] if tried and tried[0]["candidate"] == STATEMENT_CANDIDATE else None
     return {
         "family": family,
         "rule": rule.NAME,
@@ -41,8 +41,8 @@ def explain(family: str, answer: str, references: Sequence[str], options: Option
         "answer": answer,
         "references": refs,
         "options": opts,
-        "extraction": {"version": EXTRACTION_VERSION, "pattern": statement[0] if statement else "",
-                       "span": statement[1] if statement else None},
+        "extraction": {"version": EXTRACTION_VERSION, "pattern": statement["extraction"] if statement else "",
+                       "span": statement["text"] if statement else None},
         "candidates": tried,
         "decision": asdict(verify(rule_name, answer, refs, opts)),
     }

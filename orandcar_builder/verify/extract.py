@@ -276,15 +276,24 @@ def main_clause(text: str, start: int, end: int) -> int:
     return end
 
 
+def concluding_clause(text: str) -> Optional[tuple[int, int]]:
+    """(start, end) of the main clause of the last sentence of ``text`` (closing courtesies
+    skipped), or None when there is none or that sentence denies or doubts (``NEGATION``)."""
+    found = last_sentence(text)
+    if found is None or NEGATION.search(text, *found):
+        return None
+    return found[0], main_clause(text, *found)
+
+
 def conclusion(text: str) -> Optional[str]:
     """What the last sentence of ``text`` (closing courtesies skipped) says a thing is: the words
     after its last "is", "are", "was", "were", "equals", "be", "=" or "≈", cut like a statement's
     span ("Therefore, the leaf is Linear." -> "Linear"); None when it has no such word or denies
     or doubts (``NEGATION``: "The area cannot be 12.")."""
-    found = last_sentence(text)
-    if found is None or NEGATION.search(text, *found):
+    found = concluding_clause(text)
+    if found is None:
         return None
-    start, end = found[0], main_clause(text, *found)
+    start, end = found
     verbs = list(CONCLUSION_VERB.finditer(text, start, end))
     if not verbs:
         return None
@@ -303,10 +312,10 @@ def conclusion_number(text: str) -> Optional[str]:
     - nothing when the sentence denies or doubts (``NEGATION``: "It is not 5") or holds several
       numbers and none right after its verb ("reaches 2 at the point (1, 2)").
     """
-    found = last_sentence(text)
-    if found is None or NEGATION.search(text, *found):
+    found = concluding_clause(text)
+    if found is None:
         return None
-    start, end = found[0], main_clause(text, *found)
+    start, end = found
     for verb in reversed(list(CONCLUSION_VERB.finditer(text, start, end))):
         match = CONCLUDED_NUMBER.match(text, verb.end(), end)
         if match:
