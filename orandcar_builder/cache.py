@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from .engines.base import Engine, EngineContractError, EngineRequestError
 from .errors import OrandCarError
@@ -188,20 +188,13 @@ class GenerationCache:
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
         """The cached generations among ``keys``, by key."""
-        keys = list(dict.fromkeys(keys))
         found: dict[str, Generation] = {}
-        for start in range(0, len(keys), _LOOKUP_CHUNK):
-            chunk = keys[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows = self.connection.execute(
-                f"SELECT key, generation FROM generations WHERE key IN ({marks})", chunk
-            )
-            for key, blob in rows:
-                try:
-                    found[key] = generation_from_json(blob)
-                except (TypeError, ValueError) as exc:  # a row damaged on disk or by hand
-                    raise CacheError(f"{self.path}: the cached generation {key[:16]}... is damaged "
-                                     f"({type(exc).__name__}); delete the cache file to ask the engine again") from None
+        for key, blob in self._select("key, generation", keys):
+            try:
+                found[key] = generation_from_json(blob)
+            except (TypeError, ValueError) as exc:  # a row damaged on disk or by hand
+                raise CacheError(f"{self.path}: the cached generation {key[:16]}... is damaged "
+                                 f"({type(exc).__name__}); delete the cache file to ask the engine again") from None
         return found
 
     def put_many(self, fingerprint: dict, entries: Sequence[tuple[str, Generation]]) -> int:
@@ -233,14 +226,16 @@ class GenerationCache:
 
     def present(self, keys: Iterable[str]) -> set[str]:
         """The keys among ``keys`` that the cache holds (without reading their generations)."""
+        return {row[0] for row in self._select("key", keys)}
+
+    def _select(self, columns: str, keys: Iterable[str]) -> Iterator[tuple]:
+        """``columns`` of the rows among ``keys`` (each distinct key once), in chunks under
+        SQLite's bound-parameter limit."""
         keys = list(dict.fromkeys(keys))
-        found: set[str] = set()
         for start in range(0, len(keys), _LOOKUP_CHUNK):
             chunk = keys[start : start + _LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
-            found.update(row[0] for row in self.connection.execute(
-                f"SELECT key FROM generations WHERE key IN ({marks})", chunk))
-        return found
+            yield from self.connection.execute(f"SELECT {columns} FROM generations WHERE key IN ({marks})", chunk)
 
 
 class CommitBuffer:

@@ -114,14 +114,15 @@ class LocalExecutor:
                 keys: list[Optional[str]] = list(request_keys(fingerprint, requests)) if cache is not None else [None] * len(requests)
                 cached = cache.present(k for k in keys if k is not None) if cache is not None else set()
                 for a, request, key in zip(admitted, requests, keys):
+                    digest = bytes.fromhex(key) if key is not None else None
                     if key is not None and key in cached:
                         status.append(_HIT)
-                    elif key is not None and bytes.fromhex(key) in asked:
+                    elif digest is not None and digest in asked:
                         status.append(_SHARED)
                     else:
                         status.append(_ASK)
-                        if key is not None:
-                            asked.add(bytes.fromhex(key))
+                        if digest is not None:
+                            asked.add(digest)
                         in_flight[id(request)] = (a, request, key)
                         stats.total += 1
                         yield request
@@ -140,17 +141,18 @@ class LocalExecutor:
                 else:
                     if generation.item_id != request.item_id:
                         generation = replace(generation, item_id=request.item_id)
-                    if commits is not None and is_complete(generation):
-                        commits.add(key, generation)
-                    elif not is_complete(generation):
+                    if not is_complete(generation):
                         stats.uncached += 1
+                    elif commits is not None:
+                        commits.add(key, generation)
                     row = decided_or_failed(a, request, generation)
-                timer["verify"] += time.perf_counter() - t1
+                t2 = time.perf_counter()
+                timer["verify"] += t2 - t1
                 chunk = out.add(request, generation, row)
                 if chunk is not None:
                     yield chunk
-                if time.perf_counter() - last_progress >= PROGRESS_EVERY_S:
-                    last_progress = time.perf_counter()
+                if t2 - last_progress >= PROGRESS_EVERY_S:
+                    last_progress = t2
                     stage.progress(stats)
         finally:
             if commits is not None:
