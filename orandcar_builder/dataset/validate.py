@@ -144,30 +144,20 @@ def _check_links(folder: Path, published: list[str]) -> Iterator[str]:
         yield f"{path}: example image the card does not link to (stale)"
 
 
-def _readable_shards(shards: list[Path]) -> list[Path] | None:
-    try:
-        for shard in shards:
-            pq.read_metadata(shard)
-    except Exception:
-        return None
-    return shards
-
-
-def _expected_info(folder: Path, shards_by_config: dict[str, list[Path]]) -> list[dict] | None:
+def _expected_info(shards_by_config: dict[str, list[Path]], arrow_sizes: dict[Path, int]) -> list[dict] | None:
     """The ``dataset_info`` the card must carry for these shards (as ``card.dataset_info`` writes
-    it), or None when a shard cannot be read (reported elsewhere)."""
+    it), or None when a shard cannot be read (reported elsewhere). ``arrow_sizes`` holds the Arrow
+    size of each shard the row check read; only the others are read here."""
     from ..card import arrow_bytes, dataset_info  # the card module renders the same figures
 
     sizes = {}
     for config in CONFIGS:
-        shards = _readable_shards(shards_by_config.get(config, []))
-        if shards is None:
-            return None
+        shards = shards_by_config.get(config, [])
         try:
             sizes[config] = {
                 "rows": sum(pq.read_metadata(s).num_rows for s in shards),
                 "file_bytes": sum(s.stat().st_size for s in shards),
-                "arrow_bytes": arrow_bytes(shards),
+                "arrow_bytes": sum(arrow_sizes[s] if s in arrow_sizes else arrow_bytes([s]) for s in shards),
             }
         except Exception:
             return None
@@ -349,7 +339,7 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     problems.extend(readme_problems)
     if header is not None:
         problems.extend(_check_links(folder, published))
-    shards_by_config = {}
+    shards_by_config, arrow_sizes = {}, {}
     # "config/sha256" -> where the image's first row in that config is. One map for the folder:
     # past its threshold it holds a fixed Bloom filter and page cache, paid once, not per config.
     from ..families import families_in_use
@@ -361,32 +351,49 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
             shards, name_problems = _check_shard_names(folder, config)
             shards_by_config[config] = shards
             problems.extend(name_problems)
-            problems.extend(_check_rows(config, shards, seen_images, exhaustive))
+            problems.extend(_check_rows(config, shards, seen_images, exhaustive, arrow_sizes))
     if header is not None:
-        expected = _expected_info(folder, shards_by_config)
+        expected = _expected_info(shards_by_config, arrow_sizes)
         if expected is not None:
             problems.extend(_check_dataset_info(header, expected))
     return problems
 
 
-def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhaustive: bool) -> Iterator[str]:
-    """Every problem in the rows of ``config``'s shards, in row order."""
+def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhaustive: bool,
+                arrow_sizes: dict[Path, int]) -> Iterator[str]:
+    """Every problem in the rows of ``config``'s shards, in row order. Rows are read one row group
+    at a time, and each shard's Arrow size (``card.arrow_bytes``) is put in ``arrow_sizes`` on the
+    way, so the ``dataset_info`` check does not read the rows again."""
     for shard in shards:
         label = f"{config}/{shard.name}"
         schema_problems = _check_schema(config, shard, label)
         yield from schema_problems
         if schema_problems:
             continue
-        row_index = 0
-        parquet = open_parquet(shard)
-        for batch in parquet.iter_batches(batch_size=_batch_rows(parquet), use_threads=False):
-            suspects = np.ones(batch.num_rows, dtype=bool) if exhaustive else _suspect_rows(config, batch)
-            for i, (sha, suspect) in enumerate(zip(batch.column("image_sha256").to_pylist(), suspects.tolist())):
-                where = f"{label} row {row_index + i}"
-                if suspect:
-                    yield from _check_row(config, batch.slice(i, 1).to_pylist()[0], where)
-                if sha is not None:
-                    earlier = seen_images.first_seen(f"{config}/{sha}", where)
-                    if earlier is not None:
-                        yield f"{where} field image_sha256: image already has a row ({earlier})"
-            row_index += batch.num_rows
+        yield from _check_shard_rows(config, shard, label, seen_images, exhaustive, arrow_sizes)
+
+
+def _batches(parquet: pq.ParquetFile, shard: Path, arrow_sizes: dict[Path, int]) -> Iterator[pa.RecordBatch]:
+    batch_rows, total = _batch_rows(parquet), 0
+    for group in range(parquet.num_row_groups):
+        table = parquet.read_row_group(group)
+        total += table.nbytes
+        yield from table.to_batches(max_chunksize=batch_rows)
+    arrow_sizes[shard] = total
+
+
+def _check_shard_rows(config: str, shard: Path, label: str, seen_images: SpillMap, exhaustive: bool,
+                      arrow_sizes: dict[Path, int]) -> Iterator[str]:
+    row_index = 0
+    parquet = open_parquet(shard)
+    for batch in _batches(parquet, shard, arrow_sizes):
+        suspects = np.ones(batch.num_rows, dtype=bool) if exhaustive else _suspect_rows(config, batch)
+        for i, (sha, suspect) in enumerate(zip(batch.column("image_sha256").to_pylist(), suspects.tolist())):
+            where = f"{label} row {row_index + i}"
+            if suspect:
+                yield from _check_row(config, batch.slice(i, 1).to_pylist()[0], where)
+            if sha is not None:
+                earlier = seen_images.first_seen(f"{config}/{sha}", where)
+                if earlier is not None:
+                    yield f"{where} field image_sha256: image already has a row ({earlier})"
+        row_index += batch.num_rows
