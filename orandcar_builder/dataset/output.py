@@ -127,7 +127,8 @@ def _remove_ours(path: Path, what: str) -> None:
     """Remove a stage or an old copy left by an earlier build: only when it is a real folder of ours."""
     if not os.path.lexists(path):
         return
-    if path.is_symlink() or not path.is_dir() or not (scan(path).marker or scan(path).empty):
+    layout = None if path.is_symlink() or not path.is_dir() else scan(path)
+    if layout is None or not (layout.marker or layout.empty):
         raise OutputError(f"{path}: the build keeps its {what} here, but this is not a folder it wrote; "
                           f"move it away and build again")
     shutil.rmtree(path)
