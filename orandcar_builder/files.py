@@ -1,0 +1,81 @@
+"""File primitives every stage uses: a write that lands whole or not at all, file hashing and
+image signatures. Imports nothing from the package."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+HASH_CHUNK = 1 << 20
+
+
+def partial_path(path: PathLike, suffix: str = ".partial") -> Path:
+    """The temporary name a file is written under before it is renamed into place."""
+    path = Path(path)
+    return path.with_name(path.name + suffix)
+
+
+@contextmanager
+def replaced_on_success(path: PathLike, suffix: str = ".partial") -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; when the block ends without an exception the
+    temporary file is renamed over ``path`` (atomic on one file system), otherwise it is removed
+    and ``path`` is left as it was."""
+    target = Path(path)
+    tmp = partial_path(target, suffix)
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, target)
+
+
+def write_bytes_atomic(path: PathLike, data: bytes, suffix: str = ".partial") -> None:
+    with replaced_on_success(path, suffix) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text_atomic(path: PathLike, text: str, suffix: str = ".partial") -> None:
+    with replaced_on_success(path, suffix) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_of_file(path: PathLike, chunk: int = HASH_CHUNK) -> str:
+    """sha256 of a whole file, read in chunks (for bounded reads of pool images see
+    ``images.sha256_file``)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# Leading bytes of each image format the project names or sends -> (MIME type, file extension).
+IMAGE_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "image/png", ".png"),
+    (b"\xff\xd8\xff", "image/jpeg", ".jpg"),
+    (b"GIF87a", "image/gif", ".gif"),
+    (b"GIF89a", "image/gif", ".gif"),
+    (b"BM", "image/bmp", ".bmp"),
+    (b"II*\x00", "image/tiff", ".tif"),
+    (b"MM\x00*", "image/tiff", ".tif"),
+)
+PNG_SIGNATURE = IMAGE_SIGNATURES[0][0]
+
+
+def image_format(data: bytes) -> Optional[tuple[str, str]]:
+    """(MIME type, extension) of encoded image bytes from their leading bytes; None if unknown."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp", ".webp"
+    for magic, mime, ext in IMAGE_SIGNATURES:
+        if data.startswith(magic):
+            return mime, ext
+    return None
