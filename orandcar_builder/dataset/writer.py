@@ -7,30 +7,47 @@ its rows reach the byte bound, so memory holds one row group, not one shard. Sha
 under temporary names and renamed once their total is known. Nothing here depends on the clock or
 the machine: the same rows give the same bytes (the same bytes as writing each shard's rows with
 one ``pq.write_table(..., row_group_size=ROW_GROUP_SIZE)``).
+
+Like datasets' ``ArrowWriter``, the writer counts what it writes: per shard the rows, the file's
+bytes and the Arrow size of its row groups (the ``num_bytes`` of a card's ``dataset_info``), so
+the card states them without reading the shards back (see ``info.written_sizes``). The Arrow size
+counted from the tables written is the size a reader gets back for every row without a null
+struct (an image, a QA item or clean_meta that is null: no valid row has one; the parquet reader
+then gives the struct's fields validity bitmaps of their own, a few bytes more).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .features import CONFIGS, SPLIT, features
+from ..vocab import CONFIGS, SPLIT, shard_name
+from .features import features
 
 DEFAULT_MAX_SHARD_BYTES = 256 * 1024 * 1024
 # Small row groups keep a reader's memory low on image-heavy shards (datasets uses 100 for images).
 ROW_GROUP_SIZE = 100
-SHARD_PATTERN = "{split}-{index:05d}-of-{total:05d}.parquet"
 
 
 def _row_bytes(row: dict) -> int:
     qa_text = sum(len(str(v)) for qa in row["qa"] for v in qa.values())
     return len(row["image"]["bytes"]) + qa_text + 256
+
+
+@dataclass
+class ShardWritten:
+    """What one shard holds, counted while it was written."""
+
+    path: str  # relative to the dataset folder once the shard has its final name
+    rows: int
+    bytes: int  # the parquet file's size
+    arrow_bytes: int  # in-memory (Arrow) size of its row groups, as a reader gets them back
 
 
 @dataclass
@@ -42,10 +59,14 @@ class ConfigWriter:
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     _group: list[dict] = field(default_factory=list)  # rows of the row group being filled
     _shard: Optional[pq.ParquetWriter] = None
-    _shard_bytes: int = 0
+    _shard_bytes: int = 0  # the byte rule's estimate of the open shard (see _row_bytes)
+    _shard_rows: int = 0
+    _shard_arrow_bytes: int = 0
     _temp_shards: list[Path] = field(default_factory=list)
+    _counted: list[tuple[int, int]] = field(default_factory=list)  # (rows, Arrow bytes) of each closed shard
     rows: int = 0
     qa: int = 0
+    shards: list[ShardWritten] = field(default_factory=list)  # filled by finalize()
 
     def __post_init__(self) -> None:
         self.schema = features(self.config).arrow_schema
@@ -79,31 +100,38 @@ class ConfigWriter:
 
     def _write_group(self) -> None:
         if self._group:
-            self._shard.write_table(pa.Table.from_pylist(self._group, schema=self.schema),
-                                    row_group_size=ROW_GROUP_SIZE)
+            table = pa.Table.from_pylist(self._group, schema=self.schema)
+            self._shard.write_table(table, row_group_size=ROW_GROUP_SIZE)
+            self._shard_rows += table.num_rows
+            self._shard_arrow_bytes += table.nbytes
             self._group = []
 
     def _close_shard(self) -> None:
         self._write_group()
         self._shard.close()
-        self._shard, self._shard_bytes = None, 0
+        self._counted.append((self._shard_rows, self._shard_arrow_bytes))
+        self._shard, self._shard_bytes, self._shard_rows, self._shard_arrow_bytes = None, 0, 0, 0
 
     def finalize(self) -> list[Path]:
-        """Close the open shard, give the shards their final names; returns them. An empty config
-        gets one empty shard so that its ``configs:`` entry still resolves."""
+        """Close the open shard, give the shards their final names; returns them (and records
+        what each holds in ``shards``). An empty config gets one empty shard so that its
+        ``configs:`` entry still resolves."""
         if self._shard is not None:
             self._close_shard()
         if not self._temp_shards:
             path = self.dir / f".{SPLIT}-00000.parquet.partial"
             pq.write_table(self.schema.empty_table(), path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
             self._temp_shards.append(path)
+            self._counted.append((0, 0))
         total = len(self._temp_shards)
         final = []
-        for index, temp in enumerate(self._temp_shards):
-            target = self.dir / SHARD_PATTERN.format(split=SPLIT, index=index, total=total)
+        for index, (temp, (rows, arrow_bytes)) in enumerate(zip(self._temp_shards, self._counted)):
+            target = self.dir / shard_name(index, total)
             os.replace(temp, target)
             final.append(target)
-        self._temp_shards = []
+            self.shards.append(ShardWritten(path=f"{self.config}/{target.name}", rows=rows,
+                                            bytes=target.stat().st_size, arrow_bytes=arrow_bytes))
+        self._temp_shards, self._counted = [], []
         return final
 
 
@@ -111,7 +139,9 @@ def write_dataset(folder: Path, rows_by_config: dict[str, Iterable[dict]], *,
                   max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> dict[str, dict]:
     """Write every config's rows into ``folder`` (its config subfolders are replaced).
 
-    Returns ``{config: {"rows": n, "qa": n, "shards": [relative paths], "bytes": total}}``.
+    Returns, per config, what was written, counted on the way: ``{config: {"rows": n, "qa": n,
+    "shards": [relative paths], "bytes": file bytes, "arrow_bytes": Arrow bytes, "shard_sizes":
+    [{"path", "rows", "bytes", "arrow_bytes"} per shard]}}``.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -123,11 +153,13 @@ def write_dataset(folder: Path, rows_by_config: dict[str, Iterable[dict]], *,
         with ConfigWriter(folder, config, max_shard_bytes) as writer:
             for row in rows_by_config.get(config, ()):
                 writer.write(row)
-            shards = writer.finalize()
+            writer.finalize()
         summary[config] = {
             "rows": writer.rows,
             "qa": writer.qa,
-            "shards": [str(p.relative_to(folder)) for p in shards],
-            "bytes": sum(p.stat().st_size for p in shards),
+            "shards": [shard.path for shard in writer.shards],
+            "bytes": sum(shard.bytes for shard in writer.shards),
+            "arrow_bytes": sum(shard.arrow_bytes for shard in writer.shards),
+            "shard_sizes": [asdict(shard) for shard in writer.shards],
         }
     return summary
