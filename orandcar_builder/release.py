@@ -20,13 +20,12 @@ from typing import Any, Optional
 import yaml
 
 from .errors import OrandCarError
+from .vocab import RECORD_ONLY_KEYS
 
 BUILD_KEY = "orandcar_build"
 VERSIONS_KEY = "orandcar_versions"
 VERSIONS_START = "<!-- orandcar:versions -->"
 VERSIONS_END = "<!-- /orandcar:versions -->"
-# Engine fingerprint keys that describe where a job ran (hardware, library builds), not the data.
-FINGERPRINT_KEYS_LEFT_OUT = ("reproducibility",)
 YAML_WIDTH = 100
 
 
@@ -62,7 +61,7 @@ def join_card(header: dict, body: str) -> str:
 def _without_left_out(engine: Any) -> Any:
     if not isinstance(engine, dict):
         return engine
-    return {k: v for k, v in engine.items() if k not in FINGERPRINT_KEYS_LEFT_OUT}
+    return {k: v for k, v in engine.items() if k not in RECORD_ONLY_KEYS}
 
 
 def build_settings(report: dict) -> dict:
