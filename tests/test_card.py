@@ -310,3 +310,46 @@ def test_image_extension_from_bytes_then_name():
     assert image_extension(b"not an image", "photo.JPG") == ("jpg", "JPG")
     assert image_extension(b"not an image", "no-extension")[0] == "bin"
     assert image_extension(b"not an image", "../../evil.p/ng")[0] == "bin"
+
+
+def _refuse_to_read(path, *args, **kwargs):
+    raise AssertionError(f"the card read shard {path} back for its sizes")
+
+
+def test_dataset_info_comes_from_the_writer_without_opening_a_shard(tmp_path, ocr_engine, monkeypatch):
+    """The build's card takes rows and bytes from what the writer counted: with the reader of the
+    measuring fallback made to fail, the sample still builds, and its dataset_info is what the
+    shards hold (measured afterwards, and checked by validate)."""
+    from orandcar_builder.dataset import info
+
+    monkeypatch.setattr(info, "open_parquet", _refuse_to_read)
+    result = build(SAMPLES / "pool.jsonl", tmp_path / "OrandCar", work=tmp_path / "work", engine=ocr_engine,
+                   progress=False)
+    assert result.ok, result.problems
+    for config, written in result.report["configs"].items():
+        assert [s["path"] for s in written["shard_sizes"]] == written["shards"]
+    monkeypatch.undo()
+    header = read_card_yaml(result.out / "README.md")
+    assert header["dataset_info"] == info.dataset_info(info.measured_sizes(result.out))
+    assert (result.out / "README.md").read_bytes() == GOLDEN.read_bytes()
+
+
+def test_without_a_writer_summary_the_card_measures_the_shards(sample_build, sample_copy, monkeypatch):
+    """A report without the writer's counts (an older report), or whose counts do not describe the
+    folder, makes the card measure the shards; the card is the same."""
+    from orandcar_builder.dataset import info
+
+    result, _ = sample_build
+    built = (sample_copy / "README.md").read_text(encoding="utf-8")
+    old_report = copy.deepcopy(result.report)
+    for written in old_report["configs"].values():
+        del written["shard_sizes"], written["arrow_bytes"]
+    assert render_card(sample_copy, old_report) == built
+    wrong = copy.deepcopy(result.report)
+    wrong["configs"]["rejected"]["shard_sizes"][0]["bytes"] += 1  # not the file in the folder
+    assert render_card(sample_copy, wrong) == built
+    monkeypatch.setattr(info, "open_parquet", _refuse_to_read)
+    assert render_card(sample_copy, result.report) == built  # the summary describes the folder: no read
+    for report in (old_report, wrong):
+        with pytest.raises(AssertionError, match="read shard"):
+            render_card(sample_copy, report)

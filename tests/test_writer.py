@@ -79,3 +79,39 @@ def test_failed_write_leaves_no_partial_shards(tmp_path):
             for row in rows():
                 writer.write(row)
     assert list((tmp_path / "rejected").iterdir()) == []
+
+
+def _rows_with_null_values(n: int, seed: int = 1):
+    """Rows whose text and list values are sometimes null or empty (every struct is present)."""
+    rng = random.Random(seed)
+    for i, row in enumerate(_rows(n, seed)):
+        for qa in row["qa"]:
+            for key in qa:
+                qa[key] = rng.choice([qa[key], None, ""])
+        source = row["clean_meta"]["sources"][0]
+        source["references"] = rng.choice([None, [], ["a", None], ["b" * rng.randrange(200)]])
+        row["clean_meta"]["actions"] = rng.choice([None, [], ["dropped a duplicate QA item"]])
+        row["image"]["path"] = rng.choice([row["image"]["path"], None])
+        yield row
+
+
+@pytest.mark.parametrize("rows, max_bytes", [(lambda: _rows(0), 10**9), (lambda: _rows(7), 10**9),
+                                             (lambda: _rows(2 * ROW_GROUP_SIZE + 7), 10**9),
+                                             (lambda: _rows(300), 20_000),
+                                             (lambda: _rows_with_null_values(250), 30_000)])
+def test_the_summary_counts_what_a_reader_gets_back(tmp_path, rows, max_bytes):
+    """Per shard, the rows, file bytes and Arrow bytes the writer counted while writing are what
+    reading the shard back gives (the figures the card's dataset_info states and validate checks)."""
+    summary = write_dataset(tmp_path / "out", {"rejected": rows()}, max_shard_bytes=max_bytes)
+    for config in CONFIGS:
+        written = summary[config]
+        assert [s["path"] for s in written["shard_sizes"]] == written["shards"]
+        for shard in written["shard_sizes"]:
+            parquet = pq.ParquetFile(tmp_path / "out" / shard["path"])
+            assert shard["rows"] == parquet.metadata.num_rows
+            assert shard["bytes"] == (tmp_path / "out" / shard["path"]).stat().st_size
+            assert shard["arrow_bytes"] == sum(parquet.read_row_group(g).nbytes for g in range(parquet.num_row_groups))
+        assert written["rows"] == sum(s["rows"] for s in written["shard_sizes"])
+        assert written["bytes"] == sum(s["bytes"] for s in written["shard_sizes"])
+        assert written["arrow_bytes"] == sum(s["arrow_bytes"] for s in written["shard_sizes"])
+    assert len(summary["rejected"]["shards"]) > 1 or max_bytes == 10**9
