@@ -39,7 +39,7 @@ from orandcar_builder.dataset.validate import read_card_yaml, validate_folder
 from .conftest import SAMPLES
 
 GOLDEN = Path(__file__).parent / "golden" / "sample_card.md"
-UPDATE_GOLDEN = "ORANDCAR_UPDATE_GOLDEN"  # set to 1 to rewrite the golden card from the sample build
+UPDATE_GOLDEN = "python -m tests.update_golden"  # rewrites the golden card when a change is intended
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -55,15 +55,20 @@ def sections(markdown: str) -> list[str]:
 
 
 def test_golden_sample_card(sample_card):
-    if os.environ.get(UPDATE_GOLDEN) == "1":
-        GOLDEN.parent.mkdir(exist_ok=True)
-        GOLDEN.write_text(sample_card, encoding="utf-8")
-        pytest.skip(f"rewrote {GOLDEN.name}: review the diff, then rerun without {UPDATE_GOLDEN} to compare")
-    assert GOLDEN.is_file(), f"no golden card yet: run with {UPDATE_GOLDEN}=1"
+    """The sample card is byte for byte the reviewed golden copy (this test never writes it)."""
+    assert GOLDEN.is_file(), f"no golden card: run `{UPDATE_GOLDEN}` and review it"
     expected = GOLDEN.read_text(encoding="utf-8")
     assert sample_card == expected, (
-        f"the sample card differs from {GOLDEN.name}; if the change is intended, rerun with {UPDATE_GOLDEN}=1 "
+        f"the sample card differs from {GOLDEN.name}; if the change is intended, run `{UPDATE_GOLDEN}` "
         "and review the diff")
+
+
+def test_the_golden_update_script_writes_the_sample_card(tmp_path):
+    from .update_golden import main
+
+    target = tmp_path / "golden" / "sample_card.md"
+    assert main([str(target)]) == 0
+    assert target.read_bytes() == GOLDEN.read_bytes()
 
 
 def test_card_sections(sample_card):
@@ -310,6 +315,10 @@ def test_image_extension_from_bytes_then_name():
     assert image_extension(b"not an image", "photo.JPG") == ("jpg", "JPG")
     assert image_extension(b"not an image", "no-extension")[0] == "bin"
     assert image_extension(b"not an image", "../../evil.p/ng")[0] == "bin"
+    # named by the same signatures as every other image the project sends or stores (files.image_format)
+    assert image_extension(b"\xff\xd8\xff\xe0" + bytes(20), "x.png") == ("jpg", "JPEG")
+    assert image_extension(b"II*\x00" + bytes(20), None) == ("tif", "TIFF")
+    assert image_extension(b"RIFF\x00\x00\x00\x00WEBPVP8 ", "x.png") == ("webp", "WEBP")
 
 
 def _refuse_to_read(path, *args, **kwargs):
