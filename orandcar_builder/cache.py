@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 from .engines.base import Engine, EngineContractError, EngineRequestError
 from .errors import OrandCarError
 from .records import Generation, Request
-from .vocab import FINISH_REASONS, RECORD_ONLY_KEYS
+from .vocab import FINISH_REASONS, GENERATION_BATCH, RECORD_ONLY_KEYS
 
 SCHEMA_VERSION = 1
 KEY_SCHEME = "orandcar-generation/1"
@@ -348,7 +348,7 @@ def generate_cached(
     requests: Sequence[Request],
     cache: GenerationCache,
     *,
-    batch_size: int = 64,
+    batch_size: int = GENERATION_BATCH,
     on_batch: Optional[Callable[[CacheStats], None]] = None,
     stats: Optional[CacheStats] = None,
 ) -> list[Generation]:
