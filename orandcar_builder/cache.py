@@ -27,13 +27,13 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 from .engines.base import Engine, EngineContractError, EngineRequestError
 from .errors import OrandCarError
 from .records import Generation, Request
+from .vocab import FINISH_REASONS, GENERATION_BATCH, RECORD_ONLY_KEYS
 
 SCHEMA_VERSION = 1
 KEY_SCHEME = "orandcar-generation/1"
-# Fingerprint keys recorded in the manifest but left out of the key: where a job ran (hardware,
-# batch-invariance switch, vLLM version) must not throw away finished work when it resumes elsewhere.
-RECORD_ONLY_KEYS = ("reproducibility",)
-COMPLETE_FINISH_REASONS = ("stop", "length")
+# vocab.RECORD_ONLY_KEYS: fingerprint keys recorded in the manifest but left out of the key: where
+# a job ran (hardware, batch-invariance switch, vLLM version) must not throw away finished work
+# when it resumes elsewhere. A generation is complete (cached) when it ended in vocab.FINISH_REASONS.
 # SQLite's default limit on bound parameters is 999 in old builds; stay under it.
 _LOOKUP_CHUNK = 500
 # A streaming build commits its finished generations at least this often (count, seconds).
@@ -95,7 +95,7 @@ def request_keys(fingerprint: dict, requests: Iterable[Request]) -> list[str]:
 def is_complete(generation: Generation) -> bool:
     """Whether a generation may be cached: the engine finished it (``stop`` or ``length``), or
     declared the request unsupported, which is deterministic too."""
-    return generation.unsupported is not None or generation.finish_reason in COMPLETE_FINISH_REASONS
+    return generation.unsupported is not None or generation.finish_reason in FINISH_REASONS
 
 
 def generation_to_json(generation: Generation) -> str:
@@ -348,7 +348,7 @@ def generate_cached(
     requests: Sequence[Request],
     cache: GenerationCache,
     *,
-    batch_size: int = 64,
+    batch_size: int = GENERATION_BATCH,
     on_batch: Optional[Callable[[CacheStats], None]] = None,
     stats: Optional[CacheStats] = None,
 ) -> list[Generation]:

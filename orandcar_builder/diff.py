@@ -29,13 +29,13 @@ from typing import Any, BinaryIO, Callable, Iterator, Optional
 import pyarrow.parquet as pq
 from huggingface_hub.errors import HfHubHTTPError
 
-from .dataset.features import CONFIGS
-from .dataset.layout import README, SHARD_NAME
+from .dataset.layout import README
 from .errors import OrandCarError
 from .release import card_settings, split_card
+from .vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIGS, REJECTED, SHARD_NAME
 
-ACCEPTED_CONFIG = "RS_nothink"  # holds every accepted QA item once (RS_think holds the same items)
-REJECTED_CONFIG = "rejected"
+ACCEPTED_CONFIG = CONFIG_NOTHINK  # holds every accepted QA item once (RS_think holds the same items)
+REJECTED_CONFIG = CONFIG_REJECTED
 COLUMNS = ("image_sha256", "qa", "clean_meta")
 SHOWN_CHARS = 200  # an answer kept for the list of flipped items is cut here
 FLIPS_SHOWN = 20  # flipped items the human output lists (--json lists all)
@@ -254,14 +254,14 @@ def settings_changes(old: dict, new: dict) -> list[dict]:
 
 def _acceptance(accepted: dict, rejected: dict) -> dict:
     families: dict[str, dict] = {}
-    for items, label in ((accepted, "accepted"), (rejected, "rejected")):
+    for items, label in ((accepted, ACCEPTED), (rejected, REJECTED)):
         for item in items.values():
-            counts = families.setdefault(item.family, {"accepted": 0, "rejected": 0})
+            counts = families.setdefault(item.family, {ACCEPTED: 0, REJECTED: 0})
             counts[label] += 1
     for counts in families.values():
-        total = counts["accepted"] + counts["rejected"]
+        total = counts[ACCEPTED] + counts[REJECTED]
         counts["qa"] = total
-        counts["share"] = round(counts["accepted"] / total, 6) if total else None
+        counts["share"] = round(counts[ACCEPTED] / total, 6) if total else None
     return families
 
 
@@ -352,8 +352,8 @@ def diff_sides(old: Side, new: Side) -> DatasetDiff:
     old_settings, new_settings = (card_settings(split_card(s.card, source=f"{s.spec}: {README}")[0]) if s.card else {}
                                   for s in (old, new))
     settings = {"old": old_settings, "new": new_settings, "changed": settings_changes(old_settings, new_settings)}
-    before = {k: ("accepted", i.digest) for k, i in old_acc.items()} | {k: ("rejected", i.digest) for k, i in old_rej.items()}
-    after = {k: ("accepted", i.digest) for k, i in new_acc.items()} | {k: ("rejected", i.digest) for k, i in new_rej.items()}
+    before = {k: (ACCEPTED, i.digest) for k, i in old_acc.items()} | {k: (REJECTED, i.digest) for k, i in old_rej.items()}
+    after = {k: (ACCEPTED, i.digest) for k, i in new_acc.items()} | {k: (REJECTED, i.digest) for k, i in new_rej.items()}
     dataset = {"old": len(before), "new": len(after), "added": [k for k in after if k not in before],
                "removed": [k for k in before if k not in after],
                "changed": [k for k in after if k in before and after[k][0] == before[k][0] and after[k] != before[k]]}

@@ -28,10 +28,10 @@ def replaced_on_success(path: PathLike, suffix: str = ".partial") -> Iterator[Pa
     tmp = partial_path(target, suffix)
     try:
         yield tmp
+        os.replace(tmp, target)  # a failed rename leaves no temporary file either
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    os.replace(tmp, target)
 
 
 def write_bytes_atomic(path: PathLike, data: bytes, suffix: str = ".partial") -> None:
@@ -79,3 +79,14 @@ def image_format(data: bytes) -> Optional[tuple[str, str]]:
         if data.startswith(magic):
             return mime, ext
     return None
+
+
+# --- area B (issue 17): one chunked reader for hashes computed together --------------------------
+
+def update_from_file(path: PathLike, *digests, chunk: int = HASH_CHUNK) -> None:
+    """Feed the whole file at ``path``, read once in chunks, to each of ``digests`` (hashlib
+    objects), e.g. a sha256 and a git blob id in one pass."""
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            for digest in digests:
+                digest.update(block)

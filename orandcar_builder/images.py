@@ -28,6 +28,8 @@ from typing import Optional
 
 from PIL import Image
 
+from .files import sha256_bytes  # noqa: F401  (importable from here too)
+
 # Pillow's own default (about 89 megapixels); kept as a named constant so the card can cite it.
 MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
 DEFAULT_MAX_IMAGE_BYTES = 64 * 1024 * 1024  # one image file; larger files are refused unread
@@ -127,10 +129,6 @@ def within(path: str, root: str) -> bool:
     by the caller: ``os.path.realpath``) once the links of ``path`` are resolved."""
     real = os.path.realpath(path)
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20, *, max_bytes: Optional[int] = None,

@@ -42,6 +42,7 @@ from tqdm import tqdm
 
 from .dataset.layout import expected_layout_text, scan
 from .errors import OrandCarError
+from .files import sha256_bytes, update_from_file, write_text_atomic
 
 REPO_TYPE = "dataset"
 DEFAULT_BRANCH = "main"
@@ -50,7 +51,6 @@ COMMIT_MAX_FILES = 100  # files per commit: keeps each commit far below the Hub'
 COMMIT_MAX_BYTES = 2 * 1024**3  # bytes per commit: an interrupted push loses at most this much work
 README = "README.md"
 KEPT_REMOTE_FILES = frozenset({".gitattributes"})  # the Hub's own file; never deleted by a push
-HASH_CHUNK = 1 << 20
 DEFAULT_TIMEOUT_S = 60.0  # per connect, read or write of one request; a large upload keeps writing
 # Git ref names (git check-ref-format), kept to what the Hub accepts as a branch or tag name.
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
@@ -227,13 +227,8 @@ def folder_files(folder: Path) -> list[str]:
 
 def hash_file(path: Path) -> tuple[str, str]:
     """(sha256, git blob id) of a file, read once in chunks."""
-    size = path.stat().st_size
-    sha256 = hashlib.sha256()
-    git = hashlib.sha1(b"blob %d\0" % size)
-    with open(path, "rb") as handle:
-        while block := handle.read(HASH_CHUNK):
-            sha256.update(block)
-            git.update(block)
+    sha256, git = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+    update_from_file(path, sha256, git)
     return sha256.hexdigest(), git.hexdigest()
 
 
@@ -366,7 +361,7 @@ def _local_text_file(item: LocalFile, text: str) -> LocalFile:
     """``item`` with the content ``text`` (hashes and size of its UTF-8 bytes)."""
     data = text.encode("utf-8")
     git = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-    return LocalFile(item.path, item.source, len(data), hashlib.sha256(data).hexdigest(), git)
+    return LocalFile(item.path, item.source, len(data), sha256_bytes(data), git)
 
 
 def _local_files(folder: Path, progress: bool) -> list[LocalFile]:
@@ -652,10 +647,7 @@ def push(
         create_tag = _check_tag(tag, remote)
         card_text, versions_note = release_card(folder, api, repo_id, remote, tag)
         if card_text is not None and not dry_run:
-            readme = folder / README
-            tmp = readme.with_name(README + ".tmp")
-            tmp.write_text(card_text, encoding="utf-8")
-            os.replace(tmp, readme)
+            write_text_atomic(folder / README, card_text)
         local = _local_files(folder, progress)
         if card_text is not None and dry_run:  # plan with the card the push would publish
             local = [_local_text_file(item, card_text) if item.path == README else item for item in local]

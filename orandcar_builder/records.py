@@ -1,11 +1,19 @@
-"""The records that flow between stages. Plain dataclasses; no stage imports another's internals."""
+"""The records that flow between stages. Plain dataclasses; no stage imports another's internals.
+
+``Outcome`` and its Arrow codec (``OUTCOME_FIELDS``, ``outcome_record``, ``outcome_from_record``)
+are the record the decide step writes to ``work/decisions.parquet`` and routing reads back: they
+live here so that neither side imports the other.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+import pyarrow as pa
+
 from .images import ImageRef
+from .vocab import ACCEPTED
 
 BENCHMARK_ORIGIN = "benchmark"
 
@@ -116,3 +124,79 @@ class Verdict:
     label: str  # CORRECT / WRONG / UNSURE
     raw: str
     model: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Everything routing needs about one QA item, in pool order."""
+
+    order: int
+    item_id: str
+    image: ImageRef
+    question: str  # the exact text the model received
+    references: tuple[str, ...]
+    options: tuple[str, ...]
+    family: str
+    source: dict  # {dataset, split, id, origin}
+    policy: str
+    actions: tuple[str, ...]
+    route: str  # vocab.ACCEPTED or vocab.REJECTED (vocab.FAILED: not routed)
+    think: str = ""
+    answer: str = ""  # accepted: the candidate that passed (or the judge-promoted answer)
+    verifier: str = ""  # accepted: the rule name, or vocab.JUDGE_VERIFIER
+    wrong_vlm: str = ""  # rejected: what the model said
+    reason: Optional[str] = None  # rejected: one of vocab.REJECT_REASONS; failed: vocab.FAIL_REASONS
+
+
+SOURCE_TYPE = pa.struct([("dataset", pa.string()), ("split", pa.string()), ("id", pa.string()),
+                         ("origin", pa.string())])
+# The columns of a decision record that describe its outcome (``outcome_record``); ``think``
+# is the generation's reasoning, which an accepted outcome carries.
+OUTCOME_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("order", pa.int64()),
+    pa.field("id", pa.string()),
+    pa.field("family", pa.string()),
+    pa.field("image_sha256", pa.string()),
+    pa.field("image", pa.string()),
+    pa.field("question", pa.string()),
+    pa.field("references", pa.list_(pa.string())),
+    pa.field("options", pa.list_(pa.string())),
+    pa.field("source", SOURCE_TYPE),
+    pa.field("policy", pa.string()),
+    pa.field("actions", pa.list_(pa.string())),
+    pa.field("think", pa.string()),
+    pa.field("route", pa.string()),
+    pa.field("answer", pa.string()),
+    pa.field("verifier", pa.string()),
+    pa.field("wrong_vlm", pa.string()),
+    pa.field("reason", pa.string()),
+)
+OUTCOME_COLUMNS = tuple(f.name for f in OUTCOME_FIELDS)
+
+
+def outcome_record(outcome: Outcome) -> dict:
+    """The outcome's columns of a decision record (see OUTCOME_FIELDS), except ``think``,
+    which the record takes from the generation."""
+    return {
+        "order": outcome.order, "id": outcome.item_id, "family": outcome.family,
+        "image_sha256": outcome.image.sha256, "image": outcome.image.path,
+        "question": outcome.question, "references": list(outcome.references),
+        "options": list(outcome.options), "source": dict(outcome.source), "policy": outcome.policy,
+        "actions": list(outcome.actions), "route": outcome.route, "answer": outcome.answer,
+        "verifier": outcome.verifier, "wrong_vlm": outcome.wrong_vlm, "reason": outcome.reason,
+    }
+
+
+def outcome_from_record(record: dict) -> Outcome:
+    """The Outcome a decision record describes (the inverse of ``outcome_record``)."""
+    route_to = record["route"]
+    return Outcome(
+        order=record["order"], item_id=record["id"],
+        image=ImageRef(path=record["image"], sha256=record["image_sha256"]),
+        question=record["question"], references=tuple(record["references"]),
+        options=tuple(record["options"] or ()), family=record["family"],
+        source=dict(record["source"]), policy=record["policy"], actions=tuple(record["actions"] or ()),
+        route=route_to, think=(record["think"] or "") if route_to == ACCEPTED else "",
+        answer=record["answer"] or "", verifier=record["verifier"] or "",
+        wrong_vlm=record["wrong_vlm"] or "", reason=record["reason"],
+    )

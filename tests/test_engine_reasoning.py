@@ -7,15 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orandcar_builder.engines.reasoning import (
-    STATUS_NO_ANSWER,
-    STATUS_OK,
-    STATUS_TRUNCATED,
     generation_status,
     make_generation,
     prompt_opens_thinking,
     split_reasoning,
 )
 from orandcar_builder.records import Request
+from orandcar_builder.vocab import ANSWER_OK, NO_ANSWER, TRUNCATED
 
 QWEN3_PROMPT = "<|im_start|>user\nWhat is written?<|im_end|>\n<|im_start|>assistant\n<think>\n"
 QWEN3_NOTHINK_PROMPT = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
@@ -24,25 +22,25 @@ QWEN3_NOTHINK_PROMPT = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 @pytest.mark.parametrize(
     "text, finish, prompt, expected",
     [
-        ("<think>It says STOP.</think>\n\nSTOP", "stop", None, ("It says STOP.", "STOP", STATUS_OK)),
-        ("  <think>\nR\n</think>A\nB  ", "stop", None, ("R", "A\nB", STATUS_OK)),
+        ("<think>It says STOP.</think>\n\nSTOP", "stop", None, ("It says STOP.", "STOP", ANSWER_OK)),
+        ("  <think>\nR\n</think>A\nB  ", "stop", None, ("R", "A\nB", ANSWER_OK)),
         # Qwen3: the template opened <think>, only the closing tag is in the output.
-        ("reasoning here\n</think>\n\nanswer", "stop", QWEN3_PROMPT, ("reasoning here", "answer", STATUS_OK)),
-        ("reasoning here\n</think>\n\nanswer", "stop", None, ("reasoning here", "answer", STATUS_OK)),
+        ("reasoning here\n</think>\n\nanswer", "stop", QWEN3_PROMPT, ("reasoning here", "answer", ANSWER_OK)),
+        ("reasoning here\n</think>\n\nanswer", "stop", None, ("reasoning here", "answer", ANSWER_OK)),
         # Thinking never ended.
-        ("<think>still thinking", "length", None, ("still thinking", "", STATUS_TRUNCATED)),
-        ("still thinking", "length", QWEN3_PROMPT, ("still thinking", "", STATUS_TRUNCATED)),
-        ("<think>gave up", "stop", None, ("gave up", "", STATUS_NO_ANSWER)),
+        ("<think>still thinking", "length", None, ("still thinking", "", TRUNCATED)),
+        ("still thinking", "length", QWEN3_PROMPT, ("still thinking", "", TRUNCATED)),
+        ("<think>gave up", "stop", None, ("gave up", "", NO_ANSWER)),
         # Thinking ended but nothing after it.
-        ("<think>R</think>\n\n", "stop", None, ("R", "", STATUS_NO_ANSWER)),
-        ("", "stop", None, ("", "", STATUS_NO_ANSWER)),
-        ("", "length", None, ("", "", STATUS_TRUNCATED)),
+        ("<think>R</think>\n\n", "stop", None, ("R", "", NO_ANSWER)),
+        ("", "stop", None, ("", "", NO_ANSWER)),
+        ("", "length", None, ("", "", TRUNCATED)),
         # No tags and no open block: all answer (a model without thinking, or thinking disabled).
-        ("STOP", "stop", None, ("", "STOP", STATUS_OK)),
-        ("a long answer cut", "length", None, ("", "a long answer cut", STATUS_OK)),
-        ("STOP", "stop", QWEN3_NOTHINK_PROMPT, ("", "STOP", STATUS_OK)),
+        ("STOP", "stop", None, ("", "STOP", ANSWER_OK)),
+        ("a long answer cut", "length", None, ("", "a long answer cut", ANSWER_OK)),
+        ("STOP", "stop", QWEN3_NOTHINK_PROMPT, ("", "STOP", ANSWER_OK)),
         # The first closing tag ends the reasoning, as vLLM's parsers do.
-        ("<think>R</think>A</think>B", "stop", None, ("R", "A</think>B", STATUS_OK)),
+        ("<think>R</think>A</think>B", "stop", None, ("R", "A</think>B", ANSWER_OK)),
     ],
 )
 def test_split_by_think_tags(text, finish, prompt, expected):
@@ -77,12 +75,12 @@ class OldStubParser:
 @pytest.mark.parametrize(
     "text, finish, expected",
     [
-        ("thinking[END] answer ", "stop", ("thinking", "answer", STATUS_OK)),
-        ("thinking forever", "length", ("thinking forever", "", STATUS_TRUNCATED)),
-        ("thinking forever", "stop", ("thinking forever", "", STATUS_NO_ANSWER)),
-        ("thinking[END]", "stop", ("thinking", "", STATUS_NO_ANSWER)),
+        ("thinking[END] answer ", "stop", ("thinking", "answer", ANSWER_OK)),
+        ("thinking forever", "length", ("thinking forever", "", TRUNCATED)),
+        ("thinking forever", "stop", ("thinking forever", "", NO_ANSWER)),
+        ("thinking[END]", "stop", ("thinking", "", NO_ANSWER)),
         # a parser decides alone: tags mean nothing to this one
-        ("<think>x</think>y", "stop", ("<think>x</think>y", "", STATUS_NO_ANSWER)),
+        ("<think>x</think>y", "stop", ("<think>x</think>y", "", NO_ANSWER)),
     ],
 )
 def test_split_by_named_parser(text, finish, expected):
@@ -92,7 +90,7 @@ def test_split_by_named_parser(text, finish, expected):
 
 
 def test_older_parser_method_name_is_used():
-    assert split_reasoning("just content", "stop", OldStubParser()) == ("", "just content", STATUS_OK)
+    assert split_reasoning("just content", "stop", OldStubParser()) == ("", "just content", ANSWER_OK)
 
 
 def test_parser_name_without_tokenizer_is_a_clear_error():
@@ -113,7 +111,7 @@ def test_closed_block_round_trips(think, answer, finish):
     got_think, got_answer, status = split_reasoning(f"<think>{think}</think>{answer}", finish)
     assert got_think == think.strip()
     assert got_answer == answer.strip()
-    assert status == (STATUS_OK if answer.strip() else (STATUS_TRUNCATED if finish == "length" else STATUS_NO_ANSWER))
+    assert status == (ANSWER_OK if answer.strip() else (TRUNCATED if finish == "length" else NO_ANSWER))
 
 
 def test_make_generation_and_status_agree():
@@ -121,6 +119,6 @@ def test_make_generation_and_status_agree():
     gen = make_generation(request, "<think>long", "length", model="m", prompt="p", prompt_tokens=3, completion_tokens=7)
     assert (gen.item_id, gen.think, gen.answer, gen.finish_reason) == ("q1", "long", "", "length")
     assert (gen.prompt, gen.prompt_tokens, gen.completion_tokens, gen.model) == ("p", 3, 7, "m")
-    assert generation_status(gen) == STATUS_TRUNCATED
+    assert generation_status(gen) == TRUNCATED
     ok = make_generation(request, "<think>r</think>A", "stop", model="m")
-    assert generation_status(ok) == STATUS_OK
+    assert generation_status(ok) == ANSWER_OK

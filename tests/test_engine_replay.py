@@ -12,6 +12,7 @@ from orandcar_builder.engines.replay import (
     ReplayFileError,
     ReplayMissingError,
     ReplayQuestionMismatch,
+    ReplayWriter,
     export_generations,
 )
 from orandcar_builder.records import Generation, Request
@@ -143,3 +144,25 @@ def test_export_refuses_unfinished_generations(tmp_path):
     with pytest.raises(ValueError, match="abort"):
         export_generations([Generation("a", "", "", "", "abort", "m")], tmp_path / "g.jsonl")
     assert not (tmp_path / "g.jsonl").exists()
+
+
+def test_replay_writer_streams_and_replaces_only_when_committed(tmp_path):
+    path = tmp_path / "gens.jsonl"
+    path.write_text("old\n")
+    with ReplayWriter(path) as out:
+        out.add(Generation("a", "<think>r</think>A", "r", "A", "stop", "m"), "Q a?")
+        out.add(Generation("b", "B", "", "B", "length", "m"))
+        assert path.read_text() == "old\n"  # nothing replaced before the end
+    assert out.lines == 2
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [line["id"] for line in lines] == ["a", "b"] and lines[0]["question"] == "Q a?" and "question" not in lines[1]
+
+
+def test_replay_writer_keeps_the_old_file_when_a_generation_cannot_be_replayed(tmp_path):
+    path = tmp_path / "gens.jsonl"
+    path.write_text("old\n")
+    with pytest.raises(ValueError, match="finish_reason 'abort'"):
+        with ReplayWriter(path) as out:
+            out.add(Generation("a", "A", "", "A", "stop", "m"))
+            out.add(Generation("b", "B", "", "B", "abort", "m"))
+    assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["gens.jsonl"]

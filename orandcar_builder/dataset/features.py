@@ -15,9 +15,7 @@ import yaml
 from datasets import Features
 
 from ..shipped import shipped_dir
-
-CONFIGS = ("RS_think", "RS_nothink", "rejected")
-SPLIT = "train"
+from ..vocab import CONFIGS, SPLIT  # noqa: F401  (SPLIT: importable from here, as before)
 
 
 def loading_definition_path() -> Path:

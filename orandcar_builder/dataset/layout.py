@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .features import CONFIGS, SPLIT
+from ..vocab import CONFIGS, SHARD_NAME, SPLIT
 
 README = "README.md"
 EXAMPLES_DIR = "examples"
@@ -30,7 +30,6 @@ MARKER = ".orandcar-dataset"
 # Fixed content: nothing in the folder may depend on the clock or the machine.
 MARKER_TEXT = "This folder is a dataset written by orandcar-builder (`orandcar build`).\n" \
               "A rebuild replaces it as a whole; files added here by hand make a rebuild stop.\n"
-SHARD_NAME = re.compile(rf"^{SPLIT}-(\d{{5}})-of-(\d{{5}})\.parquet$")
 # The card's acceptance-per-family chart, drawn beside the example images.
 ACCEPTANCE_CHART_NAME = "acceptance-by-family.png"
 EXAMPLE_NAME = re.compile(rf"^(?:(?:{'|'.join(map(re.escape, CONFIGS))})-\d+\.[a-z0-9]{{1,5}}|{re.escape(ACCEPTANCE_CHART_NAME)})$")

@@ -35,13 +35,14 @@ import pyarrow.parquet as pq
 import yaml
 
 from ..families import FAMILIES
-from ..judge import JUDGE_VERIFIER
 from ..parquetio import open_parquet
 from ..spill import SpillMap
 from ..verify import RULE_MODULES
+from ..vocab import CONFIG_REJECTED, CONFIGS, JUDGE_VERIFIER, SHARD_NAME, SPLIT
 from .columnar import Unsupported, any_item, compile_schema
-from .features import CONFIGS, SPLIT, configs_block, features
-from .layout import EXAMPLES_DIR, README, SHARD_NAME as _SHARD_NAME, expected_layout_text, scan
+from .features import configs_block, features
+from .info import arrow_bytes, dataset_info
+from .layout import EXAMPLES_DIR, README, expected_layout_text, scan
 
 SCHEMA_DIR = Path(__file__).with_name("schemas")
 # Links of the card body to files beside it: ![alt](target) or [text](target), and src="target".
@@ -145,11 +146,9 @@ def _check_links(folder: Path, published: list[str]) -> Iterator[str]:
 
 
 def _expected_info(shards_by_config: dict[str, list[Path]], arrow_sizes: dict[Path, int]) -> list[dict] | None:
-    """The ``dataset_info`` the card must carry for these shards (as ``card.dataset_info`` writes
-    it), or None when a shard cannot be read (reported elsewhere). ``arrow_sizes`` holds the Arrow
-    size of each shard the row check read; only the others are read here."""
-    from ..card import arrow_bytes, dataset_info  # the card module renders the same figures
-
+    """The ``dataset_info`` the card must carry for these shards (``info.dataset_info``, which the
+    card writes), or None when a shard cannot be read (reported elsewhere). ``arrow_sizes`` holds
+    the Arrow size of each shard the row check read; only the others are read here."""
     sizes = {}
     for config in CONFIGS:
         shards = shards_by_config.get(config, [])
@@ -209,13 +208,13 @@ def _check_shard_names(folder: Path, config: str) -> tuple[list[Path], list[str]
     directory = folder / config
     if directory.is_symlink() or not directory.is_dir():
         return [], [f"{config}: folder missing (README declares {config}/{SPLIT}-*)"]
-    shards = sorted(p for p in directory.iterdir() if _SHARD_NAME.match(p.name) and p.is_file()
+    shards = sorted(p for p in directory.iterdir() if SHARD_NAME.match(p.name) and p.is_file()
                     and not p.is_symlink())
     if not shards:
         problems.append(f"{config}: no shard matches {config}/{SPLIT}-*")
     totals = set()
     for index, shard in enumerate(shards):
-        match = _SHARD_NAME.match(shard.name)
+        match = SHARD_NAME.match(shard.name)
         if int(match.group(1)) != index:
             problems.append(f"{config}/{shard.name}: shard index {int(match.group(1))}, expected {index} (gap or duplicate)")
         totals.add(int(match.group(2)))
@@ -267,7 +266,7 @@ def _check_row(config: str, row: dict, where: str) -> Iterator[str]:
         family = source.get("family") if isinstance(source, dict) else None
         if family is not None and family not in FAMILIES:
             yield f"{where} field clean_meta.sources.{i}.family: unknown family {family!r}"
-    if config != "rejected":
+    if config != CONFIG_REJECTED:
         for i, item in enumerate(qa):
             verifier = item.get("verifier") if isinstance(item, dict) else None
             if verifier is not None and verifier not in KNOWN_VERIFIERS:
@@ -314,7 +313,7 @@ def _suspect_rows(config: str, batch: pa.RecordBatch) -> np.ndarray:
     lengths = [pc.fill_null(pc.list_value_length(a), 0) for a in (qa, sources)]
     mask |= np.array(pc.not_equal(*lengths).to_numpy(zero_copy_only=False), dtype=bool)
     mask |= _unknown_names(sources, "family", frozenset(FAMILIES))
-    if config != "rejected":
+    if config != CONFIG_REJECTED:
         mask |= _unknown_names(qa, "verifier", KNOWN_VERIFIERS)
     return mask
 
@@ -362,7 +361,7 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
 def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhaustive: bool,
                 arrow_sizes: dict[Path, int]) -> Iterator[str]:
     """Every problem in the rows of ``config``'s shards, in row order. Rows are read one row group
-    at a time, and each shard's Arrow size (``card.arrow_bytes``) is put in ``arrow_sizes`` on the
+    at a time, and each shard's Arrow size (``info.arrow_bytes``) is put in ``arrow_sizes`` on the
     way, so the ``dataset_info`` check does not read the rows again."""
     for shard in shards:
         label = f"{config}/{shard.name}"

@@ -18,9 +18,10 @@ from typing import Iterable, Iterator, Optional, Protocol, Sequence, runtime_che
 
 from ..errors import OrandCarError
 from ..records import Generation, Request
+from ..vocab import GENERATION_BATCH
 
-# Requests a batch-only engine is asked at once by ``stream_of``.
-DEFAULT_STREAM_BATCH = 32
+# Requests a batch-only engine is asked at once by ``stream_of`` (the project's one batch size).
+DEFAULT_STREAM_BATCH = GENERATION_BATCH
 
 
 class EngineUnavailable(OrandCarError):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..errors import OrandCarError
+from ..files import image_format
 from ..images import ImageRef
 from ..records import Generation, Request
 from .base import (Completion, EngineRequestError, EngineUnavailable, error_text,  # noqa: F401 (re-exported)
@@ -47,25 +48,12 @@ PROBE_TIMEOUT_S = 10.0
 PROBE_ATTEMPTS = 3
 TRANSIENT_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 
-# Leading bytes of each format a VLM server accepts -> MIME type.
-_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-    (b"BM", "image/bmp"),
-    (b"II*\x00", "image/tiff"),
-    (b"MM\x00*", "image/tiff"),
-)
-
-
 def image_mime(data: bytes, name: str = "<bytes>") -> str:
-    """The MIME type of encoded image bytes, from their leading bytes."""
-    for magic, mime in _MAGIC:
-        if data.startswith(magic):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
+    """The MIME type of encoded image bytes, from their leading bytes (``files.image_format``:
+    the formats a VLM server accepts)."""
+    found = image_format(data)
+    if found is not None:
+        return found[0]
     raise ValueError(f"{name}: unknown image format (not PNG, JPEG, GIF, WebP, BMP or TIFF)")
 
 

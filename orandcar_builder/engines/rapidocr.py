@@ -17,14 +17,15 @@ It produces no reasoning: ``think`` is always empty.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
+from ..files import sha256_of_file
 from ..images import ImageError
 from ..records import Generation, Request
+from ..vocab import FINISH_STOP
 from .base import Completion, EngineUnavailable, stream_batches
 
 SUPPORTED_FAMILIES = ("scene_text", "multiple_choice")
@@ -59,7 +60,7 @@ class RapidOCREngine:
         logging.getLogger("RapidOCR").setLevel(logging.WARNING)
         self._version = _package_version("rapidocr")
         self._model_path = self._find_rec_model()
-        self._model_sha256 = _sha256(self._model_path) if self._model_path else ""
+        self._model_sha256 = sha256_of_file(self._model_path) if self._model_path else ""
         self.threads = threads
 
     def _find_rec_model(self) -> Optional[Path]:
@@ -94,7 +95,7 @@ class RapidOCREngine:
         return [self._one(r) for r in requests]
 
     def _one(self, request: Request) -> Generation:
-        base = dict(item_id=request.item_id, think="", finish_reason="stop", model=self.model_id,
+        base = dict(item_id=request.item_id, think="", finish_reason=FINISH_STOP, model=self.model_id,
                     revision=self._model_sha256[:12])
         options = _options(request.question) if request.family == "multiple_choice" else {}
         if request.family not in SUPPORTED_FAMILIES or (request.family == "multiple_choice" and not options):
@@ -137,11 +138,3 @@ def _package_version(name: str) -> str:
         return version(name)
     except PackageNotFoundError:
         return "unknown"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -21,16 +21,14 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..records import Generation, Request
+from ..vocab import ANSWER_OK, ANSWER_STATUSES, FINISH_LENGTH, NO_ANSWER, TRUNCATED
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
-STATUS_OK = "ok"
-STATUS_TRUNCATED = "truncated"
-STATUS_NO_ANSWER = "no_answer"
-STATUSES = (STATUS_OK, STATUS_TRUNCATED, STATUS_NO_ANSWER)
-
-FINISH_LENGTH = "length"
+# The statuses are vocab's; these names stay importable from here for the decide step.
+STATUS_OK, STATUS_TRUNCATED, STATUS_NO_ANSWER = ANSWER_OK, TRUNCATED, NO_ANSWER
+STATUSES = ANSWER_STATUSES
 
 
 def answer_status(answer: str, finish_reason: str) -> str:
@@ -40,8 +38,8 @@ def answer_status(answer: str, finish_reason: str) -> str:
     empty answer otherwise is ``no_answer``; anything else is ``ok``.
     """
     if answer.strip():
-        return STATUS_OK
-    return STATUS_TRUNCATED if finish_reason == FINISH_LENGTH else STATUS_NO_ANSWER
+        return ANSWER_OK
+    return TRUNCATED if finish_reason == FINISH_LENGTH else NO_ANSWER
 
 
 def prompt_opens_thinking(prompt: Optional[str]) -> bool:
@@ -119,7 +117,7 @@ def split_reasoning(
 
     ``parser`` is a vLLM reasoning parser instance (see ``load_reasoning_parser``) or None for the
     ``<think>`` convention. ``prompt``, the rendered model input where known, tells the convention
-    that the template already opened ``<think>``. ``status`` is one of ``STATUSES``.
+    that the template already opened ``<think>``. ``status`` is one of ``vocab.ANSWER_STATUSES``.
     """
     if not isinstance(text, str):
         raise TypeError(f"model output must be a string, got {type(text).__name__}")
@@ -167,5 +165,5 @@ def generation_status(generation: Generation) -> str:
     """``ok``, ``truncated`` or ``no_answer`` for a Generation (an unsupported request has no
     answer), consistent with ``split_reasoning``."""
     if generation.unsupported is not None:
-        return STATUS_NO_ANSWER
+        return NO_ANSWER
     return answer_status(generation.answer, generation.finish_reason)

@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..errors import OrandCarError
+from ..files import partial_path
 from ..images import sha256_file
 from ..records import Generation, Request
+from ..vocab import FINISH_REASONS, FINISH_STOP
 from .base import Completion, stream_batches
 from .reasoning import load_reasoning_parser, make_generation
 
-FINISH_REASONS = ("stop", "length")
-DEFAULT_FINISH_REASON = "stop"
+DEFAULT_FINISH_REASON = FINISH_STOP
+# A replay file is written as <name>.tmp and renamed into place when complete.
+TEMP_SUFFIX = ".tmp"
 REPLAY_MODEL = "replay"
 # Optional keys and the type each must have.
 OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -212,6 +214,51 @@ def recording_line(generation: Generation, question: Optional[str] = None) -> di
     return obj
 
 
+class ReplayWriter:
+    """A replay file written one generation at a time, under a temporary name beside ``path``
+    until ``commit`` renames it into place (after an fsync); ``abort`` removes it and leaves
+    ``path`` as it was. As a context manager it commits when the block succeeds and aborts when
+    it raises. The one writer of the format: ``export_generations`` and the build's
+    ``--export-generations`` both write through it."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = partial_path(self.path, TEMP_SUFFIX)
+        self._out = open(self.tmp, "w", encoding="utf-8", newline="\n")
+        self.lines = 0
+
+    def add(self, generation: Generation, question: Optional[str] = None) -> None:
+        """One line for ``generation``; ``question`` (the exact text the model received), when
+        given, is recorded so that replay checks it."""
+        if generation.finish_reason not in FINISH_REASONS:
+            raise ValueError(
+                f"generation {generation.item_id!r} has finish_reason {generation.finish_reason!r}; "
+                f"only {', '.join(FINISH_REASONS)} can be replayed"
+            )
+        self._out.write(json.dumps(recording_line(generation, question), ensure_ascii=False, sort_keys=False) + "\n")
+        self.lines += 1
+
+    def commit(self) -> None:
+        self._out.flush()
+        os.fsync(self._out.fileno())
+        self._out.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self._out.close()
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> "ReplayWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
 def export_generations(
     generations: Iterable[Generation],
     path: str | os.PathLike,
@@ -222,25 +269,7 @@ def export_generations(
     many lines were written. With ``requests`` (aligned by item id) each line also records the
     question, which replay then checks."""
     questions = {r.item_id: r.question for r in requests} if requests is not None else {}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-            for gen in generations:
-                if gen.finish_reason not in FINISH_REASONS:
-                    raise ValueError(
-                        f"generation {gen.item_id!r} has finish_reason {gen.finish_reason!r}; "
-                        f"only {', '.join(FINISH_REASONS)} can be replayed"
-                    )
-                line = recording_line(gen, questions.get(gen.item_id))
-                out.write(json.dumps(line, ensure_ascii=False, sort_keys=False) + "\n")
-                count += 1
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return count
+    with ReplayWriter(path) as out:
+        for gen in generations:
+            out.add(gen, questions.get(gen.item_id))
+    return out.lines

@@ -209,7 +209,7 @@ class VLLMEngine:
                 "dtype": self.dtype,
                 "reasoning_parser": self.reasoning_parser,
                 "image_transport": self.image_transport,
-                # Recorded in the manifest, not part of the cache key (see cache.RECORD_ONLY_KEYS).
+                # Recorded in the manifest, not part of the cache key (see vocab.RECORD_ONLY_KEYS).
                 "reproducibility": {
                     BATCH_INVARIANT_ENV: os.environ.get(BATCH_INVARIANT_ENV, ""),
                     "tensor_parallel_size": self.tensor_parallel_size,

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from ..files import replaced_on_success
 from ..parquetio import open_parquet
 
 BUCKET_ROWS = 8192
@@ -41,7 +42,6 @@ def sort_by_order(src: Path, dst: Path, *, bucket_rows: int = BUCKET_ROWS, row_g
     schema = source.schema_arrow
     orders = np.concatenate([b.column(0).to_numpy() for b in source.iter_batches(columns=["order"])]
                             or [np.empty(0, dtype=np.int64)])
-    tmp = dst.with_name(dst.name + ".tmp")
     if len(orders) == 0 or bool(np.all(np.diff(orders) > 0)):
         source.close()
         os.replace(src, dst)
@@ -62,7 +62,7 @@ def sort_by_order(src: Path, dst: Path, *, bucket_rows: int = BUCKET_ROWS, row_g
                     writer.write_table(pa.Table.from_batches([batch]).filter(pa.array(buckets == bucket)))
                 parts[int(bucket)].append(part)
         source.close()
-        with pq.ParquetWriter(tmp, schema, write_statistics=False) as writer:
+        with replaced_on_success(dst) as tmp, pq.ParquetWriter(tmp, schema, write_statistics=False) as writer:
             for files in parts:
                 tables = []
                 for part in files:
@@ -73,11 +73,7 @@ def sort_by_order(src: Path, dst: Path, *, bucket_rows: int = BUCKET_ROWS, row_g
                     table = pa.concat_tables(tables)
                     table = table.take(pc.sort_indices(table, sort_keys=[("order", "ascending")]))
                     writer.write_table(table, row_group_size=row_group)
-        os.replace(tmp, dst)
         src.unlink()
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return len(orders)

@@ -13,6 +13,9 @@ import io
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
+from ..files import PNG_SIGNATURE
+from ..vocab import ACCEPTED, NO_ANSWER, REJECTED, TRUNCATED, UNSURE, WRONG_ANSWER
+
 # Route segments of the acceptance chart, in drawing order, and their colours (colour-blind safe).
 ACCEPTED_BY_RULE = "accepted by rule"
 PROMOTED_BY_JUDGE = "promoted by judge"
@@ -27,10 +30,10 @@ SEGMENT_COLOURS = {
 # Rejection reasons the pipeline knows, in legend order; any other reason gets a colour from
 # OTHER_COLOURS in name order.
 REASON_COLOURS = {
-    "wrong_answer": "#d95f02",
-    "unsure": "#e6ab02",
-    "truncated": "#e7298a",
-    "no_answer": "#666666",
+    WRONG_ANSWER: "#d95f02",
+    UNSURE: "#e6ab02",
+    TRUNCATED: "#e7298a",
+    NO_ANSWER: "#666666",
 }
 OTHER_COLOURS = ("#66a61e", "#a6761d", "#1f78b4", "#b2df8a", "#fb9a99", "#cab2d6")
 COMPLETE_COLOUR = "#4c72b0"
@@ -77,10 +80,10 @@ def family_counts_from_report(report: Mapping) -> list[FamilyCounts]:
     out = []
     for family, counts in sorted((report.get("families") or {}).items()):
         promoted = int((overturns.get(family) or {}).get("promoted", 0))
-        reasons = {key[len("rejected_"):]: int(n) for key, n in counts.items()
-                   if key.startswith("rejected_") and n}
-        out.append(FamilyCounts(family=family, accepted_by_rule=int(counts.get("accepted", 0)) - promoted,
-                                promoted=promoted, rejected=int(counts.get("rejected", 0)),
+        reasons = {key[len(f"{REJECTED}_"):]: int(n) for key, n in counts.items()
+                   if key.startswith(f"{REJECTED}_") and n}
+        out.append(FamilyCounts(family=family, accepted_by_rule=int(counts.get(ACCEPTED, 0)) - promoted,
+                                promoted=promoted, rejected=int(counts.get(REJECTED, 0)),
                                 rejected_by_reason=dict(sorted(reasons.items()))))
     return out
 
@@ -274,6 +277,6 @@ def length_chart(histograms: Sequence[LengthHistogram], fmt: str = "svg",
 
 def png_size(data: bytes) -> Optional[tuple[int, int]]:
     """(width, height) of PNG bytes, from the IHDR chunk."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 24:
+    if not data.startswith(PNG_SIGNATURE) or len(data) < 24:
         return None
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")

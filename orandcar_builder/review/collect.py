@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from ..errors import OrandCarError
 from ..parquetio import open_parquet
+from ..vocab import ACCEPTED, FAILED, FINISH_LENGTH, JUDGE_VERIFIER, REJECTED
 from .charts import FamilyCounts, LengthHistogram
 
 SAMPLE_SALT = "orandcar-review-sample"
@@ -35,8 +36,6 @@ ACCEPTED_KIND = "accepted"
 PROMOTED_KIND = "promoted"
 FAILED_KIND = "failed"
 REJECTED_KIND_PREFIX = "rejected: "
-JUDGE_VERIFIER = "judge"  # judge.JUDGE_VERIFIER (not imported: the page needs none of judge's machinery)
-TRUNCATED_FINISH = "length"  # the finish reason of a reply cut off at the token limit
 
 # Columns of decisions.parquet never read: the raw output (reasoning + answer, both read apart)
 # and the rendered model input (the chat template around ``question``).
@@ -62,9 +61,9 @@ def sample_key(item_id: str) -> str:
 
 
 def kind_of(route: Optional[str], reason: Optional[str], verifier: Optional[str]) -> str:
-    if route == "accepted":
+    if route == ACCEPTED:
         return PROMOTED_KIND if verifier == JUDGE_VERIFIER else ACCEPTED_KIND
-    if route == "rejected":
+    if route == REJECTED:
         return REJECTED_KIND_PREFIX + (reason or "unknown")
     return FAILED_KIND
 
@@ -209,12 +208,12 @@ def _add_batch(out: Collected, batch: pa.RecordBatch, per_kind: int, promoted_ma
 
 def _add_lengths(out: Collected, batch: pa.RecordBatch) -> None:
     """Lengths of the replies that exist: not failed items, not ones the engine could not answer."""
-    answered = pc.and_(pc.not_equal(batch.column("route"), "failed"), pc.is_null(batch.column("unsupported")))
+    answered = pc.and_(pc.not_equal(batch.column("route"), FAILED), pc.is_null(batch.column("unsupported")))
     answered = pc.fill_null(answered, False)
     out.no_generation += batch.num_rows - pc.sum(answered).as_py() if batch.num_rows else 0
     if not pc.any(answered).as_py():
         return
-    truncated = pc.fill_null(pc.equal(pc.filter(batch.column("finish_reason"), answered), TRUNCATED_FINISH), False)
+    truncated = pc.fill_null(pc.equal(pc.filter(batch.column("finish_reason"), answered), FINISH_LENGTH), False)
     truncated = truncated.to_numpy(zero_copy_only=False)
     for stats, column in ((out.reasoning, "think"), (out.answer, "model_answer")):
         lengths = pc.fill_null(pc.utf8_length(pc.filter(batch.column(column), answered)), 0)

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ..files import write_bytes_atomic
+from ..vocab import ACCEPTED, FINISH_LENGTH
 from . import charts
 from .collect import (ACCEPTED_KIND, FAILED_KIND, PROMOTED_KIND, REJECTED_KIND_PREFIX, SAMPLE_SALT,
-                      SAMPLES_PER_KIND, TRUNCATED_FINISH, Collected, ReviewError, calibration_of, collect,
+                      SAMPLES_PER_KIND, Collected, ReviewError, calibration_of, collect,
                       dropped_examples, read_json_lines, read_report)
 from .thumbnails import thumbnails
 
@@ -100,7 +102,7 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
         "references": [clip(r, LIST_TEXT_CHARS * 2) for r in row.get("references") or []],
         "options": row.get("options") or [], "route": route, "reason": row.get("reason"),
         "verifier": row.get("verifier") or "", "finish_reason": finish,
-        "truncated": finish == TRUNCATED_FINISH, "unsupported": row.get("unsupported"),
+        "truncated": finish == FINISH_LENGTH, "unsupported": row.get("unsupported"),
         "final_answer": clip(answer) if answer is not None else None,
         "think": clip(think) if think else None,
         "rule": row.get("rule"), "rule_version": row.get("rule_version"), "candidate": row.get("candidate"),
@@ -108,7 +110,7 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
         "extraction": row.get("extraction") or "", "extraction_version": row.get("extraction_version") or "",
         "span": clip(span) if (span := decided_span(row)) is not None else None,
         "score": _score(row.get("score")), "rule_passed": row.get("rule_passed"),
-        "stored": clip(row.get("answer") if route == "accepted" else row.get("wrong_vlm")),
+        "stored": clip(row.get("answer") if route == ACCEPTED else row.get("wrong_vlm")),
         "verdict": row.get("verdict"), "verdict_raw": clip(row.get("verdict_raw")) if row.get("verdict_raw") else None,
         "error": row.get("error"), "model": row.get("model"),
         "extra": [(name, clip(_extra_value(row.get(name)), LIST_TEXT_CHARS * 3)) for name in extra_columns
@@ -304,11 +306,8 @@ def write_review(out: Path, work: Path, target: Optional[Path] = None, *,
     target = Path(target) if target is not None else work / REVIEW_FILE
     html, items, sampled = render_review(out, work, per_kind=per_kind)
     data = html.encode("utf-8")
-    tmp = target.with_name(target.name + ".tmp")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
+        write_bytes_atomic(target, data)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ReviewError(f"{target}: cannot write the review page ({exc.strerror or exc})") from None
     return ReviewResult(path=target, bytes=len(data), items=items, sampled=sampled)

@@ -17,7 +17,8 @@ from typing import Iterable, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..images import ImageError, decode, sha256_bytes
+from ..files import sha256_bytes
+from ..images import ImageError, decode
 from ..parquetio import open_parquet
 
 THUMBNAIL_BOX = (192, 192)  # largest width and height of a thumbnail, in pixels

@@ -51,12 +51,12 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
+from ..vocab import OPTION_LETTERS
 from .shape import SENTENCE_WORDS, is_sentence
 
 NAME = "choice"
 VERSION = "2"
 FINDS_VALUES = True  # finds a value inside a text: see verify/shape.py and candidates.py
-OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MARKUP = ".()[],:;!*#{}°（）【】，：；"  # turned into spaces before letters are looked for
 DECORATION = " \t\r\n*_()[]."  # stripped from both ends of a bare-letter answer
 LATEX_SYMBOLS = (("^{\\circ}", "°"), ("^\\circ", "°"), ("\\circ", "°"), ("\\%", "%"), ("\\sqrt", "√"))

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Optional, Sequence
 
 from ..families import rule_for
+from ..vocab import OPTION_LETTERS
 from . import check_inputs, decide, get_rule, verify
 from .candidates import STATEMENT_CANDIDATE, final_answer_candidates
 from .extract import EXTRACTION_VERSION
@@ -50,8 +51,6 @@ def explain(family: str, answer: str, references: Sequence[str], options: Option
 
 def format_explanation(result: dict) -> str:
     """``explain``'s result as the text ``check-answer`` prints."""
-    from ..prompts import OPTION_LETTERS
-
     lines = [
         f"family:     {result['family']}",
         f"rule:       {result['rule']} (version {result['rule_version']})",

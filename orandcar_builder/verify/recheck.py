@@ -33,21 +33,16 @@ import pyarrow.compute as pc
 
 from ..errors import OrandCarError, UnknownNameError
 from ..families import rule_for
-from ..judge import JUDGE_VERIFIER
 from ..parquetio import open_parquet
+from ..vocab import (ACCEPTED_CONFIGS, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_THINK, CONFIGS, COUNTED_REASONS,
+                     JUDGE_VERIFIER, RECHECKED_REASONS, SHARD_GLOB)
 from . import verify
 
-ACCEPTED_CONFIGS = ("RS_think", "RS_nothink")
-REJECTED_CONFIG = "rejected"
-CONFIGS = ACCEPTED_CONFIGS + (REJECTED_CONFIG,)
-SHARD_GLOB = "train-*.parquet"
-RECHECKED_REASONS = ("wrong_answer", "unsure")
-COUNTED_REASONS = ("truncated", "no_answer")
 BATCH_ROWS = 4096
 QA_FIELDS = {
-    "RS_think": ("answer", "org_answer", "verifier"),
-    "RS_nothink": ("answer", "org_answer", "verifier"),
-    "rejected": ("answer", "wrong_vlm", "reason"),
+    CONFIG_THINK: ("answer", "org_answer", "verifier"),
+    CONFIG_NOTHINK: ("answer", "org_answer", "verifier"),
+    CONFIG_REJECTED: ("answer", "wrong_vlm", "reason"),
 }
 
 
@@ -181,12 +176,12 @@ def _describe(decision) -> str:
 def _check(config: str, item: _Item, rule: str) -> tuple[str, Optional[str]]:
     """('agree' | 'judge' | 'counted:<reason>' | 'disagree', detail) for one QA item."""
     fields = item.fields
-    stored_reference = fields["answer"] if config == REJECTED_CONFIG else fields["org_answer"]
+    stored_reference = fields["answer"] if config == CONFIG_REJECTED else fields["org_answer"]
     references = item.references or [stored_reference or ""]
     if stored_reference != references[0]:
-        label = "answer" if config == REJECTED_CONFIG else "org_answer"
+        label = "answer" if config == CONFIG_REJECTED else "org_answer"
         return "disagree", f"{label} {stored_reference!r} is not the first reference {references[0]!r}"
-    if config == REJECTED_CONFIG:
+    if config == CONFIG_REJECTED:
         reason = fields["reason"]
         if reason in COUNTED_REASONS:
             return f"counted:{reason}", None

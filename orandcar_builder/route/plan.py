@@ -1,183 +1,27 @@
-"""Route: turn per-QA outcomes into the rows of the three configs.
+"""The on-disk plan: the rows of each config from a decisions parquet file, memory bounded.
 
-One row per distinct image (by sha256) per config, holding that config's QA items of the image
-in pool order; rows ordered by the image's first appearance in the pool. An image whose QA items
-split between accepted and rejected appears in both, each row holding only its own items.
-Accepted QA items go to both ``RS_think`` (with the reasoning) and ``RS_nothink`` (without).
-
-Two ways in, same rows out:
-
-- ``route(outcomes)``: outcomes held in memory (small pools, tests);
-- ``RoutePlan(decisions_path)``: a decisions parquet file (``work/decisions.parquet``, in pool
-  order). The grouping is a sort on disk of three compact columns (image sha256, order, route),
-  one bucket of BUCKET_ROWS decisions in memory at a time; the QA fields are then read back by
-  row group as rows are produced. Memory holds one bucket and one window of decisions, whatever
-  the pool size.
+``RoutePlan(decisions_path)`` reads ``work/decisions.parquet`` (in pool order) and gives the same
+rows as the in-memory ``route`` (rows.py). The grouping is a sort on disk of three compact columns
+(image sha256, order, route), one bucket of BUCKET_ROWS decisions in memory at a time; the QA
+fields are then read back by row group as rows are produced. Memory holds one bucket and one
+window of decisions, whatever the pool size.
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .images import ImageRef
-from .parquetio import open_parquet
-
-ACCEPTED = "accepted"
-REJECTED = "rejected"
-# A QA item with no outcome: its generation failed (the reason is recorded); it is not routed and a
-# rerun asks for it again.
-FAILED = "failed"
-ROUTES = (ACCEPTED, REJECTED, FAILED)
-CONFIG_ROUTE = {"RS_think": ACCEPTED, "RS_nothink": ACCEPTED, "rejected": REJECTED}
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """Everything routing needs about one QA item, in pool order."""
-
-    order: int
-    item_id: str
-    image: ImageRef
-    question: str  # the exact text the model received
-    references: tuple[str, ...]
-    options: tuple[str, ...]
-    family: str
-    source: dict  # {dataset, split, id, origin}
-    policy: str
-    actions: tuple[str, ...]
-    route: str  # ACCEPTED or REJECTED
-    think: str = ""
-    answer: str = ""  # accepted: the candidate that passed (or the judge-promoted answer)
-    verifier: str = ""  # accepted: the rule name, or "judge"
-    wrong_vlm: str = ""  # rejected: what the model said
-    reason: Optional[str] = None  # rejected: wrong_answer / unsure / truncated / no_answer
-
-
-SOURCE_TYPE = pa.struct([("dataset", pa.string()), ("split", pa.string()), ("id", pa.string()),
-                         ("origin", pa.string())])
-# The columns of a decision record that describe its outcome (``outcome_record``); ``think``
-# is the generation's reasoning, which an accepted outcome carries.
-OUTCOME_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("order", pa.int64()),
-    pa.field("id", pa.string()),
-    pa.field("family", pa.string()),
-    pa.field("image_sha256", pa.string()),
-    pa.field("image", pa.string()),
-    pa.field("question", pa.string()),
-    pa.field("references", pa.list_(pa.string())),
-    pa.field("options", pa.list_(pa.string())),
-    pa.field("source", SOURCE_TYPE),
-    pa.field("policy", pa.string()),
-    pa.field("actions", pa.list_(pa.string())),
-    pa.field("think", pa.string()),
-    pa.field("route", pa.string()),
-    pa.field("answer", pa.string()),
-    pa.field("verifier", pa.string()),
-    pa.field("wrong_vlm", pa.string()),
-    pa.field("reason", pa.string()),
-)
-OUTCOME_COLUMNS = tuple(f.name for f in OUTCOME_FIELDS)
-
-
-def outcome_record(outcome: Outcome) -> dict:
-    """The outcome's columns of a decision record (see OUTCOME_FIELDS), except ``think``,
-    which the record takes from the generation."""
-    return {
-        "order": outcome.order, "id": outcome.item_id, "family": outcome.family,
-        "image_sha256": outcome.image.sha256, "image": outcome.image.path,
-        "question": outcome.question, "references": list(outcome.references),
-        "options": list(outcome.options), "source": dict(outcome.source), "policy": outcome.policy,
-        "actions": list(outcome.actions), "route": outcome.route, "answer": outcome.answer,
-        "verifier": outcome.verifier, "wrong_vlm": outcome.wrong_vlm, "reason": outcome.reason,
-    }
-
-
-def outcome_from_record(record: dict) -> Outcome:
-    """The Outcome a decision record describes (the inverse of ``outcome_record``)."""
-    route_to = record["route"]
-    return Outcome(
-        order=record["order"], item_id=record["id"],
-        image=ImageRef(path=record["image"], sha256=record["image_sha256"]),
-        question=record["question"], references=tuple(record["references"]),
-        options=tuple(record["options"] or ()), family=record["family"],
-        source=dict(record["source"]), policy=record["policy"], actions=tuple(record["actions"] or ()),
-        route=route_to, think=(record["think"] or "") if route_to == ACCEPTED else "",
-        answer=record["answer"] or "", verifier=record["verifier"] or "",
-        wrong_vlm=record["wrong_vlm"] or "", reason=record["reason"],
-    )
-
-
-@dataclass
-class RowPlan:
-    """A row before its image bytes are read: the writer fills in the image."""
-
-    image: ImageRef
-    qa: list[dict] = field(default_factory=list)
-    sources: list[dict] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)
-    policy: str = ""
-
-    def to_row(self, image_bytes: bytes) -> dict:
-        return {
-            "image": {"bytes": image_bytes, "path": self.image.name},
-            "image_sha256": self.image.sha256,
-            "qa": self.qa,
-            "clean_meta": {"policy": self.policy, "sources": self.sources, "actions": self.actions},
-        }
-
-    def add(self, outcome: Outcome, qa: dict) -> None:
-        if self.policy != outcome.policy:
-            raise ValueError(f"item {outcome.item_id}: cleaning policy differs within one image row")
-        self.qa.append(qa)
-        self.sources.append({**outcome.source, "family": outcome.family,
-                             "references": list(outcome.references), "options": list(outcome.options)})
-        self.actions.extend(f"{action}:{outcome.item_id}" for action in outcome.actions)
-
-
-def _qa_entries(outcome: Outcome) -> dict[str, dict]:
-    reference = outcome.references[0]
-    if outcome.route == ACCEPTED:
-        nothink = {"question": outcome.question, "answer": outcome.answer, "org_answer": reference,
-                   "verifier": outcome.verifier}
-        think = {"question": outcome.question, "think": outcome.think, "answer": outcome.answer,
-                 "org_answer": reference, "verifier": outcome.verifier}
-        return {"RS_think": think, "RS_nothink": nothink}
-    if outcome.route == REJECTED:
-        return {"rejected": {"question": outcome.question, "answer": reference,
-                             "wrong_vlm": outcome.wrong_vlm, "reason": outcome.reason}}
-    raise ValueError(f"item {outcome.item_id}: unknown route {outcome.route!r}")
-
-
-def route(outcomes: Iterable[Outcome]) -> dict[str, list[RowPlan]]:
-    """Group outcomes into rows per config. ``outcomes`` must come in pool order."""
-    rows: dict[str, dict[str, RowPlan]] = {"RS_think": {}, "RS_nothink": {}, "rejected": {}}
-    image_order: dict[str, int] = {}
-    last_order = -1
-    for outcome in outcomes:
-        if outcome.order <= last_order:
-            raise ValueError(f"item {outcome.item_id}: outcomes are not in pool order")
-        last_order = outcome.order
-        image_order.setdefault(outcome.image.sha256, len(image_order))
-        if outcome.route == FAILED:
-            continue
-        for config, qa in _qa_entries(outcome).items():
-            plan = rows[config].get(outcome.image.sha256)
-            if plan is None:
-                plan = rows[config][outcome.image.sha256] = RowPlan(image=outcome.image, policy=outcome.policy)
-            plan.add(outcome, qa)
-    return {
-        config: sorted(by_sha.values(), key=lambda p: image_order[p.image.sha256])
-        for config, by_sha in rows.items()
-    }
-
+from ..parquetio import open_parquet
+from ..records import OUTCOME_COLUMNS, outcome_from_record
+from ..vocab import ACCEPTED, CONFIG_ROUTE, REJECTED, ROUTES
+from .rows import RowPlan, qa_entries
 
 # QA items read back per window; about one row group of work/decisions.parquet.
 WINDOW = 2048
@@ -386,7 +230,7 @@ class RoutePlan:
                 records = self._read(window["row"])
                 for first, index in window.tolist():
                     outcome = outcome_from_record(records[index])
-                    qa = _qa_entries(outcome)[config]
+                    qa = qa_entries(outcome)[config]
                     if first != image:
                         if plan is not None:
                             yield plan

@@ -1,0 +1,53 @@
+"""files: the write that lands whole or not at all, and the chunked readers behind the hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from orandcar_builder import files
+
+
+def test_replaced_on_success_renames_only_a_finished_file(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with files.replaced_on_success(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("interrupted")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+    files.write_text_atomic(target, "new")
+    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_a_failed_rename_leaves_no_temporary_file(tmp_path):
+    target = tmp_path / "folder"
+    target.mkdir()
+    (target / "inside").write_text("x")  # a non-empty folder cannot be replaced by a file
+    with pytest.raises(OSError):
+        files.write_bytes_atomic(target, b"data", suffix=".tmp")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"]
+
+
+def test_hashes_of_a_file_read_in_chunks(tmp_path):
+    data = os.urandom(5000)
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    assert files.sha256_of_file(path, chunk=7) == hashlib.sha256(data).hexdigest() == files.sha256_bytes(data)
+    sha256, sha1 = hashlib.sha256(), hashlib.sha1()
+    files.update_from_file(path, sha256, sha1, chunk=1000)
+    assert (sha256.hexdigest(), sha1.hexdigest()) == (hashlib.sha256(data).hexdigest(), hashlib.sha1(data).hexdigest())
+
+
+@pytest.mark.parametrize("data, mime", [
+    (b"\x89PNG\r\n\x1a\n....", "image/png"), (b"\xff\xd8\xff\xe0", "image/jpeg"), (b"GIF89a..", "image/gif"),
+    (b"RIFF\x00\x00\x00\x00WEBPVP8 ", "image/webp"), (b"BM....", "image/bmp"), (b"II*\x00", "image/tiff"),
+])
+def test_image_format_from_leading_bytes(data, mime):
+    assert files.image_format(data)[0] == mime
+
+
+def test_unknown_image_bytes_have_no_format():
+    assert files.image_format(b"RIFF\x00\x00\x00\x00WAVE") is None and files.image_format(b"") is None
