@@ -18,7 +18,7 @@ from ..dataset.writer import DEFAULT_MAX_SHARD_BYTES
 from ..errors import OrandCarError
 from ..images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S, ImagePolicy
 from ..pool.prefetch import check_workers, default_workers
-from ..recipe import DEFAULT_ENGINE, DEFAULT_JUDGE, Recipe, options_of
+from ..recipe import DEFAULT_ENGINE, DEFAULT_JUDGE, Recipe
 from ..vocab import GENERATION_BATCH
 
 
@@ -130,14 +130,12 @@ class BuildConfig:
         engine as an object (BuildObjects), so this config's name and options stay."""
         if recipe is None:
             return self
-        changes: dict[str, Any] = dict(recipe=recipe, calibrate=recipe.calibration or 0,
-                                       families=recipe.family_registry(), card_options=recipe.card_options(),
-                                       repo=recipe.repo)
-        if not keep_engine and recipe.engine is not None:
-            changes.update(engine=recipe.engine["name"], engine_options=options_of(recipe.engine))
-        if not keep_judge and recipe.judge is not None:
-            changes.update(judge=recipe.judge["name"], judge_options=options_of(recipe.judge))
-        return self.replace(**changes)
+        changes = recipe.build_settings()
+        for kept, names in ((keep_engine, ("engine", "engine_options")), (keep_judge, ("judge", "judge_options"))):
+            if kept:
+                for name in names:
+                    changes.pop(name, None)
+        return self.replace(recipe=recipe, **changes)
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, pool: Path, out: Path, **settings: Any) -> "BuildConfig":
