@@ -21,7 +21,6 @@ EngineContractError) stops the build.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Iterator, Optional
 
 import numpy as np
@@ -31,9 +30,9 @@ from ..engines.base import stream_of
 from ..parquetio import open_parquet
 from ..records import Admitted, Generation, Request
 from .base import DecidedChunk, GenerationJob
+from .generation import ASK, HIT, CachedAsks, for_request
 from .steps import SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed, failed_row, make_request
 
-_ASK, _HIT, _SHARED = 0, 1, 2
 # Seconds between progress callbacks while streaming.
 PROGRESS_EVERY_S = 0.5
 
@@ -67,12 +66,12 @@ class LocalExecutor:
     name = "local"
 
     def run(self, job: GenerationJob) -> Iterator[DecidedChunk]:
-        status = bytearray()  # per admitted item in pool order: _ASK, _HIT or _SHARED
+        status = bytearray()  # per admitted item in pool order: ASK, HIT or SHARED
         fingerprint = job.engine.fingerprint()
         cache = job.cache
         stats = job.stats
+        asks = CachedAsks(cache, fingerprint)
         in_flight: dict[int, tuple[Admitted, Request, Optional[str]]] = {}
-        asked: set[bytes] = set()  # 32 bytes per asked key: what a later item may share
         commits = CommitBuffer(cache.path, fingerprint, stats=stats) if cache is not None else None
         out = _Out(job.chunk_size)
         timer = {"verify": 0.0}
@@ -83,18 +82,10 @@ class LocalExecutor:
             for rows in _row_batches(job):
                 admitted = [admitted_from_row(row) for row in rows]
                 requests = [make_request(a) for a in admitted]
-                keys: list[Optional[str]] = list(request_keys(fingerprint, requests)) if cache is not None else [None] * len(requests)
-                cached = cache.present(k for k in keys if k is not None) if cache is not None else set()
-                for a, request, key in zip(admitted, requests, keys):
-                    digest = bytes.fromhex(key) if key is not None else None
-                    if key is not None and key in cached:
-                        status.append(_HIT)
-                    elif digest is not None and digest in asked:
-                        status.append(_SHARED)
-                    else:
-                        status.append(_ASK)
-                        if digest is not None:
-                            asked.add(digest)
+                keys, classes = asks.classify(requests)
+                status.extend(classes)
+                for a, request, key, kind in zip(admitted, requests, keys, classes):
+                    if kind == ASK:
                         in_flight[id(request)] = (a, request, key)
                         stats.total += 1
                         yield request
@@ -111,8 +102,7 @@ class LocalExecutor:
                 if generation is None:
                     row = failed_row(a, request, completion.error or "the engine gave no answer")
                 else:
-                    if generation.item_id != request.item_id:
-                        generation = replace(generation, item_id=request.item_id)
+                    generation = for_request(generation, request)
                     if not is_complete(generation):
                         stats.uncached += 1
                     elif commits is not None:
@@ -140,29 +130,29 @@ class LocalExecutor:
             yield chunk
         job.progress(stats)
         classes = np.frombuffer(bytes(status), dtype=np.int8)
-        if cache is not None and np.any(classes != _ASK):
-            yield from self._from_cache(job, fingerprint, classes)
+        if cache is not None and np.any(classes != ASK):
+            yield from self._from_cache(job, asks, classes)
 
-    def _from_cache(self, job: GenerationJob, fingerprint: dict, status: np.ndarray) -> Iterator[DecidedChunk]:
-        """The items answered by the cache (``_HIT``) or by an earlier ask of this run
-        (``_SHARED``), decided in chunks."""
+    def _from_cache(self, job: GenerationJob, asks: CachedAsks, status: np.ndarray) -> Iterator[DecidedChunk]:
+        """The items answered by the cache (``HIT``) or by an earlier ask of this run
+        (``SHARED``), decided in chunks."""
         t0 = time.perf_counter()
         position = 0
         for batch in open_parquet(job.admitted).iter_batches(batch_size=job.chunk_size):
             classes = status[position:position + batch.num_rows]
             position += batch.num_rows
-            wanted = np.flatnonzero(classes != _ASK)
+            wanted = np.flatnonzero(classes != ASK)
             if len(wanted) == 0:
                 continue
             rows = batch.take(wanted).to_pylist()
             admitted = [admitted_from_row(row) for row in rows]
             requests = [make_request(a) for a in admitted]
-            keys = request_keys(fingerprint, requests)
-            found = job.cache.get_many(keys)
+            keys = request_keys(asks.fingerprint, requests)
+            found = asks.answers(keys)
             out = _Out(len(rows) + 1)  # one chunk per batch, taken below
             for a, request, key, kind in zip(admitted, requests, keys, classes[wanted]):
                 job.stats.total += 1
-                if kind == _HIT:
+                if kind == HIT:
                     job.stats.hits += 1
                 else:
                     job.stats.shared += 1
@@ -170,8 +160,7 @@ class LocalExecutor:
                 if generation is None:
                     out.add(request, None, failed_row(a, request, SAME_REQUEST_FAILED))
                     continue
-                if generation.item_id != request.item_id:
-                    generation = replace(generation, item_id=request.item_id)
+                generation = for_request(generation, request)
                 out.add(request, generation, decided_or_failed(a, request, generation))
             job.progress(job.stats)
             yield out.take()

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -45,8 +44,9 @@ from ..images import ImageRef
 from ..parquetio import open_parquet
 from ..records import Generation, Request
 from .base import DecidedChunk, GenerationJob
+from .generation import ASK, HIT, CachedAsks, for_request
 from .steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed,
-                    decided_row, failed_row, make_request)
+                    failed_row, make_request)
 
 RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "
                "(it installs ray[data])")
@@ -54,7 +54,6 @@ ASKS_PER_FILE = 4096
 # Batches each actor runs at the same time on its one engine.
 BATCHES_PER_REPLICA = 4
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
-_HIT, _ASK, _SHARED = 0, 1, 2
 
 
 class ExecutorError(OrandCarError):
@@ -180,7 +179,8 @@ class RayExecutor:
         asks_dir.mkdir(parents=True)
         fingerprint = job.engine.fingerprint()
         t0 = time.perf_counter()
-        status, files = self._write_asks(job, fingerprint, asks_dir)
+        asks = CachedAsks(job.cache, fingerprint)
+        status, files = self._write_asks(job, asks, asks_dir)
         started = False
         try:
             if files:
@@ -188,7 +188,7 @@ class RayExecutor:
                 results = _Peekable(self._results(job, fingerprint, files))
             else:
                 results = _Peekable(iter(()))
-            yield from self._merge(job, fingerprint, status, results)
+            yield from self._merge(job, asks, status, results)
             if results.next() is not None:
                 raise ExecutorError("Ray returned more results than items were asked")
         finally:
@@ -197,12 +197,11 @@ class RayExecutor:
                 self.ray.shutdown()
         shutil.rmtree(asks_dir, ignore_errors=True)
 
-    def _write_asks(self, job: GenerationJob, fingerprint: dict, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
+    def _write_asks(self, job: GenerationJob, asks: CachedAsks, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
         """Classify every admitted item (cached, to ask, or sharing an earlier ask's key) and
         write the ones to ask; returns the classes (one byte per item) and the files."""
         admitted_file = open_parquet(job.admitted)
         status = np.empty(admitted_file.metadata.num_rows, dtype=np.int8)
-        asked: set[bytes] = set()  # 32 bytes per asked key: what a later item may share
         files: list[Path] = []
         pending: list[dict] = []
         writer, in_file, position = None, 0, 0
@@ -224,19 +223,10 @@ class RayExecutor:
         try:
             for batch in admitted_file.iter_batches(batch_size=job.chunk_size):
                 rows = batch.to_pylist()
-                keys = request_keys(fingerprint, [make_request(admitted_from_row(row)) for row in rows])
-                cached = set(job.cache.get_many(keys)) if job.cache is not None else set()
-                for row, key in zip(rows, keys):
-                    if key in cached:
-                        status[position] = _HIT
-                    elif job.cache is not None and bytes.fromhex(key) in asked:
-                        status[position] = _SHARED
-                    else:
-                        status[position] = _ASK
-                        if job.cache is not None:
-                            asked.add(bytes.fromhex(key))
-                        pending.append(row)
-                    position += 1
+                _, classes = asks.classify([make_request(admitted_from_row(row)) for row in rows])
+                status[position:position + len(rows)] = classes
+                position += len(rows)
+                pending.extend(row for row, kind in zip(rows, classes) if kind == ASK)
                 flush()
         finally:
             if writer is not None:
@@ -315,21 +305,21 @@ class RayExecutor:
             job.stats.batches += 1
             yield from rows
 
-    def _merge(self, job: GenerationJob, fingerprint: dict, status: np.ndarray,
+    def _merge(self, job: GenerationJob, asks: CachedAsks, status: np.ndarray,
                results: _Peekable) -> Iterator[DecidedChunk]:
         admitted_file = open_parquet(job.admitted)
         position = 0
         for batch in admitted_file.iter_batches(batch_size=job.chunk_size):
             admitted = [admitted_from_row(row) for row in batch.to_pylist()]
             requests = [make_request(a) for a in admitted]
-            keys = request_keys(fingerprint, requests)
+            keys = request_keys(asks.fingerprint, requests)
             classes = status[position:position + len(admitted)]
             position += len(admitted)
-            hits = job.cache.get_many([k for k, c in zip(keys, classes) if c == _HIT]) if job.cache else {}
+            hits = asks.answers([k for k, c in zip(keys, classes) if c == HIT])
             generations: list[Optional[Generation]] = []
             rows: list[dict] = []
             for a, request, key, kind in zip(admitted, requests, keys, classes):
-                if kind == _ASK:
+                if kind == ASK:
                     row = results.next()
                     if row is None or row["id"] != request.item_id:
                         raise ExecutorError(f"Ray returned {row and row['id']!r} where {request.item_id!r} "
@@ -338,19 +328,19 @@ class RayExecutor:
                     generations.append(generation)
                     rows.append(row)
                     continue
-                if kind == _HIT:
+                if kind == HIT:
                     generation = hits.get(key)
                     job.stats.hits += 1
                 else:  # the same request as an earlier item: committed when that one came back
-                    generation = job.cache.get(key)
+                    generation = asks.answers([key]).get(key)
                     job.stats.shared += 1
                 if generation is None:
                     generations.append(None)
                     rows.append(failed_row(a, request, SAME_REQUEST_FAILED))
                     continue
-                generation = generation if generation.item_id == request.item_id else replace(generation, item_id=request.item_id)
+                generation = for_request(generation, request)
                 generations.append(generation)
-                rows.append(decided_row(a, request, generation))
+                rows.append(decided_or_failed(a, request, generation))
             job.stats.total += len(admitted)
             job.progress(job.stats)
             yield DecidedChunk(requests=requests, generations=generations, rows=rows)
