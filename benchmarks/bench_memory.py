@@ -72,10 +72,11 @@ def _reset_peak() -> None:
         fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
 
 
-# (stage, module attribute that runs it), in build order.
-STAGES = (("admit", "build", "_admit_stage"), ("generate", "build", "_generation_stage"),
-          ("route", "build", "RoutePlan"), ("write", "build", "write_dataset"), ("tally", "build", "_tally"),
-          ("card", "card", "write_card"), ("validate", "build", "validate_folder"))
+# (stage, module, attribute that runs it), in build order: the build's stages (orandcar_builder/build/stages)
+# and, inside the write stage, its route, write and tally steps.
+STAGES = (("admit", "admit", "AdmitStage.run"), ("generate", "generate", "_generate"),
+          ("route", "write", "RoutePlan"), ("write", "write", "write_dataset"), ("tally", "write", "tally"),
+          ("card", "card", "write_card"), ("validate", "validate", "validate_folder"))
 
 
 def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
@@ -85,6 +86,7 @@ def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
 
     import orandcar_builder.build as build_module
     import orandcar_builder.card as card_module
+    from orandcar_builder.build.stages import admit, generate, validate, write
     from orandcar_builder.engines.replay import ReplayEngine
 
     floor = _status_mb("VmRSS")
@@ -106,9 +108,13 @@ def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
             return out
         return stage
 
-    modules = {"build": build_module, "card": card_module}
+    modules = {"admit": admit, "generate": generate, "write": write, "card": card_module, "validate": validate}
     for name, module, attribute in STAGES:
-        setattr(modules[module], attribute, measured(name, getattr(modules[module], attribute)))
+        owner = modules[module]
+        *path, attribute = attribute.split(".")
+        for part in path:  # a stage's method: AdmitStage.run
+            owner = getattr(owner, part)
+        setattr(owner, attribute, measured(name, getattr(owner, attribute)))
     _reset_peak()
     t0 = time.perf_counter()
     engine = ReplayEngine(root / "replay.jsonl") if engine_name == "replay" else SyntheticEngine()

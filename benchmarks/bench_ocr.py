@@ -149,7 +149,7 @@ def run_builds(data: Path, root: Path) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from orandcar_builder.build import GENERATION_BATCH
+    from orandcar_builder.vocab import GENERATION_BATCH
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with */IMG/* crops")

@@ -156,6 +156,18 @@ class Recipe:
                             description=f.description or (FAMILIES[f.name].description if f.name in FAMILIES else ""))
                      for f in self.families.values())
 
+    def build_settings(self) -> dict[str, Any]:
+        """What this recipe sets of a build, by ``build.BuildConfig`` field: the engine and judge
+        (names and options; a section the recipe leaves out is not set), the calibration size,
+        the families (``families.Family`` records), the card options and the repo."""
+        settings: dict[str, Any] = {"calibrate": self.calibration or 0, "families": self.family_registry(),
+                                    "card_options": self.card_options(), "repo": self.repo}
+        if self.engine is not None:
+            settings.update(engine=self.engine["name"], engine_options=options_of(self.engine))
+        if self.judge is not None:
+            settings.update(judge=self.judge["name"], judge_options=options_of(self.judge))
+        return settings
+
     def to_dict(self) -> dict:
         """The recipe as resolved (what work/manifest.json and the card record)."""
         out: dict[str, Any] = {"format": RECIPE_FORMAT}

@@ -13,7 +13,8 @@ import importlib
 from typing import Any
 
 from ..errors import UnknownNameError
-from .base import DecidedChunk, EngineFactory, Executor, GenerationStage
+from .base import DecidedChunk, EngineFactory, Executor, GenerationJob
+from .generation import generate_through_cache
 
 # name -> "module:class"; imported on use so that ray is imported only by the ray executor.
 EXECUTORS: dict[str, str] = {
@@ -30,4 +31,5 @@ def get_executor(name: str, **options: Any) -> Executor:
     return getattr(importlib.import_module(module), cls)(**options)
 
 
-__all__ = ["DecidedChunk", "EXECUTORS", "EngineFactory", "Executor", "GenerationStage", "get_executor"]
+__all__ = ["DecidedChunk", "EXECUTORS", "EngineFactory", "Executor", "GenerationJob", "generate_through_cache",
+           "get_executor"]

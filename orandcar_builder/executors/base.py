@@ -1,4 +1,4 @@
-"""What an executor is given (``GenerationStage``) and what it yields (``DecidedChunk``)."""
+"""What an executor is given (``GenerationJob``) and what it yields (``DecidedChunk``)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ class EngineFactory:
 
 
 @dataclass
-class GenerationStage:
-    """The generation stage of one build: read ``admitted`` (work/admitted.parquet), generate with
-    ``engine`` (or with engines made by ``factory`` where the executor runs them elsewhere), using
-    and filling ``cache``, and decide each item."""
+class GenerationJob:
+    """What an executor is given to run: one build's generation stage. Read ``admitted``
+    (work/admitted.parquet), generate with ``engine`` (or with engines made by ``factory`` where
+    the executor runs them elsewhere), using and filling ``cache``, and decide each item;
+    ``stats``, ``timings`` and ``progress`` are how the executor reports back."""
 
     admitted: Path
     work: Path
@@ -67,7 +68,7 @@ class DecidedChunk:
 class Executor(Protocol):
     name: str
 
-    def run(self, stage: GenerationStage) -> Iterator[DecidedChunk]:
+    def run(self, job: GenerationJob) -> Iterator[DecidedChunk]:
         """Every admitted item's decision, once, in DecidedChunks of any order (the build sorts)."""
 
     def describe(self) -> dict[str, Any]:

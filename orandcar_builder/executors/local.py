@@ -1,6 +1,6 @@
 """The local executor: the generation stage in this process, streaming.
 
-Admitted items are taken as they are admitted (``GenerationStage.admitted_rows``: the build's
+Admitted items are taken as they are admitted (``GenerationJob.admitted_rows``: the build's
 admission runs inside this stream, so the first requests go out after a few items, not after the
 whole pool) or read chunk by chunk from work/admitted.parquet, and turned into requests; those
 the cache lacks flow into
@@ -21,49 +21,20 @@ EngineContractError) stops the build.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Iterator, Optional
 
 import numpy as np
 
-from ..cache import CacheStats, CommitBuffer, GenerationCache, generate_cached, is_complete, request_keys
-from ..engines import Engine
-from ..engines.base import generate_from_stream, stream_of
+from ..cache import CommitBuffer, is_complete, request_keys
+from ..engines.base import stream_of
 from ..parquetio import open_parquet
 from ..records import Admitted, Generation, Request
-from .base import DecidedChunk, GenerationStage
-from .steps import admitted_from_row, decided_row, failed_row, make_request
+from .base import DecidedChunk, GenerationJob
+from .generation import ASK, HIT, CachedAsks, for_request
+from .steps import SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed, failed_row, make_request
 
-# The reason recorded on an item whose rule raised (the error text goes to ``error``).
-DECISION_FAILED = "decision_failed"
-SAME_REQUEST_FAILED = "the same request failed for an earlier item"
-_ASK, _HIT, _SHARED = 0, 1, 2
 # Seconds between progress callbacks while streaming.
 PROGRESS_EVERY_S = 0.5
-
-
-def generate(engine: Engine, requests: Sequence[Request], cache: Optional[GenerationCache], *,
-             batch_size: int, stats: CacheStats,
-             on_batch: Callable[[CacheStats], None] = lambda stats: None) -> list[Generation]:
-    """Generations for ``requests`` in order, from ``cache`` where present (see cache.py), asking
-    ``engine`` in batches of ``batch_size``; without a cache every request is asked (through
-    its stream, so its window stays full). Any failed request raises (the judge's semantics)."""
-    if cache is not None:
-        return generate_cached(engine, requests, cache, batch_size=batch_size, on_batch=on_batch, stats=stats)
-    generations = generate_from_stream(lambda rs: stream_of(engine, rs, batch_size=batch_size), requests)
-    stats.total += len(requests)
-    stats.asked += len(requests)
-    on_batch(stats)
-    return generations
-
-
-def decided_or_failed(admitted: Admitted, request: Request, generation: Generation) -> dict:
-    """``decided_row``, or a failed record when the rule raises: one item never sinks the rest."""
-    try:
-        return decided_row(admitted, request, generation)
-    except Exception as exc:
-        row = failed_row(admitted, request, f"{type(exc).__name__}: {exc}")
-        return {**row, "reason": DECISION_FAILED}
 
 
 class _Out:
@@ -94,35 +65,27 @@ class LocalExecutor:
 
     name = "local"
 
-    def run(self, stage: GenerationStage) -> Iterator[DecidedChunk]:
-        status = bytearray()  # per admitted item in pool order: _ASK, _HIT or _SHARED
-        fingerprint = stage.engine.fingerprint()
-        cache = stage.cache
-        stats = stage.stats
+    def run(self, job: GenerationJob) -> Iterator[DecidedChunk]:
+        status = bytearray()  # per admitted item in pool order: ASK, HIT or SHARED
+        fingerprint = job.engine.fingerprint()
+        cache = job.cache
+        stats = job.stats
+        asks = CachedAsks(cache, fingerprint)
         in_flight: dict[int, tuple[Admitted, Request, Optional[str]]] = {}
-        asked: set[bytes] = set()  # 32 bytes per asked key: what a later item may share
         commits = CommitBuffer(cache.path, fingerprint, stats=stats) if cache is not None else None
-        out = _Out(stage.chunk_size)
+        out = _Out(job.chunk_size)
         timer = {"verify": 0.0}
 
         fed = []
 
         def feed() -> Iterator[Request]:
-            for rows in _row_batches(stage):
+            for rows in _row_batches(job):
                 admitted = [admitted_from_row(row) for row in rows]
                 requests = [make_request(a) for a in admitted]
-                keys: list[Optional[str]] = list(request_keys(fingerprint, requests)) if cache is not None else [None] * len(requests)
-                cached = cache.present(k for k in keys if k is not None) if cache is not None else set()
-                for a, request, key in zip(admitted, requests, keys):
-                    digest = bytes.fromhex(key) if key is not None else None
-                    if key is not None and key in cached:
-                        status.append(_HIT)
-                    elif digest is not None and digest in asked:
-                        status.append(_SHARED)
-                    else:
-                        status.append(_ASK)
-                        if digest is not None:
-                            asked.add(digest)
+                keys, classes = asks.classify(requests)
+                status.extend(classes)
+                for a, request, key, kind in zip(admitted, requests, keys, classes):
+                    if kind == ASK:
                         in_flight[id(request)] = (a, request, key)
                         stats.total += 1
                         yield request
@@ -131,7 +94,7 @@ class LocalExecutor:
         t0 = time.perf_counter()
         last_progress = 0.0
         try:
-            for completion in stream_of(stage.engine, feed(), batch_size=stage.batch_size):
+            for completion in stream_of(job.engine, feed(), batch_size=job.batch_size):
                 a, request, key = in_flight.pop(id(completion.request))
                 generation = completion.generation
                 stats.asked += 1
@@ -139,8 +102,7 @@ class LocalExecutor:
                 if generation is None:
                     row = failed_row(a, request, completion.error or "the engine gave no answer")
                 else:
-                    if generation.item_id != request.item_id:
-                        generation = replace(generation, item_id=request.item_id)
+                    generation = for_request(generation, request)
                     if not is_complete(generation):
                         stats.uncached += 1
                     elif commits is not None:
@@ -153,57 +115,56 @@ class LocalExecutor:
                     yield chunk
                 if t2 - last_progress >= PROGRESS_EVERY_S:
                     last_progress = t2
-                    stage.progress(stats)
+                    job.progress(stats)
         finally:
             if commits is not None:
                 commits.close()
-        stage.add_time("generate", time.perf_counter() - t0 - timer["verify"])
-        stage.add_time("verify", timer["verify"])
+        job.add_time("generate", time.perf_counter() - t0 - timer["verify"])
+        job.add_time("verify", timer["verify"])
         if in_flight:
-            raise RuntimeError(f"engine {stage.engine.kind!r} ended its stream with {len(in_flight)} request(s) unanswered")
+            raise RuntimeError(f"engine {job.engine.kind!r} ended its stream with {len(in_flight)} request(s) unanswered")
         if not fed:
-            raise RuntimeError(f"engine {stage.engine.kind!r} ended its stream before taking every request")
+            raise RuntimeError(f"engine {job.engine.kind!r} ended its stream before taking every request")
         chunk = out.take()
         if chunk is not None:
             yield chunk
-        stage.progress(stats)
+        job.progress(stats)
         classes = np.frombuffer(bytes(status), dtype=np.int8)
-        if cache is not None and np.any(classes != _ASK):
-            yield from self._from_cache(stage, fingerprint, classes)
+        if cache is not None and np.any(classes != ASK):
+            yield from self._from_cache(job, asks, classes)
 
-    def _from_cache(self, stage: GenerationStage, fingerprint: dict, status: np.ndarray) -> Iterator[DecidedChunk]:
-        """The items answered by the cache (``_HIT``) or by an earlier ask of this run
-        (``_SHARED``), decided in chunks."""
+    def _from_cache(self, job: GenerationJob, asks: CachedAsks, status: np.ndarray) -> Iterator[DecidedChunk]:
+        """The items answered by the cache (``HIT``) or by an earlier ask of this run
+        (``SHARED``), decided in chunks."""
         t0 = time.perf_counter()
         position = 0
-        for batch in open_parquet(stage.admitted).iter_batches(batch_size=stage.chunk_size):
+        for batch in open_parquet(job.admitted).iter_batches(batch_size=job.chunk_size):
             classes = status[position:position + batch.num_rows]
             position += batch.num_rows
-            wanted = np.flatnonzero(classes != _ASK)
+            wanted = np.flatnonzero(classes != ASK)
             if len(wanted) == 0:
                 continue
             rows = batch.take(wanted).to_pylist()
             admitted = [admitted_from_row(row) for row in rows]
             requests = [make_request(a) for a in admitted]
-            keys = request_keys(fingerprint, requests)
-            found = stage.cache.get_many(keys)
+            keys = request_keys(asks.fingerprint, requests)
+            found = asks.answers(keys)
             out = _Out(len(rows) + 1)  # one chunk per batch, taken below
             for a, request, key, kind in zip(admitted, requests, keys, classes[wanted]):
-                stage.stats.total += 1
-                if kind == _HIT:
-                    stage.stats.hits += 1
+                job.stats.total += 1
+                if kind == HIT:
+                    job.stats.hits += 1
                 else:
-                    stage.stats.shared += 1
+                    job.stats.shared += 1
                 generation = found.get(key)
                 if generation is None:
                     out.add(request, None, failed_row(a, request, SAME_REQUEST_FAILED))
                     continue
-                if generation.item_id != request.item_id:
-                    generation = replace(generation, item_id=request.item_id)
+                generation = for_request(generation, request)
                 out.add(request, generation, decided_or_failed(a, request, generation))
-            stage.progress(stage.stats)
+            job.progress(job.stats)
             yield out.take()
-        stage.add_time("verify", time.perf_counter() - t0)
+        job.add_time("verify", time.perf_counter() - t0)
 
     def describe(self) -> dict:
         return {"executor": self.name}
@@ -216,18 +177,18 @@ FIRST_STREAM_BATCH = 8
 MAX_STREAM_BATCH = 64
 
 
-def _row_batches(stage: GenerationStage) -> Iterator[list[dict]]:
-    """The admitted rows in pool order, in batches: from ``stage.admitted_rows`` as they are
+def _row_batches(job: GenerationJob) -> Iterator[list[dict]]:
+    """The admitted rows in pool order, in batches: from ``job.admitted_rows`` as they are
     admitted (batches growing from FIRST_STREAM_BATCH to MAX_STREAM_BATCH), else read from
-    ``stage.admitted`` a chunk at a time."""
-    if stage.admitted_rows is None:
-        for batch in open_parquet(stage.admitted).iter_batches(batch_size=stage.chunk_size):
+    ``job.admitted`` a chunk at a time."""
+    if job.admitted_rows is None:
+        for batch in open_parquet(job.admitted).iter_batches(batch_size=job.chunk_size):
             yield batch.to_pylist()
         return
-    largest = min(MAX_STREAM_BATCH, stage.chunk_size)
+    largest = min(MAX_STREAM_BATCH, job.chunk_size)
     size = min(FIRST_STREAM_BATCH, largest)
     batch: list[dict] = []
-    for row in stage.admitted_rows:
+    for row in job.admitted_rows:
         batch.append(row)
         if len(batch) >= size:
             yield batch

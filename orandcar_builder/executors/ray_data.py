@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -44,18 +43,17 @@ from ..errors import OrandCarError
 from ..images import ImageRef
 from ..parquetio import open_parquet
 from ..records import Generation, Request
-from .base import DecidedChunk, GenerationStage
-from .steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, admitted_from_row, decided_row, failed_row,
-                    make_request)
+from .base import DecidedChunk, GenerationJob
+from .generation import ASK, HIT, CachedAsks, for_request
+from .steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed,
+                    failed_row, make_request)
 
 RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "
                "(it installs ray[data])")
-DECISION_FAILED = "decision_failed"
 ASKS_PER_FILE = 4096
 # Batches each actor runs at the same time on its one engine.
 BATCHES_PER_REPLICA = 4
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
-_HIT, _ASK, _SHARED = 0, 1, 2
 
 
 class ExecutorError(OrandCarError):
@@ -98,11 +96,7 @@ class GenerateAndDecide:
                 rows.append(failed_row(a, request, error))
                 blobs.append(None)
                 continue
-            try:
-                rows.append(decided_row(a, request, generation))
-            except Exception as exc:  # a rule that raises must not sink the other items
-                row = failed_row(a, request, f"{type(exc).__name__}: {exc}")
-                rows.append({**row, "reason": DECISION_FAILED})
+            rows.append(decided_or_failed(a, request, generation))  # a rule that raises fails only its item
             blobs.append(generation_to_json(generation))
         table = pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
         return table.append_column(GENERATION_COLUMN, pa.array(blobs, pa.string()))
@@ -176,38 +170,38 @@ class RayExecutor:
 
     # -- driver ----------------------------------------------------------------------------
 
-    def run(self, stage: GenerationStage) -> Iterator[DecidedChunk]:
-        if stage.factory is None:
+    def run(self, job: GenerationJob) -> Iterator[DecidedChunk]:
+        if job.factory is None:
             raise ExecutorError("the ray executor makes one engine per replica: it needs an engine "
                                 "name and options (an EngineFactory), not only an engine object")
-        asks_dir = stage.work / "ray"
+        asks_dir = job.work / "ray"
         shutil.rmtree(asks_dir, ignore_errors=True)
         asks_dir.mkdir(parents=True)
-        fingerprint = stage.engine.fingerprint()
+        fingerprint = job.engine.fingerprint()
         t0 = time.perf_counter()
-        status, files = self._write_asks(stage, fingerprint, asks_dir)
+        asks = CachedAsks(job.cache, fingerprint)
+        status, files = self._write_asks(job, asks, asks_dir)
         started = False
         try:
             if files:
                 started = self._connect()
-                results = _Peekable(self._results(stage, fingerprint, files))
+                results = _Peekable(self._results(job, fingerprint, files))
             else:
                 results = _Peekable(iter(()))
-            yield from self._merge(stage, fingerprint, status, results)
+            yield from self._merge(job, asks, status, results)
             if results.next() is not None:
                 raise ExecutorError("Ray returned more results than items were asked")
         finally:
-            stage.add_time("generate", time.perf_counter() - t0)
+            job.add_time("generate", time.perf_counter() - t0)
             if started:
                 self.ray.shutdown()
         shutil.rmtree(asks_dir, ignore_errors=True)
 
-    def _write_asks(self, stage: GenerationStage, fingerprint: dict, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
+    def _write_asks(self, job: GenerationJob, asks: CachedAsks, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
         """Classify every admitted item (cached, to ask, or sharing an earlier ask's key) and
         write the ones to ask; returns the classes (one byte per item) and the files."""
-        admitted_file = open_parquet(stage.admitted)
+        admitted_file = open_parquet(job.admitted)
         status = np.empty(admitted_file.metadata.num_rows, dtype=np.int8)
-        asked: set[bytes] = set()  # 32 bytes per asked key: what a later item may share
         files: list[Path] = []
         pending: list[dict] = []
         writer, in_file, position = None, 0, 0
@@ -227,21 +221,12 @@ class RayExecutor:
                     writer, in_file = None, 0
 
         try:
-            for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
+            for batch in admitted_file.iter_batches(batch_size=job.chunk_size):
                 rows = batch.to_pylist()
-                keys = request_keys(fingerprint, [make_request(admitted_from_row(row)) for row in rows])
-                cached = set(stage.cache.get_many(keys)) if stage.cache is not None else set()
-                for row, key in zip(rows, keys):
-                    if key in cached:
-                        status[position] = _HIT
-                    elif stage.cache is not None and bytes.fromhex(key) in asked:
-                        status[position] = _SHARED
-                    else:
-                        status[position] = _ASK
-                        if stage.cache is not None:
-                            asked.add(bytes.fromhex(key))
-                        pending.append(row)
-                    position += 1
+                _, classes = asks.classify([make_request(admitted_from_row(row)) for row in rows])
+                status[position:position + len(rows)] = classes
+                position += len(rows)
+                pending.extend(row for row, kind in zip(rows, classes) if kind == ASK)
                 flush()
         finally:
             if writer is not None:
@@ -257,7 +242,7 @@ class RayExecutor:
                  configure_logging=self.show_progress)
         return True
 
-    def _results(self, stage: GenerationStage, fingerprint: dict, files: list[Path]) -> Iterator[dict]:
+    def _results(self, job: GenerationJob, fingerprint: dict, files: list[Path]) -> Iterator[dict]:
         """The actors' records in ask order; each received batch of generations is committed to
         the cache before its records are handed on."""
         import ray.data
@@ -270,13 +255,13 @@ class RayExecutor:
         # One block per engine batch, so that every replica gets work however few items there are.
         refs = []
         for path in files:
-            for batch in open_parquet(path).iter_batches(batch_size=stage.batch_size):
+            for batch in open_parquet(path).iter_batches(batch_size=job.batch_size):
                 refs.append(self.ray.put(pa.Table.from_batches([batch])))
         dataset = ray.data.from_arrow_refs(refs)
         options: dict[str, Any] = dict(
-            fn_constructor_kwargs={"factory": stage.factory, "expected_engine": engine_hash(fingerprint),
-                                   "families": stage.families},
-            batch_size=stage.batch_size, batch_format="pyarrow",
+            fn_constructor_kwargs={"factory": job.factory, "expected_engine": engine_hash(fingerprint),
+                                   "families": job.families},
+            batch_size=job.batch_size, batch_format="pyarrow",
             # Several batches run at once on each actor (threads sharing its engine), so the engine
             # is handed the next batch's requests while the slowest of one batch still runs.
             compute=ray.data.ActorPoolStrategy(size=self.replicas,
@@ -295,13 +280,13 @@ class RayExecutor:
             options["max_task_retries"] = self.max_task_retries
         decided = dataset.map_batches(GenerateAndDecide, **options)
         try:
-            yield from self._commit(stage, fingerprint, decided.iter_batches(batch_format="pyarrow", batch_size=None))
+            yield from self._commit(job, fingerprint, decided.iter_batches(batch_format="pyarrow", batch_size=None))
         except OrandCarError:
             raise
         except Exception as exc:  # Ray's own errors wrap ours; show the cause, keep the chain
             raise ExecutorError(f"the Ray job failed: {_cause(exc)}") from exc
 
-    def _commit(self, stage: GenerationStage, fingerprint: dict, tables) -> Iterator[dict]:
+    def _commit(self, job: GenerationJob, fingerprint: dict, tables) -> Iterator[dict]:
         for table in tables:
             rows = table.to_pylist()
             complete = []
@@ -313,28 +298,28 @@ class RayExecutor:
             requests = [Request(item_id=row["id"], question=row["question"], family=row["family"],
                                 image=_image_of(row)) for row in complete]
             entries = list(zip(request_keys(fingerprint, requests), (row["_generation"] for row in complete)))
-            stage.stats.asked += len(rows)
-            stage.stats.uncached += sum(1 for r in rows if r["_generation"] is not None) - len(entries)
-            if entries and stage.cache is not None:
-                stage.stats.stored += stage.cache.put_many(fingerprint, entries)
-            stage.stats.batches += 1
+            job.stats.asked += len(rows)
+            job.stats.uncached += sum(1 for r in rows if r["_generation"] is not None) - len(entries)
+            if entries and job.cache is not None:
+                job.stats.stored += job.cache.put_many(fingerprint, entries)
+            job.stats.batches += 1
             yield from rows
 
-    def _merge(self, stage: GenerationStage, fingerprint: dict, status: np.ndarray,
+    def _merge(self, job: GenerationJob, asks: CachedAsks, status: np.ndarray,
                results: _Peekable) -> Iterator[DecidedChunk]:
-        admitted_file = open_parquet(stage.admitted)
+        admitted_file = open_parquet(job.admitted)
         position = 0
-        for batch in admitted_file.iter_batches(batch_size=stage.chunk_size):
+        for batch in admitted_file.iter_batches(batch_size=job.chunk_size):
             admitted = [admitted_from_row(row) for row in batch.to_pylist()]
             requests = [make_request(a) for a in admitted]
-            keys = request_keys(fingerprint, requests)
+            keys = request_keys(asks.fingerprint, requests)
             classes = status[position:position + len(admitted)]
             position += len(admitted)
-            hits = stage.cache.get_many([k for k, c in zip(keys, classes) if c == _HIT]) if stage.cache else {}
+            hits = asks.answers([k for k, c in zip(keys, classes) if c == HIT])
             generations: list[Optional[Generation]] = []
             rows: list[dict] = []
             for a, request, key, kind in zip(admitted, requests, keys, classes):
-                if kind == _ASK:
+                if kind == ASK:
                     row = results.next()
                     if row is None or row["id"] != request.item_id:
                         raise ExecutorError(f"Ray returned {row and row['id']!r} where {request.item_id!r} "
@@ -343,21 +328,21 @@ class RayExecutor:
                     generations.append(generation)
                     rows.append(row)
                     continue
-                if kind == _HIT:
+                if kind == HIT:
                     generation = hits.get(key)
-                    stage.stats.hits += 1
+                    job.stats.hits += 1
                 else:  # the same request as an earlier item: committed when that one came back
-                    generation = stage.cache.get(key)
-                    stage.stats.shared += 1
+                    generation = asks.answers([key]).get(key)
+                    job.stats.shared += 1
                 if generation is None:
                     generations.append(None)
-                    rows.append(failed_row(a, request, "the same request failed for an earlier item"))
+                    rows.append(failed_row(a, request, SAME_REQUEST_FAILED))
                     continue
-                generation = generation if generation.item_id == request.item_id else replace(generation, item_id=request.item_id)
+                generation = for_request(generation, request)
                 generations.append(generation)
-                rows.append(decided_row(a, request, generation))
-            stage.stats.total += len(admitted)
-            stage.progress(stage.stats)
+                rows.append(decided_or_failed(a, request, generation))
+            job.stats.total += len(admitted)
+            job.progress(job.stats)
             yield DecidedChunk(requests=requests, generations=generations, rows=rows)
 
 

@@ -21,19 +21,23 @@ from typing import Optional, Sequence
 
 import pyarrow as pa
 
-from .. import judge as judging
-from ..engines.reasoning import STATUS_OK, answer_status
+from ..cache import is_complete
+from ..engines.reasoning import answer_status
 from ..families import rule_for
 from ..images import ImageRef
+from ..judge import candidate_answer, promotion
 from ..prompts import question_text
 from ..records import Admitted, Decision, Generation, PoolItem, Request, Source, Verdict
-from ..route import ACCEPTED, FAILED, OUTCOME_FIELDS, REJECTED, Outcome, outcome_from_record, outcome_record
-from ..cache import is_complete
+# TEMPORARY: Outcome and its codec move to records.py (helper B); switch this one line to
+# ``from ..records import ...`` after that merge.
+from ..route import OUTCOME_FIELDS, Outcome, outcome_from_record, outcome_record
 from ..verify import verify
 from ..verify.candidates import strip_reasoning
+from ..vocab import (ACCEPTED, ANSWER_OK, DECISION_FAILED, FAILED, GENERATION_FAILED, JUDGE_VERIFIER, NO_ANSWER,
+                     REJECTED, WRONG_ANSWER)
 
-# The reason recorded on an item whose generation failed (the error text goes to ``error``).
-GENERATION_FAILED = "generation_failed"
+# The error recorded on an item that asked the same request as an earlier item whose request failed.
+SAME_REQUEST_FAILED = "the same request failed for an earlier item"
 
 ADMITTED_SCHEMA = pa.schema([
     ("order", pa.int64()), ("id", pa.string()), ("where", pa.string()), ("image", pa.string()),
@@ -114,7 +118,7 @@ def _common(admitted: Admitted, request: Request) -> dict:
     )
 
 
-def decide(admitted: Admitted, request: Request, generation: Generation) -> tuple[Outcome, Optional[Decision]]:
+def outcome_of(admitted: Admitted, request: Request, generation: Generation) -> tuple[Outcome, Optional[Decision]]:
     """The string-rule outcome for one QA item, and the rule's decision where one was made.
 
     An engine that could not answer, a reasoning that never ended (``truncated``) and an empty
@@ -124,24 +128,24 @@ def decide(admitted: Admitted, request: Request, generation: Generation) -> tupl
     common = _common(admitted, request)
     answer = generation.answer
     if generation.unsupported:
-        return Outcome(route=REJECTED, wrong_vlm="", reason="no_answer", **common), None
+        return Outcome(route=REJECTED, wrong_vlm="", reason=NO_ANSWER, **common), None
     # Leaked reasoning alone is no answer: the rule and the judge would see nothing else.
     status = answer_status(strip_reasoning(answer), generation.finish_reason)
-    if status != STATUS_OK:
+    if status != ANSWER_OK:
         return Outcome(route=REJECTED, wrong_vlm=answer, reason=status, **common), None
     decision = verify(rule_for(item.family, item.options), answer, item.references, item.options)
     if decision.passed:
         return Outcome(route=ACCEPTED, think=generation.think, answer=decision.text,
                        verifier=decision.rule, **common), decision
-    return Outcome(route=REJECTED, wrong_vlm=answer, reason="wrong_answer", **common), decision
+    return Outcome(route=REJECTED, wrong_vlm=answer, reason=WRONG_ANSWER, **common), decision
 
 
 def apply_verdict(outcome: Outcome, generation: Generation, verdict: Verdict) -> Outcome:
     """The outcome after the judge: only CORRECT promotes, with the model's whole final answer."""
-    route_to, reason = judging.promotion(verdict)
+    route_to, reason = promotion(verdict)
     if route_to == ACCEPTED:
         return replace(outcome, route=ACCEPTED, think=generation.think,
-                       answer=judging.candidate_answer(generation), verifier=judging.JUDGE_VERIFIER,
+                       answer=candidate_answer(generation), verifier=JUDGE_VERIFIER,
                        wrong_vlm="", reason=None)
     return replace(outcome, reason=reason)
 
@@ -215,8 +219,18 @@ def decided_row(admitted: Admitted, request: Request, generation: Generation) ->
     if not is_complete(generation):
         return failed_row(admitted, request, f"the engine did not complete the generation "
                                              f"(finish_reason {generation.finish_reason!r})")
-    outcome, decision = decide(admitted, request, generation)
+    outcome, decision = outcome_of(admitted, request, generation)
     return decision_row(outcome, generation, decision)
+
+
+def decided_or_failed(admitted: Admitted, request: Request, generation: Generation) -> dict:
+    """``decided_row``, or a failed record (``decision_failed``) when the rule raises: one item
+    never sinks the rest."""
+    try:
+        return decided_row(admitted, request, generation)
+    except Exception as exc:
+        row = failed_row(admitted, request, f"{type(exc).__name__}: {exc}")
+        return {**row, "reason": DECISION_FAILED}
 
 
 def decide_rows(admitted: Sequence[Admitted], requests: Sequence[Request],

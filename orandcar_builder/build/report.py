@@ -1,0 +1,242 @@
+"""The build's figures (work/report.json, and the card renders from them), the manifest
+(work/manifest.json: what ran, where, with which versions) and the summary the CLI prints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from .. import __version__
+from ..dataset.writer import DEFAULT_MAX_SHARD_BYTES
+from ..families import rule_for
+from ..files import write_text_atomic
+from ..images import IMAGE_OUTSIDE_POOL
+from ..parquetio import open_parquet
+from ..pool.jsonl import SOURCE_OUTSIDE_POOL
+from ..recipe import DEFAULTS_SOURCE, Recipe
+from ..verify import get_rule
+from ..vocab import ACCEPTED, FAILED, REJECTED
+from .config import BuildConfig
+from .work import GenerationFacts
+
+
+@dataclass
+class Tally:
+    """The build's counts, from the decisions' compact columns."""
+
+    routes: Counter = field(default_factory=Counter)
+    rejected_by_reason: Counter = field(default_factory=Counter)
+    accepted_by_verifier: Counter = field(default_factory=Counter)
+    families: dict = field(default_factory=dict)
+    rules: set = field(default_factory=set)  # the rules that decide the items (see families.rule_for)
+    rules_by_family: dict = field(default_factory=dict)
+
+
+def tally(decisions: Path) -> Tally:
+    counts = Tally()
+    columns = ["family", "route", "reason", "verifier", "options"]
+    for batch in open_parquet(decisions).iter_batches(batch_size=65536, columns=columns):
+        for family, route_to, reason, verifier, options in zip(*(batch.column(c).to_pylist() for c in columns)):
+            counts.routes[route_to] += 1
+            rule = rule_for(family, options)
+            counts.rules.add(rule)
+            counts.rules_by_family.setdefault(family, set()).add(rule)
+            if route_to == FAILED:
+                continue
+            counter = counts.families.setdefault(family, Counter())
+            counter["qa"] += 1
+            counter[route_to] += 1
+            if reason:
+                counter[f"rejected_{reason}"] += 1
+            if route_to == ACCEPTED:
+                counts.accepted_by_verifier[verifier] += 1
+            elif route_to == REJECTED:
+                counts.rejected_by_reason[reason] += 1
+    return counts
+
+
+def build_report(pool: Path, admitted: int, dropped: Counter, counts: Tally, summary: dict, clean_report: dict,
+                 engine, limit, judge_report, facts: GenerationFacts) -> dict:
+    """The build's figures; everything here is deterministic (the card renders from it)."""
+    rules = {rule: get_rule(rule).VERSION for rule in sorted(counts.rules)}
+    rules_by_family = {family: sorted(r) for family, r in sorted(counts.rules_by_family.items())}
+    return {
+        "pool": pool.name,
+        "limit": limit,
+        "items": sum(dropped.values()) + admitted,
+        "admitted": admitted,
+        "dropped": sum(dropped.values()),
+        "dropped_by_reason": dict(sorted(dropped.items())),
+        "accepted": counts.routes[ACCEPTED],
+        "rejected": counts.routes[REJECTED],
+        "failed": counts.routes[FAILED],
+        "rejected_by_reason": dict(sorted(counts.rejected_by_reason.items())),
+        "accepted_by_verifier": dict(sorted(counts.accepted_by_verifier.items())),
+        "families": {f: dict(sorted(c.items())) for f, c in sorted(counts.families.items())},
+        "rules": dict(sorted(rules.items())),
+        "rules_by_family": rules_by_family,
+        "configs": summary,
+        "cleaning": clean_report,
+        "engine": engine.fingerprint(),
+        "generation": generation_settings(engine, facts),
+        "judge": {k: v for k, v in judge_report.items() if not k.startswith("_")} if judge_report else None,
+    }
+
+
+def generation_settings(engine, facts: GenerationFacts) -> dict:
+    """How the answers were produced, for the card: from the engine's fingerprint and outputs."""
+    fp = engine.fingerprint()
+    sampling = fp.get("sampling") or {}
+    models = sorted(facts.models)
+    revisions = sorted(facts.revisions)
+    template = fp.get("chat_template_kwargs") or {}
+    reasoning = template.get("enable_thinking") if "enable_thinking" in template else fp.get("reasoning")
+    return {
+        "engine": engine.kind,
+        "model": fp.get("model") or (models[0] if len(models) == 1 else models) or None,
+        "revision": fp.get("revision") or (revisions[0] if len(revisions) == 1 else revisions) or None,
+        "temperature": sampling.get("temperature", fp.get("temperature")),
+        "max_tokens": sampling.get("max_tokens", fp.get("max_tokens")),
+        "reasoning": reasoning if reasoning is not None else "n/a",
+    }
+
+
+def manifest(config: BuildConfig, out: Path, engine, judge_engine, rules: dict, executor) -> dict:
+    import datasets
+    import huggingface_hub
+
+    return {
+        "orandcar_builder": __version__,
+        "pool": str(config.pool.resolve()),
+        "out": str(out.resolve()),
+        "limit": config.limit,
+        "max_shard_bytes": config.max_shard_bytes,
+        "engine": engine.fingerprint(),
+        "judge_engine": judge_engine.fingerprint() if judge_engine is not None else None,
+        "executor": executor.describe(),
+        "rules": rules,
+        "versions": {"python": platform.python_version(), "datasets": datasets.__version__,
+                     "huggingface_hub": huggingface_hub.__version__, "pyarrow": pa.__version__},
+    }
+
+
+def recipe_ran(config: BuildConfig, engine, judge_engine) -> Recipe:
+    """The recipe this build ran: the config's, or the code's defaults with the config's settings;
+    an engine object given instead of a name is recorded by its kind."""
+    from ..recipe import resolve
+
+    ran = config.recipe if config.recipe is not None else resolve(
+        None, engine=config.engine, engine_options=dict(config.engine_options), judge=config.judge,
+        judge_options=dict(config.judge_options), calibration=config.calibrate)
+    sections = {}
+    if engine.kind != ran.engine["name"]:
+        sections["engine"] = {"name": engine.kind}
+    if judge_engine is not None and judge_engine is not engine and judge_engine.kind != ran.judge["name"]:
+        sections["judge"] = {"name": judge_engine.kind}
+    return dataclasses.replace(ran, **sections) if sections else ran
+
+
+# Engine options that name a file of this machine: the card shows the file's name (its content is
+# in the engine's fingerprint), never the path.
+FILE_OPTIONS = ("replay",)
+# Engine options that set how fast this machine runs, not what the engine answers: left out of the card.
+MACHINE_OPTIONS = ("threads",)
+
+
+def reproducible(recipe: dict) -> dict:
+    """A resolved recipe as the card shows it: file options reduced to the file's name, options
+    of the machine left out (work/manifest.json keeps them as given)."""
+    out = json.loads(json.dumps(recipe, default=str))
+    for section in ("engine", "judge"):
+        table = out.get(section) or {}
+        for key in FILE_OPTIONS:
+            if isinstance(table.get(key), str):
+                table[key] = Path(table[key]).name
+        for key in MACHINE_OPTIONS:
+            table.pop(key, None)
+    return out
+
+
+def reproduce(config: BuildConfig, ran: Recipe) -> dict:
+    """What the card's "How to reproduce" section shows besides the recipe: the command and the
+    versions that shape the bytes (the engine's own are in its fingerprint). The output folder is
+    named after the repo (not after this build's -o), so the card does not depend on where it was
+    written."""
+    import datasets
+    import huggingface_hub
+
+    from ..card import DEFAULT_REPO_ID
+
+    command = (f"orandcar build {config.pool.name} -o {(ran.repo or DEFAULT_REPO_ID).split('/')[-1]} "
+               f"--recipe recipe.toml")
+    if config.limit is not None:
+        command += f" --limit {config.limit}"
+    if config.max_shard_bytes != DEFAULT_MAX_SHARD_BYTES:
+        command += f" --max-shard-bytes {config.max_shard_bytes}"
+    if config.allow_outside_paths:
+        command += " --allow-outside-paths"
+    return {
+        "command": command,
+        "recipe_file": ran.source != DEFAULTS_SOURCE,  # whether one was given (its name stays in the manifest)
+        "versions": {"orandcar-builder": __version__, "datasets": datasets.__version__,
+                     "huggingface_hub": huggingface_hub.__version__, "pyarrow": pa.__version__},
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
+
+
+OUTSIDE_POOL_REASONS = (IMAGE_OUTSIDE_POOL, SOURCE_OUTSIDE_POOL)
+
+
+def format_summary(result) -> str:
+    """The CLI's summary of a BuildResult."""
+    r = result.report
+    lines = [
+        f"pool {r['pool']}: {r['items']} items, {r['admitted']} admitted, {r['dropped']} dropped",
+        f"accepted {r['accepted']}  rejected {r['rejected']}",
+    ]
+    for reason, n in r["dropped_by_reason"].items():
+        lines.append(f"  dropped   {reason:<22} {n}")
+    outside = sum(n for reason, n in r["dropped_by_reason"].items() if reason in OUTSIDE_POOL_REASONS)
+    if outside:
+        lines.append(f"  {outside} item(s) name an image outside the pool file's folder: if you trust this pool "
+                     f"(one `orandcar import` wrote, say), build again with --allow-outside-paths")
+    if r.get("failed"):
+        lines.append(f"  failed    {r['failed']} item(s) got no answer (reasons in work/failed.jsonl; a rerun asks again)")
+    for reason, n in r["rejected_by_reason"].items():
+        lines.append(f"  rejected  {reason:<22} {n}")
+    for verifier, n in r["accepted_by_verifier"].items():
+        lines.append(f"  accepted  by {verifier:<19} {n}")
+    judge = r.get("judge")
+    if judge:
+        v = judge["verdicts"]
+        lines.append(f"  judge: {judge['judged']} judged, {judge['promoted']} promoted "
+                     f"(CORRECT {v['CORRECT']}, WRONG {v['WRONG']}, UNSURE {v['UNSURE']}, "
+                     f"unparseable {judge['unparseable']})")
+        cal = judge.get("calibration")
+        if cal:
+            lines.append(f"  judge calibration: agreed on {cal['agreed']}/{cal['n']} rule-accepted items")
+    else:
+        lines.append("  judge: no second pass ran")
+    for config, s in r["configs"].items():
+        lines.append(f"  {config:<11} {s['rows']} rows in {len(s['shards'])} shard(s), {s['bytes']} bytes")
+    lines.append(f"dataset: {result.out}   work dir: {result.work}")
+    if (result.work / "report.html").is_file():
+        lines.append(f"review page: {result.work / 'report.html'}")
+    if result.problems:
+        lines.append(f"validation FAILED: {len(result.problems)} problem(s)")
+        lines.extend(f"  {p}" for p in result.problems[:20])
+        if result.staged is not None:
+            lines.append(f"the new dataset was not swapped in ({result.out} is unchanged); it is kept in "
+                         f"{result.staged} for inspection")
+    else:
+        lines.append("validation: ok")
+    return "\n".join(lines)

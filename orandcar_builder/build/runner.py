@@ -1,0 +1,178 @@
+"""Running a build: ``run_build(config, objects)`` runs the stages over a locked work dir and a
+staged output folder, and ``build(pool, out, **settings)``, the keyword façade the CLI and the
+tests call, makes the BuildConfig."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..dataset.output import StagedOutput, WorkLock, check_paths
+from ..executors import get_executor
+from ..families import families_in_use
+from ..images import ImageError
+from .config import BuildConfig, BuildError, BuildObjects
+from .report import manifest, write_json
+from .stages import Admission, stages_for
+from .work import BuildWork, StageReport
+
+
+@dataclass
+class BuildResult:
+    out: Path
+    work: Path
+    report: dict
+    problems: list[str] = field(default_factory=list)
+    staged: Optional[Path] = None  # where an invalid build was kept; ``out`` then holds the old dataset
+    stages: list[StageReport] = field(default_factory=list)  # what each stage reported, in order
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+# BuildObjects fields a caller may give to ``build`` as keywords; every other keyword is a setting.
+_OBJECTS = {"engine": "engine", "judge_engine": "judge_engine", "engine_factory": "engine_factory"}
+
+
+def build(pool: Path, out: Path, *, work: Optional[Path] = None, **settings: Any) -> BuildResult:
+    """Build the dataset folder ``out`` from ``pool``: the keyword form of ``run_build``.
+
+    ``settings`` are BuildConfig's fields with the names the CLI always used: ``engine_name``
+    (BuildConfig.engine), ``engine_options``, ``judge`` (a name), ``judge_options``, ``calibrate``,
+    ``limit``, ``executor`` (a name, or an Executor object), ``recipe`` (a resolved recipe:
+    ``recipe.resolve``), ...; ``engine``, ``judge_engine`` and ``engine_factory`` are objects
+    (BuildObjects) used instead of the names.
+    """
+    objects = {name: settings.pop(key) for key, name in _OBJECTS.items() if settings.get(key) is not None}
+    for key in _OBJECTS:
+        settings.pop(key, None)
+    executor = settings.get("executor")
+    if executor is not None and not isinstance(executor, str):
+        objects["executor"] = settings.pop("executor")
+    if "engine_name" in settings:
+        settings["engine"] = settings.pop("engine_name")
+    recipe = settings.pop("recipe", None)
+    unknown = sorted(set(settings) - set(BuildConfig.__dataclass_fields__) - {"pool", "out", "work"})
+    if unknown:
+        raise TypeError(f"build() got unknown setting(s): {', '.join(unknown)}")
+    for name in ("max_shard_bytes", "generation_batch", "engine_options", "judge_options"):
+        if name in settings and settings[name] is None:
+            del settings[name]
+    config = BuildConfig(pool=pool, out=out, work=work if work is not None else Path("work"), **settings)
+    config = config.with_recipe(recipe, keep_engine="engine" in objects, keep_judge="judge_engine" in objects)
+    return run_build(config, BuildObjects(**objects))
+
+
+def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> BuildResult:
+    """Build ``config.out`` from ``config.pool``, safely:
+
+    ``out`` must be new, empty or an earlier build of this tool (``dataset/output.py``), ``work``
+    not a file nor inside ``out``; the work dir is locked for the whole build; the dataset is
+    written beside ``out`` and swapped in only when complete and valid, so a failed or invalid
+    rebuild leaves the previous dataset as it was (an invalid one is kept in ``result.staged``).
+    A failure the user can act on (disk full, a read-only folder, a file removed or changed
+    while the build ran, a damaged cache) is a BuildError naming it, never a traceback.
+    Generations and verdicts are cached in ``work/cache``: a rerun (after a crash too) asks the
+    engines only for what is missing and ends with the same dataset bytes.
+    """
+    objects = objects if objects is not None else BuildObjects()
+    pool, out, work = config.pool, config.out, config.work
+    if not pool.is_file():
+        raise BuildError(f"{pool}: pool file not found")
+    target = Path(os.path.abspath(out))  # "-o ." or "-o name/" still has a parent and a name
+    check_paths(target, work)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        with families_in_use(config.families), WorkLock(work), StagedOutput(target) as staged:
+            result = _run_stages(config, objects, staged.path)
+            if result.ok:
+                staged.publish()
+            else:
+                result.staged = staged.path
+            result.out = out
+            manifest_path = work / "manifest.json"
+            if result.ok and manifest_path.is_file():
+                data = json.loads(manifest_path.read_text(encoding="utf-8"))
+                data["out"] = str(out.resolve())
+                write_json(manifest_path, data)
+            # work/report.html, of the folder as it now stands (the staged one when it was not swapped in)
+            from ..review import review_after_build
+
+            review_after_build(out if result.ok else result.staged, work)
+    except (OSError, ImageError, sqlite3.DatabaseError) as exc:
+        raise BuildError(_failure_message(exc, out, work)) from None
+    return result
+
+
+def _executor(config: BuildConfig, objects: BuildObjects):
+    executor = objects.executor
+    if executor is None:
+        executor = get_executor(config.executor) if config.executor == "local" else get_executor(
+            config.executor, address=config.ray_address, replicas=config.engine_replicas,
+            gpus_per_replica=config.gpus_per_replica)
+    engine = objects.engine
+    if (executor.name != "local" and engine is not None and objects.engine_factory is None
+            and getattr(engine, "kind", config.engine) != config.engine):
+        raise BuildError(f"the {executor.name} executor makes each replica's engine from the engine name and "
+                         f"options ({config.engine!r}), but a {engine.kind!r} engine was given: pass "
+                         f"engine_name/engine_options, or an engine_factory")
+    return executor
+
+
+def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> BuildResult:
+    """The stages over ``out`` (the staged folder); work/report.json gathers their timings."""
+    executor = _executor(config, objects)
+    work = BuildWork(config=config, objects=objects, out=out, dir=config.work, executor=executor)
+    work.admission = Admission(config.pool, work.dir, config.limit, work.clean_report, config.image_policy(),
+                               config.workers())
+    t0 = time.perf_counter()
+    reports: list[StageReport] = []
+    try:
+        for stage in stages_for(config, objects, executor):
+            reports.append(stage.run(work))
+    finally:
+        work.close()
+    timings: dict[str, float] = {}
+    for report in reports:
+        for name, seconds in report.timings.items():
+            timings[name] = timings.get(name, 0.0) + seconds
+    timings["total"] = time.perf_counter() - t0
+
+    judge_report = work.judge_report
+    write_json(work.dir / "report.json", {
+        **work.report, "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "cache": {"generate": vars(work.generation_stats), "judge": (judge_report or {}).get("_cache")},
+        "validation_problems": work.problems})
+    if judge_report:
+        judge_report.pop("_cache", None)
+    ran = work.ran
+    write_json(work.dir / "manifest.json", {
+        **manifest(config, out, work.engine, work.judge_engine, work.report["rules"], executor),
+        "recipe": json.loads(json.dumps(ran.to_dict(), default=str)),
+        "recipe_file": ran.source if config.recipe is not None else None,
+        "command": work.report["reproduce"]["command"]})
+    return BuildResult(out=out, work=work.dir, report=work.report, problems=work.problems, stages=reports)
+
+
+def _failure_message(exc: BaseException, out: Path, work: Path) -> str:
+    kept = (f"the dataset in {out} was left as it was" if out.exists()
+            else f"nothing was written to {out}")
+    if isinstance(exc, sqlite3.DatabaseError):
+        return (f"{work / 'cache'}: the generation cache is damaged ({exc}); delete the cache folder to start it "
+                f"afresh (the engine is asked again); {kept}")
+    if isinstance(exc, ImageError):
+        return f"{exc}; build again to admit the image as it is now; {kept}"
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        what = "the disk is full" if exc.errno != errno.EFBIG else "a file grew past the size limit (ulimit -f)"
+        return f"{exc.filename or f'writing the dataset or {work}'}: {what} ({exc.strerror or exc}); {kept}"
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"{exc.filename or f'writing the dataset or {work}'}: cannot write there ({exc.strerror or exc}); {kept}"
+    names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n)
+    return f"{names + ': ' if names else ''}{exc.strerror or exc}; {kept}"

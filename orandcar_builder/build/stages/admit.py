@@ -1,0 +1,73 @@
+"""admit: pool file -> work/admitted.parquet (one row per admitted item, ADMITTED_SCHEMA, in pool
+order) and work/dropped.jsonl (each dropped line with its reason).
+
+``Admission`` is the stage as a stream, so that on the local executor the generate stage can
+consume the rows as they are admitted (the first requests go out after a few items); the
+``AdmitStage`` runs it whole when admission does not overlap generation."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterator, Optional
+
+from ...clean.pool_file import clean_lines
+from ...executors.steps import ADMITTED_SCHEMA, admitted_row
+from ...images import ImagePolicy
+from ...records import Dropped
+from ..work import BuildWork, StageReport
+from ..workfiles import JsonlFile, ParquetFile, WorkFiles
+
+
+class Admission:
+    """``rows()`` yields each admitted item's row (ADMITTED_SCHEMA) as soon as it is admitted, in
+    pool order, while writing work/admitted.parquet and work/dropped.jsonl; both are complete
+    (renamed into place) once the rows are exhausted, and removed if the stream is closed early or
+    fails. ``workers`` processes check the image files (``pool.prefetch``); the records are those
+    of one process. ``seconds`` is the time spent admitting (not the time the consumer spent
+    between rows)."""
+
+    def __init__(self, pool: Path, work: Path, limit: Optional[int], clean_report: dict,
+                 images: Optional[ImagePolicy] = None, workers: int = 1):
+        self.pool, self.work, self.limit, self.clean_report = pool, work, limit, clean_report
+        self.images, self.workers = images, workers
+        self.dropped: Counter = Counter()
+        self.admitted = 0
+        self.done = False
+        self.seconds = 0.0
+
+    def rows(self) -> Iterator[dict]:
+        t0 = time.perf_counter()
+        with WorkFiles(admitted=ParquetFile(self.work / "admitted.parquet", ADMITTED_SCHEMA),
+                       dropped=JsonlFile(self.work / "dropped.jsonl")) as files:
+            for record in clean_lines(self.pool, self.clean_report, limit=self.limit, spill_dir=self.work,
+                                      images=self.images, workers=self.workers):
+                if isinstance(record, Dropped):
+                    files.dropped.write(record.to_dict())
+                    self.dropped[record.reason] += 1
+                else:
+                    row = admitted_row(record)
+                    files.admitted.add(row)
+                    self.admitted += 1
+                    self.seconds += time.perf_counter() - t0
+                    yield row
+                    t0 = time.perf_counter()
+        self.seconds += time.perf_counter() - t0
+        self.done = True
+
+    def counters(self) -> dict:
+        return {"admitted": self.admitted, "dropped": sum(self.dropped.values())}
+
+
+class AdmitStage:
+    """The whole admission at once: work/admitted.parquet and work/dropped.jsonl complete before
+    the generate stage starts (the ray executor, or ``overlap_admit=False``)."""
+
+    name = "admit"
+
+    def run(self, work: BuildWork) -> StageReport:
+        admission = work.admission
+        for _ in admission.rows():
+            pass
+        return StageReport(self.name, {"admit": admission.seconds}, admission.counters())

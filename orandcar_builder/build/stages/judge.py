@@ -1,0 +1,131 @@
+"""judge: work/decisions.parquet -> the same file rewritten with the judge's verdicts on the rule's
+rejects that have a final answer (a CORRECT verdict promotes the item), chunk by chunk; with
+``calibrate``, the judge also runs over a sample of rule accepts and the agreement goes to the
+report. Every judge request goes through the build's cache (``executors.generate_through_cache``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Optional
+
+from ... import judge as judging
+from ...cache import CacheStats, GenerationCache
+from ...executors import generate_through_cache
+from ...executors.base import CHUNK_SIZE
+from ...executors.steps import DECISION_SCHEMA, decision_from_row, generation_from_row, with_verdict
+from ...parquetio import open_parquet
+from ...records import Generation
+from ...vocab import GENERATION_BATCH, VERDICT_CORRECT, VERDICT_LABELS
+from ..work import BuildWork, StageReport, Timer
+from ..workfiles import ParquetFile, WorkFiles
+
+
+class JudgeStage:
+    name = "judge"
+
+    def run(self, work: BuildWork) -> StageReport:
+        with Timer() as timer:
+            work.judge_report = judge_pass(work.judge_engine, work.decisions, work.cache, work.config.calibrate,
+                                           work.config.progress)
+        counters = {k: work.judge_report[k] for k in ("judged", "promoted", "unparseable")}
+        return StageReport(self.name, {"judge": timer.seconds}, counters)
+
+
+class CalibrationPool:
+    """Per family, the rule-accepted items with the ``n`` smallest calibration sample keys: all
+    that ``judge.calibration_sample(items, n)`` can draw, whatever the pool size."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.by_family: dict[str, list[tuple[str, judging.JudgeItem]]] = {}
+
+    def add(self, item: judging.JudgeItem) -> None:
+        kept = self.by_family.setdefault(item.family, [])
+        kept.append((judging.sample_key(item.item_id), item))
+        if len(kept) >= 2 * self.n + 64:
+            kept.sort(key=lambda pair: pair[0])
+            del kept[self.n:]
+
+    def items(self) -> list[judging.JudgeItem]:
+        return [item for kept in self.by_family.values()
+                for _, item in sorted(kept, key=lambda pair: pair[0])[:self.n]]
+
+
+def judge_item(row: dict, generation: Generation) -> judging.JudgeItem:
+    """The item the judge sees for one decision record."""
+    return judging.JudgeItem(row["id"], row["question"], tuple(row["references"]),
+                             judging.candidate_answer(generation), row["family"])
+
+
+def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], calibrate: int,
+               progress: bool, chunk: int = CHUNK_SIZE) -> dict:
+    """Second pass over rule rejects with a final answer, chunk by chunk: decisions.parquet is
+    read and rewritten with the verdicts; optional calibration on rule accepts. Returns the
+    report's ``judge`` entry (its ``_cache`` key: the cache's counts, for report.json only)."""
+    from tqdm import tqdm
+
+    stats = CacheStats()
+    labels: Counter = Counter()
+    unparseable = 0
+    overturns: dict[str, dict[str, int]] = {}
+    calibration_pool = CalibrationPool(calibrate) if calibrate else None
+    with tqdm(desc="judge", unit="qa", disable=not progress, file=sys.stderr) as bar:
+        def run(engine, requests) -> list[Generation]:
+            bar.total = (bar.total or 0) + len(requests)
+            done = stats.done
+
+            def advance(s: CacheStats) -> None:
+                bar.n = s.done
+                bar.refresh()
+
+            out = generate_through_cache(engine, requests, cache, batch_size=GENERATION_BATCH, stats=stats,
+                                         on_batch=advance)
+            bar.n = done + len(requests)
+            bar.refresh()
+            return out
+
+        with WorkFiles(judged=ParquetFile(decisions.with_name(decisions.name + ".judged"), DECISION_SCHEMA)) as files:
+            for batch in open_parquet(decisions).iter_batches(batch_size=chunk):
+                rows = batch.to_pylist()
+                to_judge: list[int] = []
+                items: list[judging.JudgeItem] = []
+                for i, row in enumerate(rows):
+                    decision = decision_from_row(row)
+                    if decision is None:
+                        continue
+                    generation = generation_from_row(row)
+                    if judging.needs_judge(generation, decision):
+                        to_judge.append(i)
+                        items.append(judge_item(row, generation))
+                    elif calibration_pool is not None and decision.passed:
+                        calibration_pool.add(judge_item(row, generation))
+                verdicts = judging.judge(judge_engine, items, generate=run)
+                for i, verdict in zip(to_judge, verdicts):
+                    rows[i] = with_verdict(rows[i], verdict)
+                    labels[verdict.label] += 1
+                    unparseable += not getattr(verdict, "parseable", True)
+                for family, counts in judging.overturns_by_family(
+                        (rows[i]["family"], v) for i, v in zip(to_judge, verdicts)).items():
+                    total = overturns.setdefault(family, dict.fromkeys(counts, 0))
+                    for key, value in counts.items():
+                        total[key] += value
+                files.judged.write_rows(rows)
+        os.replace(files.judged.path, decisions)
+
+        calibration = None
+        if calibration_pool is not None:
+            calibration = judging.calibrate(judge_engine, calibration_pool.items(), calibrate, generate=run).to_dict()
+    return {
+        "engine": judge_engine.fingerprint(),
+        "prompt_version": judging.JUDGE_PROMPT_VERSION,
+        "judged": sum(labels.values()),
+        "verdicts": {label: labels.get(label, 0) for label in VERDICT_LABELS},
+        "unparseable": unparseable,
+        "promoted": labels.get(VERDICT_CORRECT, 0),
+        "overturns_by_family": dict(sorted(overturns.items())),
+        "calibration": calibration,
+        "_cache": vars(stats),
+    }

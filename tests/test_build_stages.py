@@ -1,0 +1,153 @@
+"""The build as a list of stages over one BuildConfig: the settings checked in one place, a recipe
+filling them, the stages each build runs and what they report, and the judge pass reaching the
+engine only through the cached generate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orandcar_builder.build import BuildConfig, BuildError, BuildObjects, build, run_build
+from orandcar_builder.build.stages import stages_for
+from orandcar_builder.executors import get_executor
+from orandcar_builder.recipe import parse_recipe, resolve
+
+from .conftest import REPO, write_png, write_pool
+
+
+def small_pool(folder: Path) -> tuple[Path, Path]:
+    write_png(folder / "images" / "a.png", (200, 30, 30))
+    write_png(folder / "images" / "b.png", (30, 200, 30))
+    pool = write_pool(folder / "pool.jsonl", [
+        {"id": "a", "image": "images/a.png", "question": "What is written?", "answer": "STOP", "family": "scene_text"},
+        {"id": "b", "image": "images/b.png", "question": "What is written?", "answer": "EXIT", "family": "scene_text"},
+    ])
+    replay = folder / "replay.jsonl"
+    replay.write_text("".join(json.dumps({"id": i, "text": "STOP", "finish_reason": "stop"}) + "\n" for i in "ab"))
+    return pool, replay
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"limit": -1}, "limit must be"),
+    ({"limit": True}, "limit must be"),
+    ({"generation_batch": 0}, "generation_batch must be at least 1"),
+    ({"calibrate": -2}, "calibrate must be"),
+    ({"max_shard_bytes": 0}, "max_shard_bytes must be at least 1"),
+    ({"max_image_bytes": 0}, "max_bytes"),
+    ({"image_read_timeout": -1.0}, "read_timeout_s"),
+    ({"admit_workers": 0}, "admit"),
+    ({"executor": object()}, "executor must be a name"),
+])
+def test_a_bad_setting_is_refused_where_the_config_is_made(tmp_path, settings, message):
+    with pytest.raises(BuildError, match=message):
+        BuildConfig(pool=tmp_path / "pool.jsonl", out=tmp_path / "out", **settings)
+
+
+def test_the_config_is_a_frozen_value(tmp_path):
+    config = BuildConfig(pool=str(tmp_path / "p.jsonl"), out=str(tmp_path / "o"), engine_options={"threads": 1})
+    assert isinstance(config.pool, Path) and config.work == Path("work")
+    with pytest.raises(AttributeError):
+        config.limit = 3  # type: ignore[misc]
+    assert config.replace(limit=3).limit == 3 and config.limit is None
+    with pytest.raises(BuildError, match="limit"):
+        config.replace(limit=-3)
+
+
+def test_a_recipe_fills_the_config(tmp_path):
+    recipe = resolve(parse_recipe('[dataset]\nrepo = "me/Set"\nlicense = "cc-by-4.0"\n'
+                                  '[engine]\nname = "replay"\nreplay = "g.jsonl"\n[judge]\nname = "same"\n'
+                                  '[calibration]\nsize = 7\n[families.vqa]\ninstruction = "One word."\n'))
+    config = BuildConfig.from_recipe(recipe, tmp_path / "p.jsonl", tmp_path / "o", limit=5)
+    assert (config.engine, config.engine_options, config.judge, config.calibrate) == ("replay", {"replay": "g.jsonl"},
+                                                                                        "same", 7)
+    assert config.repo == "me/Set" and config.card_options == {"license": "cc-by-4.0"} and config.limit == 5
+    assert {f.name: f.instruction for f in config.families}["vqa"] == "One word."
+    assert config.recipe is recipe
+    # an engine object given instead keeps the config's own engine settings
+    kept = BuildConfig(pool=tmp_path / "p.jsonl", out=tmp_path / "o").with_recipe(recipe, keep_engine=True)
+    assert (kept.engine, kept.engine_options, kept.judge) == ("rapidocr", {}, "same")
+    assert BuildConfig(pool=tmp_path / "p", out=tmp_path / "o").with_recipe(None).recipe is None
+
+
+def test_the_keyword_facade_refuses_an_unknown_setting(tmp_path):
+    pool, replay = small_pool(tmp_path / "pool")
+    with pytest.raises(TypeError, match="engine_nmae"):
+        build(pool, tmp_path / "out", work=tmp_path / "work", engine_nmae="replay")
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize("overlap, judge, names", [
+    (True, "none", ["generate", "write", "card", "validate"]),
+    (False, "none", ["admit", "generate", "write", "card", "validate"]),
+    (True, "same", ["generate", "judge", "write", "card", "validate"]),
+])
+def test_the_stages_a_build_runs(tmp_path, overlap, judge, names):
+    config = BuildConfig(pool=tmp_path / "p", out=tmp_path / "o", overlap_admit=overlap, judge=judge)
+    stages = stages_for(config, BuildObjects(), get_executor("local"))
+    assert [stage.name for stage in stages] == names
+    assert all(callable(stage.run) for stage in stages)
+
+
+def test_run_build_reports_each_stage_and_report_json_gathers_their_timings(tmp_path):
+    pool, replay = small_pool(tmp_path / "pool")
+    config = BuildConfig(pool=pool, out=tmp_path / "out", work=tmp_path / "work", engine="replay",
+                         engine_options={"replay": str(replay)}, judge="same", progress=False, overlap_admit=False)
+    result = run_build(config)
+    assert result.ok, result.problems
+    assert [r.name for r in result.stages] == ["admit", "generate", "judge", "write", "card", "validate"]
+    by_name = {r.name: r for r in result.stages}
+    assert by_name["admit"].counters == {"admitted": 2, "dropped": 0}
+    assert by_name["generate"].counters["asked"] == 2 and by_name["generate"].counters["failed"] == 0
+    assert by_name["judge"].counters["judged"] == 1  # b: the rule rejected STOP for EXIT
+    assert by_name["write"].counters["accepted"] + by_name["write"].counters["rejected"] == 2
+    assert by_name["validate"].counters == {"problems": 0}
+    timings = json.loads((tmp_path / "work" / "report.json").read_text())["timings_s"]
+    assert list(timings) == ["admit", "generate", "verify", "order", "judge", "write", "card", "validate", "total"]
+    assert all(v >= 0 for v in timings.values())
+
+
+def test_overlapped_admission_is_reported_by_the_generate_stage(tmp_path):
+    pool, replay = small_pool(tmp_path / "pool")
+    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine_name="replay",
+                   engine_options={"replay": replay}, progress=False)
+    assert result.ok and [r.name for r in result.stages][0] == "generate"
+    generate = result.stages[0]
+    assert "admit" in generate.timings and generate.counters["admitted"] == 2
+    timings = json.loads((tmp_path / "work" / "report.json").read_text())["timings_s"]
+    assert set(timings) == {"generate", "verify", "order", "admit", "write", "card", "validate", "total"}
+
+
+def test_the_judge_pass_asks_through_the_cache_in_generation_batches(tmp_path, monkeypatch):
+    from orandcar_builder.build.stages import judge as judge_stage
+    from orandcar_builder.vocab import GENERATION_BATCH
+
+    calls = []
+    original = judge_stage.generate_through_cache
+
+    def spy(engine, requests, cache, **kwargs):
+        calls.append((len(requests), cache is not None, kwargs["batch_size"]))
+        return original(engine, requests, cache, **kwargs)
+
+    monkeypatch.setattr(judge_stage, "generate_through_cache", spy)
+    pool, replay = small_pool(tmp_path / "pool")
+    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine_name="replay",
+                   engine_options={"replay": replay}, judge="same", progress=False)
+    assert result.ok and calls == [(1, True, GENERATION_BATCH)]
+    assert result.report["judge"]["judged"] == 1
+
+
+@pytest.mark.parametrize("module, forbidden", [
+    ("orandcar_builder.judge", ("orandcar_builder.engines", "orandcar_builder.cache", "orandcar_builder.executors",
+                                "orandcar_builder.route", "orandcar_builder.build")),
+    ("orandcar_builder.executors.steps", ("orandcar_builder.build", "orandcar_builder.card")),
+    ("orandcar_builder.executors.local", ("orandcar_builder.build",)),
+])
+def test_the_lower_layers_do_not_import_the_upper_ones(module, forbidden):
+    code = f"import sys, {module}; print('\\n'.join(sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=REPO).stdout.split()
+    assert not [m for m in loaded if m.startswith(forbidden)]
