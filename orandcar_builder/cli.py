@@ -86,6 +86,12 @@ def _import_formats() -> Iterable[str]:
     return IMPORTERS
 
 
+def _gating_modes() -> Iterable[str]:
+    from .publish import GATED_MODES
+
+    return GATED_MODES
+
+
 def _judge_names() -> Iterable[str]:
     """``none``, ``same`` (the generation engine), then every engine."""
     from .recipe import JUDGE_NAMES
@@ -98,6 +104,7 @@ EXECUTOR_CHOICE = RegistryChoice("executor", _executor_names)
 FAMILY_CHOICE = RegistryChoice("family", _family_names)
 IMPORT_FORMAT_CHOICE = RegistryChoice("import format", _import_formats)
 JUDGE_CHOICE = RegistryChoice("judge", _judge_names)
+GATING_CHOICE = RegistryChoice("gating mode", _gating_modes)
 
 
 class KeyValue(click.ParamType):
@@ -563,7 +570,7 @@ def report(out, work, target, per_kind):
 @repo_option("Dataset repo on the Hub.", required=True)
 @click.option("--revision", default=None, help="Branch to push to (created from main when missing).")
 @click.option("--tag", default=None, help="Tag the pushed commit, e.g. v1.0.")
-@click.option("--gated", type=click.Choice(["auto", "manual"]), default="auto", show_default=True,
+@click.option("--gated", type=GATING_CHOICE, default="auto", show_default=True,
               help="Access requests approved automatically or by hand.")
 @click.option("--private", is_flag=True, help="Create the repo private.")
 @click.option("--dry-run", is_flag=True, help="List what would be uploaded and changed; touch nothing.")
