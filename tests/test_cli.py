@@ -184,9 +184,10 @@ def test_registered_engine_judge_and_executor_reach_the_build(registered, monkey
 
 
 def test_registered_family_is_checked_by_its_rule(registered):
-    assert run("check-answer", "--family", "stand_in_family", "--answer", "Paris", "--reference", "Paris").exit_code == 0
+    passed = run("check-answer", "--family", "stand_in_family", "--answer", "Paris", "--reference", "Paris")
+    assert passed.exit_code == 0 and re.search(r"^rule: +exact\b", passed.output, re.MULTILINE), passed.output
     res = run("check-answer", "--family", "stand_in_family", "--answer", "paris!", "--reference", "Paris")
-    assert res.exit_code == 1 and "rule:" in res.output
+    assert res.exit_code == 1 and re.search(r"^rule: +exact\b", res.output, re.MULTILINE), res.output
 
 
 def test_registered_import_format_runs(registered, tmp_path):
