@@ -1,14 +1,24 @@
-"""The ``orandcar`` command line: each command is a thin call into the library."""
+"""The ``orandcar`` command line: each command is a thin call into the library.
+
+Options that several commands share are declared once, as decorators that stack a group of
+``click.option``s (the style of sqlite-utils' ``cli.py``): ``admission_options``, ``engine_options``,
+``judge_options``, ``executor_options``, ``work_option``, ``repo_option``, ``family_option`` and
+``progress_option``. Every name a user picks from a registry (an engine, judge, executor, family or
+import format) is a ``RegistryChoice``: it reads the registry when ``--help`` is shown or a value
+is parsed, so a name registered there is listed and accepted without an edit here.
+"""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Callable, Iterable, Optional
 
 import click
 
-from .errors import OrandCarError
+from .errors import OrandCarError, UnknownNameError
 
 
 def _fail(message: str) -> None:
@@ -26,9 +36,229 @@ def describe_error(exc: BaseException) -> str:
     return str(exc)
 
 
+# -- choices read from the registries ---------------------------------------------------------
+
+class RegistryChoice(click.Choice):
+    """One of the names ``names()`` returns when the value is parsed or ``--help`` is shown (not
+    when this module was imported), in the registry's order. An unknown name fails with the
+    registry's own message: the names known and the one probably meant."""
+
+    def __init__(self, kind: str, names: Callable[[], Iterable[str]]):
+        self.kind, self._names = kind, names
+        super().__init__((), case_sensitive=True)
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(dict.fromkeys(self._names()))
+
+    @choices.setter
+    def choices(self, value) -> None:  # click.Choice.__init__ assigns it; the registry is the source
+        pass
+
+    def convert(self, value, param, ctx):
+        names = self.choices
+        if value in names:
+            return value
+        self.fail(str(UnknownNameError(self.kind, value, names)), param, ctx)
+
+
+def _engine_names() -> Iterable[str]:
+    from .engines import ENGINES
+
+    return ENGINES
+
+
+def _executor_names() -> Iterable[str]:
+    from .executors import EXECUTORS
+
+    return EXECUTORS
+
+
+def _family_names() -> Iterable[str]:
+    from .families import FAMILIES
+
+    return FAMILIES
+
+
+def _import_formats() -> Iterable[str]:
+    from .pool import IMPORTERS
+
+    return IMPORTERS
+
+
+def _gating_modes() -> Iterable[str]:
+    from .publish import GATED_MODES
+
+    return GATED_MODES
+
+
+def _judge_names() -> Iterable[str]:
+    """``none``, ``same`` (the generation engine), then every engine."""
+    from .recipe import JUDGE_NAMES
+
+    return [*JUDGE_NAMES, *_engine_names()]
+
+
+ENGINE_CHOICE = RegistryChoice("engine", _engine_names)
+EXECUTOR_CHOICE = RegistryChoice("executor", _executor_names)
+FAMILY_CHOICE = RegistryChoice("family", _family_names)
+IMPORT_FORMAT_CHOICE = RegistryChoice("import format", _import_formats)
+JUDGE_CHOICE = RegistryChoice("judge", _judge_names)
+GATING_CHOICE = RegistryChoice("gating mode", _gating_modes)
+
+
+class KeyValue(click.ParamType):
+    """``KEY=VALUE`` as a ``(key, value)`` pair. With ``settings``, a key's dashes become
+    underscores and a VALUE that parses as JSON is taken as such (numbers, true, lists), as engine
+    settings want; otherwise both sides are kept as written and must not be empty."""
+
+    name = "key=value"
+
+    def __init__(self, settings: bool = False):
+        self.settings = settings
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        key, sep, target = value.partition("=")
+        if not sep or not key or (not target and not self.settings):
+            self.fail(f"{value!r} is not KEY=VALUE", param, ctx)
+        if not self.settings:
+            return key, target
+        try:
+            return key.replace("-", "_"), json.loads(target)
+        except ValueError:
+            return key.replace("-", "_"), target
+
+
+def _settings(pairs: Iterable[tuple[str, object]], replay: Optional[Path] = None) -> dict:
+    """An engine's settings from its ``--*-option`` pairs (a later key wins) and its replay file."""
+    options = dict(pairs)
+    if replay is not None:
+        options["replay"] = replay
+    return options
+
+
+# -- shared options, one decorator per group --------------------------------------------------
+
+def _stacked(*decorators: Callable) -> Callable:
+    """One decorator applying ``decorators``; the first listed is the first shown in --help."""
+
+    def apply(fn: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            fn = decorator(fn)
+        return fn
+
+    return apply
+
+
+admission_options = _stacked(
+    click.option("--max-image-bytes", type=click.IntRange(min=1), default=None,
+                 help="Largest image file read, in bytes (default 64 MiB); larger ones are dropped unread."),
+    click.option("--image-read-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+                 help="Seconds one image file may take to read (default 60)."),
+    click.option("--allow-outside-paths", is_flag=True,
+                 help="Let pool lines name images (and source.image files) outside the pool file's folder."),
+    click.option("--admit-workers", type=click.IntRange(min=1), default=None,
+                 help="Processes that read, decode and hash the pool's images (default: the CPUs, at most 8; "
+                      "1: in this command's own process). The result is the same for any number."),
+)
+"""How the pool's image files are read (the image policy) and by how many processes: the
+options of every command that admits a pool (``build``, ``clean``)."""
+
+
+def _image_policy(max_image_bytes: Optional[int], image_read_timeout: Optional[float], allow_outside_paths: bool):
+    """The ``ImagePolicy`` of ``admission_options``' values (a value not given: the default)."""
+    from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S, ImagePolicy
+
+    return ImagePolicy(max_bytes=max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
+                       read_timeout_s=image_read_timeout or DEFAULT_READ_TIMEOUT_S,
+                       allow_outside_paths=allow_outside_paths)
+
+
+engine_options = _stacked(
+    click.option("--engine", "engine_name", type=ENGINE_CHOICE, default="rapidocr", show_default=True,
+                 help="Engine that answers."),
+    click.option("--replay", type=click.Path(path_type=Path), default=None,
+                 help="Recorded generations for --engine replay (JSONL: id, text, finish_reason)."),
+    click.option("--engine-option", "engine_option", type=KeyValue(settings=True), multiple=True,
+                 metavar="KEY=VALUE",
+                 help="Engine setting, repeatable (e.g. model=Qwen/Qwen3-VL-8B-Thinking, max_tokens=16384)."),
+)
+"""The engine that generates and its settings."""
+
+
+def judge_options(*, engines_only: bool = False) -> Callable:
+    """The judge and its settings. ``engines_only``: the judge must be named (an engine; used
+    where there is no generation engine to reuse, so neither ``none`` nor ``same``)."""
+    if engines_only:
+        judge = click.option("--judge", "judge_name", type=ENGINE_CHOICE, required=True, help="Judge engine.")
+    else:
+        judge = click.option("--judge", "judge_name", type=JUDGE_CHOICE, default="none", show_default=True,
+                             help="Second-pass judge: none, same (the generation engine), or an engine.")
+    return _stacked(
+        judge,
+        click.option("--judge-replay", type=click.Path(path_type=Path), default=None,
+                     help="Recorded judge replies for --judge replay (JSONL: id, text)."),
+        click.option("--judge-option", "judge_option", type=KeyValue(settings=True), multiple=True,
+                     metavar="KEY=VALUE", help="Judge engine setting, repeatable."),
+    )
+
+
+executor_options = _stacked(
+    click.option("--executor", type=EXECUTOR_CHOICE, default="local", show_default=True,
+                 help="Where generation runs: local is this process, ray a Ray cluster (the 'ray' extra)."),
+    click.option("--ray-address", default=None,
+                 help="Ray cluster to join (auto, HOST:PORT, ray://HOST:10001); default: start a local one."),
+    click.option("--engine-replicas", type=int, default=1, show_default=True,
+                 help="Ray: engine actors, each loading one engine (a vLLM model loads once per replica)."),
+    click.option("--gpus-per-replica", type=float, default=0.0, show_default=True,
+                 help="Ray: GPUs reserved for each engine actor."),
+)
+"""Where generation runs."""
+
+
+def work_option(help: str, *, existing: bool = False) -> Callable:
+    """``--work``: the work dir (default ``work``); ``existing``: it must be a folder already."""
+    kind = click.Path(path_type=Path, exists=True, file_okay=False) if existing else click.Path(path_type=Path)
+    return click.option("--work", type=kind, default=Path("work"), show_default=True, help=help)
+
+
+def repo_option(help: str, *, required: bool = False) -> Callable:
+    """``--repo ORG/NAME``: a dataset repo on the Hub (the value arrives as ``repo_id``)."""
+    return click.option("--repo", "repo_id", metavar="ORG/NAME", required=required, default=None, help=help)
+
+
+def family_option(help: str, *, required: bool = False) -> Callable:
+    """``--family``: one of the registered families."""
+    return click.option("--family", type=FAMILY_CHOICE, required=required, default=None, help=help)
+
+
+progress_option = click.option("--progress/--no-progress", default=True, show_default=True,
+                               help="Show a progress bar on the terminal.")
+
+
+# -- the group --------------------------------------------------------------------------------
+
+class _Command(click.Command):
+    """A command whose --help also lists the names each registry-backed argument accepts (an
+    option shows them in its own line already)."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(param.make_metavar(ctx), "one of: " + ", ".join(param.type.choices))
+                for param in self.get_params(ctx)
+                if isinstance(param, click.Argument) and isinstance(param.type, RegistryChoice)]
+        if rows:
+            with formatter.section("Arguments"):
+                formatter.write_dl(rows)
+        super().format_options(ctx, formatter)
+
+
 class _Commands(click.Group):
     """Every failure a user can cause (bad input, a file that cannot be read or written, a damaged
     work dir) ends as one ``error:`` line and exit status 2; exit 1 stays "the result failed"."""
+
+    command_class = _Command
 
     def invoke(self, ctx: click.Context):
         try:
@@ -43,39 +273,13 @@ def main() -> None:
     """Build, check and publish the OrandCar rejection-sampled VLM dataset."""
 
 
-def _engine_options(pairs: tuple[str, ...]) -> dict:
-    """``KEY=VALUE`` pairs; a VALUE that parses as JSON is taken as such (numbers, true, lists)."""
-    import json
-
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--engine-option")
-        try:
-            options[key.replace("-", "_")] = json.loads(value)
-        except ValueError:
-            options[key.replace("-", "_")] = value
-    return options
-
-
 @main.command()
 @click.argument("pool", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Dataset folder to write.")
-@click.option("--work", type=click.Path(path_type=Path), default=Path("work"), show_default=True,
-              help="Work dir: caches, decisions, dropped items, report.")
-@click.option("--engine", "engine_name", default="rapidocr", show_default=True,
-              help="Engine that answers: rapidocr, replay, vllm, openai_compat.")
-@click.option("--replay", type=click.Path(path_type=Path), default=None,
-              help="Recorded generations for --engine replay (JSONL: id, text, finish_reason).")
-@click.option("--engine-option", "engine_option", multiple=True, metavar="KEY=VALUE",
-              help="Engine setting, repeatable (e.g. model=Qwen/Qwen3-VL-8B-Thinking, max_tokens=16384).")
+@work_option("Work dir: caches, decisions, dropped items, report.")
+@engine_options
 @click.option("--threads", type=int, default=None, help="CPU threads for the rapidocr engine.")
-@click.option("--judge", "judge_name", default="none", show_default=True,
-              help="Second-pass judge: none, same (the generation engine), or an engine name.")
-@click.option("--judge-replay", type=click.Path(path_type=Path), default=None,
-              help="Recorded judge replies for --judge replay (JSONL: id, text).")
-@click.option("--judge-option", "judge_option", multiple=True, metavar="KEY=VALUE", help="Judge engine setting.")
+@judge_options()
 @click.option("--calibrate", type=int, default=0, show_default=True,
               help="Judge this many rule-accepted items and report agreement.")
 @click.option("--export-generations", type=click.Path(path_type=Path), default=None,
@@ -83,28 +287,13 @@ def _engine_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="Read only the first N pool lines.")
 @click.option("--max-shard-bytes", type=click.IntRange(min=1), default=None, help="Upper bound of one parquet shard.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the generation cache.")
-@click.option("--max-image-bytes", type=click.IntRange(min=1), default=None,
-              help="Largest image file read, in bytes (default 64 MiB); larger ones are dropped unread.")
-@click.option("--image-read-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds one image file may take to read (default 60).")
-@click.option("--allow-outside-paths", is_flag=True,
-              help="Let pool lines name images (and source.image files) outside the pool file's folder.")
-@click.option("--admit-workers", type=click.IntRange(min=1), default=None,
-              help="Processes that read, decode and hash the pool's images (default: the CPUs, at most 8; "
-                   "1: in the build's own process). The result is the same for any number.")
-@click.option("--progress/--no-progress", default=True, show_default=True)
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Where generation runs: in this process, or on a Ray cluster (the 'ray' extra).")
-@click.option("--ray-address", default=None,
-              help="Ray cluster to join (auto, HOST:PORT, ray://HOST:10001); default: start a local one.")
-@click.option("--engine-replicas", type=int, default=1, show_default=True,
-              help="Ray: engine actors, each loading one engine (a vLLM model loads once per replica).")
-@click.option("--gpus-per-replica", type=float, default=0.0, show_default=True,
-              help="Ray: GPUs reserved for each engine actor.")
+@admission_options
+@progress_option
+@executor_options
 @click.option("--recipe", "recipe_path", type=click.Path(path_type=Path), default=None,
               help="Build recipe (TOML): dataset and card, engine, judge, calibration, families. Flags given "
                    "here override it; --engine replaces its whole engine section.")
-@click.option("--repo", "repo_id", default=None, help="Hub id the card names (ORG/NAME); overrides the recipe's.")
+@repo_option("Hub id the card names; overrides the recipe's.")
 def build(pool, out, work, engine_name, replay, engine_option, threads, judge_name, judge_replay, judge_option,
           calibrate, export_generations, limit, max_shard_bytes, no_cache, max_image_bytes, image_read_timeout,
           allow_outside_paths, admit_workers, progress, executor, ray_address, engine_replicas, gpus_per_replica,
@@ -138,14 +327,10 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
     if repo_id is not None:
         check_repo_id(repo_id)
     recipe = read_recipe(recipe_path) if recipe_path is not None else None
-    options = _engine_options(engine_option)
-    judge_options = _engine_options(judge_option)
-    if replay is not None:
-        options["replay"] = replay
-    if judge_replay is not None:
-        judge_options["replay"] = judge_replay
+    options = _settings(engine_option, replay)
+    judge_settings = _settings(judge_option, judge_replay)
     resolved = resolve(recipe, engine=engine_name if given("engine_name") else None, engine_options=options,
-                       judge=judge_name if given("judge_name") else None, judge_options=judge_options,
+                       judge=judge_name if given("judge_name") else None, judge_options=judge_settings,
                        calibration=calibrate if given("calibrate") else None, repo=repo_id)
     engine_name, judge_name, calibrate = resolved.engine["name"], resolved.judge["name"], resolved.calibration
     if threads and engine_name == "rapidocr":
@@ -197,7 +382,7 @@ def validate(folder, exhaustive):
 
 
 @main.command("check-answer")
-@click.option("--family", required=True, help="Family of the item (selects the rule).")
+@family_option("Family of the item (selects the rule).", required=True)
 @click.option("--answer", required=True, help="The model's answer.")
 @click.option("--reference", "references", multiple=True, required=True, help="A reference answer (repeatable).")
 @click.option("--option", "options", multiple=True, help="A multiple-choice option text, in letter order (repeatable).")
@@ -244,20 +429,20 @@ def recheck(folder, workers, limit):
 
 
 @main.command("import")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(["llava", "folder", "hf", "jsonl"]))
+@click.argument("fmt", metavar="FORMAT", type=IMPORT_FORMAT_CHOICE)
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Pool file to write (JSONL).")
-@click.option("--family", default=None, help="Family of every imported item.")
+@family_option("Family of every imported item.")
 @click.option("--dataset", default=None, help="source.dataset of every item.")
 @click.option("--split", default=None, help="source.split of every item.")
 @click.option("--question", default=None, help="The question (folder format) or a fallback question.")
 @click.option("--origin", default=None, help="source.origin: 'benchmark' or the name of a mixed pool.")
-@click.option("--column", "columns", multiple=True, metavar="FIELD=COLUMN",
+@click.option("--column", "columns", type=KeyValue(), multiple=True, metavar="FIELD=COLUMN",
               help="hf format: map a pool field to a dataset column (repeatable).")
-@click.option("--family-map", "family_map", multiple=True, metavar="SOURCE=FAMILY",
+@click.option("--family-map", "family_map", type=KeyValue(), multiple=True, metavar="SOURCE=FAMILY",
               help="llava format: map a record's source/origin to a family (repeatable).")
 def import_cmd(fmt, source, out, family, dataset, split, question, origin, columns, family_map):
-    """Convert SOURCE in FORMAT (llava, folder, hf, jsonl) to the native pool file OUT.
+    """Convert SOURCE in FORMAT (one of the import formats listed below) to the native pool file OUT.
 
     \b
     Example:
@@ -268,9 +453,9 @@ def import_cmd(fmt, source, out, family, dataset, split, question, origin, colum
 
     options = dict(family=family, dataset=dataset, split=split, question=question, origin=origin)
     if columns:
-        options["columns"] = dict(_pairs(columns, "--column"))
+        options["columns"] = dict(columns)
     if family_map:
-        options["family_map"] = dict(_pairs(family_map, "--family-map"))
+        options["family_map"] = dict(family_map)
     try:
         report = import_source(fmt, source, out, **options)
     except OrandCarError as exc:
@@ -278,53 +463,38 @@ def import_cmd(fmt, source, out, family, dataset, split, question, origin, colum
     click.echo(format_import_report(report))
 
 
-def _pairs(values, option):
-    for value in values:
-        key, sep, target = value.partition("=")
-        if not sep or not key or not target:
-            raise click.BadParameter(f"{value!r} is not KEY=VALUE", param_hint=option)
-        yield key, target
-
-
 @main.command("clean")
 @click.argument("pool", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Cleaned pool file to write.")
-@click.option("--allow-outside-paths", is_flag=True,
-              help="Let pool lines name images (and source.image files) outside the pool file's folder.")
-def clean_cmd(pool, out, allow_outside_paths):
+@admission_options
+def clean_cmd(pool, out, max_image_bytes, image_read_timeout, allow_outside_paths, admit_workers):
     """Apply the cleaning policy to POOL on its own: write the admitted items to OUT and every
     dropped item, with its reason, beside it; print the measured figures."""
-    import json
-
     from .clean import clean_pool
-    from .images import ImagePolicy
+    from .pool.prefetch import check_workers, default_workers
 
+    images = _image_policy(max_image_bytes, image_read_timeout, allow_outside_paths)
+    workers = check_workers(admit_workers if admit_workers is not None else default_workers())
     try:
-        report = clean_pool(pool, out, images=ImagePolicy(allow_outside_paths=allow_outside_paths))
+        report = clean_pool(pool, out, images=images, workers=workers)
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(json.dumps(report, indent=2, ensure_ascii=False))
 
 
 @main.command()
-@click.option("--work", type=click.Path(path_type=Path, exists=True, file_okay=False), default=Path("work"),
-              show_default=True, help="Work dir of a finished build (reads decisions.parquet).")
+@work_option("Work dir of a finished build (reads decisions.parquet).", existing=True)
 @click.option("-n", "--n", "n", type=int, default=60, show_default=True, help="Items to sample.")
-@click.option("--judge", "judge_name", required=True, help="Judge engine: replay, vllm, openai_compat.")
-@click.option("--judge-replay", type=click.Path(path_type=Path), default=None, help="Recorded judge replies.")
-@click.option("--judge-option", "judge_option", multiple=True, metavar="KEY=VALUE", help="Judge engine setting.")
+@judge_options(engines_only=True)
 def calibrate(work, n, judge_name, judge_replay, judge_option):
     """Run the judge over N items the string rule accepted and report agreement (k/N), the
     disagreements, and the judge's agreement per family. Verdicts are cached in the work dir."""
-    import json
-
     from . import judge as judging
     from .cache import GenerationCache, generate_cached
     from .engines import create_engine
+    from .files import write_text_atomic
 
-    options = _engine_options(judge_option)
-    if judge_replay is not None:
-        options["replay"] = judge_replay
+    options = _settings(judge_option, judge_replay)
     decisions = work / "decisions.parquet"
     if not decisions.is_file():
         _fail(f"{decisions}: not found; run orandcar build with this work dir first")
@@ -335,15 +505,14 @@ def calibrate(work, n, judge_name, judge_replay, judge_option):
             report = judging.calibrate(engine, items, n, generate=lambda e, r: generate_cached(e, r, cache))
     except OrandCarError as exc:
         _fail(str(exc))
-    (work / "calibration.json").write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(work / "calibration.json", json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     click.echo(judging.format_calibration(report))
 
 
 @main.command()
 @click.argument("folder", type=click.Path(path_type=Path))
-@click.option("--work", type=click.Path(path_type=Path), default=Path("work"), show_default=True,
-              help="Work dir of the build that wrote FOLDER (its report.json holds the figures).")
-@click.option("--repo", "repo_id", default=None, help="Hub id for the card's load_dataset example (ORG/NAME).")
+@work_option("Work dir of the build that wrote FOLDER (its report.json holds the figures).")
+@repo_option("Hub id for the card's load_dataset example.")
 @click.option("--options", "options_path", type=click.Path(path_type=Path), default=None,
               help="YAML of card options: pretty_name, license, license_name, license_link, language, "
                    "task_categories, tags, gated, gated_heading, gated_prompt, gated_fields, gated_button.")
@@ -370,8 +539,7 @@ def card(folder, work, repo_id, options_path):
 
 @main.command()
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option("--work", type=click.Path(path_type=Path), default=Path("work"), show_default=True,
-              help="Work dir of the build that wrote OUT (report.json, decisions.parquet, dropped.jsonl).")
+@work_option("Work dir of the build that wrote OUT (report.json, decisions.parquet, dropped.jsonl).")
 @click.option("-o", "--output", "target", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="HTML file to write [default: WORK/report.html].")
 @click.option("--samples", "per_kind", type=click.IntRange(min=0), default=3, show_default=True,
@@ -399,16 +567,16 @@ def report(out, work, target, per_kind):
 
 @main.command()
 @click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--repo", "repo_id", required=True, help="Dataset repo on the Hub, ORG/NAME.")
+@repo_option("Dataset repo on the Hub.", required=True)
 @click.option("--revision", default=None, help="Branch to push to (created from main when missing).")
 @click.option("--tag", default=None, help="Tag the pushed commit, e.g. v1.0.")
-@click.option("--gated", type=click.Choice(["auto", "manual"]), default="auto", show_default=True,
+@click.option("--gated", type=GATING_CHOICE, default="auto", show_default=True,
               help="Access requests approved automatically or by hand.")
 @click.option("--private", is_flag=True, help="Create the repo private.")
 @click.option("--dry-run", is_flag=True, help="List what would be uploaded and changed; touch nothing.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Seconds each Hub request may wait to connect, read or write before the push stops.")
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@progress_option
 def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, progress):
     """Validate FOLDER and publish it to the gated dataset repo REPO.
 
@@ -446,8 +614,6 @@ def diff_cmd(old, new, as_json):
         orandcar diff OrandCar-old OrandCar
         orandcar diff my-org/OrandCar@v1.0 my-org/OrandCar@v1.1 --json
     """
-    import json
-
     from .diff import diff as run_diff, format_diff
 
     result = run_diff(old, new)

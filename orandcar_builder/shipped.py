@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .errors import UnknownNameError
+
 SHIPPED_FOLDERS = ("dataset_card", "loading_script", "recipes")
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -17,7 +19,7 @@ _PACKAGE = Path(__file__).resolve().parent
 def shipped_dir(name: str) -> Path:
     """The folder ``name`` as installed with the package, else the one of this checkout."""
     if name not in SHIPPED_FOLDERS:
-        raise KeyError(f"unknown shipped folder {name!r} (known: {', '.join(SHIPPED_FOLDERS)})")
+        raise UnknownNameError("shipped folder", name, SHIPPED_FOLDERS)
     installed = _PACKAGE / "_shipped" / name
     if installed.is_dir():
         return installed

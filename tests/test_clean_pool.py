@@ -230,3 +230,24 @@ def test_ids_spilled_to_disk_clean_the_same(mixed_pool, tmp_path, monkeypatch):
         assert (tmp_path / "disk" / name).read_bytes() == (tmp_path / "memory" / name).read_bytes()
     assert {k: v for k, v in report.items() if k not in ("out", "dropped_file")} == \
         {k: v for k, v in expected.items() if k not in ("out", "dropped_file")}
+
+
+def test_the_cleaning_modules_import_no_name_from_their_package():
+    """``policy`` and ``pool_file`` sit below ``clean/__init__`` (which re-exports them): they import
+    sibling modules only, never a name the package defines, so no late import is needed."""
+    import ast
+    import pkgutil
+
+    import orandcar_builder.clean as package
+
+    siblings = {info.name for info in pkgutil.iter_modules(package.__path__)}
+    assert {"policy", "pool_file"} <= siblings
+    for name in ("policy", "pool_file"):
+        tree = ast.parse((Path(package.__path__[0]) / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None:
+                assert {alias.name for alias in node.names} <= siblings, (name, ast.unparse(node))
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module != "orandcar_builder.clean", (name, ast.unparse(node))
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is not None:
+                assert node.module in siblings, (name, ast.unparse(node))

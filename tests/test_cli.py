@@ -108,3 +108,126 @@ def test_calibrate_from_a_work_dir(tmp_path, sample_build):
     expected = sum(item.item_id not in wrong for item in sample)
     assert report["n"] == 10 and report["agreed"] == expected < 10
     assert f"{expected}/10" in res.output
+
+
+# --- choices come from the registries: a name registered there needs no CLI edit -----------------
+
+def import_one_line(source, writer, *, family="scene_text", dataset=None, split=None, question=None, origin=None):
+    """A stand-in importer registered by the test below: one pool line per ``*.png`` in ``source``."""
+    for image in sorted(source.glob("*.png")):
+        writer.write({"id": image.stem, "image": writer.relative(image), "question": question or "What is written?",
+                      "answer": image.stem.upper(), "family": family,
+                      "source": {"dataset": dataset or "stand-in", "split": split or "test"}}, where=str(image))
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """A stand-in engine, executor, family and import format, each only added to its registry."""
+    from orandcar_builder.engines import ENGINES
+    from orandcar_builder.executors import EXECUTORS
+    from orandcar_builder.families import FAMILIES, Family
+    from orandcar_builder.pool import IMPORTERS
+
+    monkeypatch.setitem(ENGINES, "stand_in_engine", ENGINES["replay"])
+    monkeypatch.setitem(EXECUTORS, "stand_in_executor", EXECUTORS["local"])
+    monkeypatch.setitem(FAMILIES, "stand_in_family",
+                        Family("stand_in_family", rule="exact", instruction="", description="a test family"))
+    monkeypatch.setitem(IMPORTERS, "stand_in_format", f"{__name__}:import_one_line")
+
+
+def test_registered_names_appear_in_help(registered):
+    build_help = run("build", "--help").output
+    engine_line = re.search(r"--engine \[(.*?)\]", build_help).group(1).split("|")
+    judge_line = re.search(r"--judge \[(.*?)\]", build_help).group(1).split("|")
+    executor_line = re.search(r"--executor \[(.*?)\]", build_help).group(1).split("|")
+    assert engine_line == ["rapidocr", "replay", "openai_compat", "vllm", "stand_in_engine"]
+    assert judge_line == ["none", "same"] + engine_line
+    assert executor_line == ["local", "ray", "stand_in_executor"]
+    assert "stand_in_engine" in re.search(r"--judge \[(.*?)\]", run("calibrate", "--help").output).group(1)
+    assert "stand_in_family" in re.search(r"--family \[(.*?)\]", run("check-answer", "--help").output).group(1)
+    import_help = run("import", "--help").output
+    assert "stand_in_family" in re.search(r"--family \[(.*?)\]", import_help).group(1)
+    assert re.search(r"FORMAT +one of: llava, folder, hf, jsonl, stand_in_format\n", import_help), import_help
+
+
+def test_unregistered_names_are_refused_with_a_suggestion():
+    res = run("build", "pool.jsonl", "-o", "out", "--engine", "stand_in_engine")
+    assert res.exit_code == 2 and "unknown engine 'stand_in_engine'" in res.output
+    res = run("build", "pool.jsonl", "-o", "out", "--judge", "sme")
+    assert res.exit_code == 2 and "unknown judge 'sme'; did you mean 'same'?" in res.output
+    res = run("build", "pool.jsonl", "-o", "out", "--executor", "rya")
+    assert res.exit_code == 2 and "unknown executor 'rya'; did you mean 'ray'?" in res.output
+    res = run("import", "jsnol", "src", "-o", "p.jsonl")
+    assert res.exit_code == 2 and "unknown import format 'jsnol'; did you mean 'jsonl'?" in res.output
+    res = run("calibrate", "--judge", "none")  # calibrate needs a judge engine: none/same are build's
+    assert res.exit_code == 2 and "unknown engine 'none'" in res.output
+
+
+def test_registered_engine_judge_and_executor_reach_the_build(registered, monkeypatch, tmp_path):
+    from orandcar_builder import build as build_module
+
+    seen = {}
+
+    def fake_build(pool, out, **kwargs):
+        seen.update(kwargs, pool=pool, out=out)
+        return build_module.BuildResult(out=out, work=kwargs["work"], report={})
+
+    monkeypatch.setattr(build_module, "build", fake_build)
+    monkeypatch.setattr(build_module, "format_summary", lambda result: "summary")
+    res = run("build", tmp_path / "pool.jsonl", "-o", tmp_path / "out", "--engine", "stand_in_engine",
+              "--engine-option", "replay=gens.jsonl", "--engine-option", "max-tokens=16", "--judge",
+              "stand_in_engine", "--judge-option", "replay=verdicts.jsonl", "--executor", "stand_in_executor")
+    assert res.exit_code == 0, res.output
+    assert seen["recipe"].engine == {"name": "stand_in_engine", "replay": "gens.jsonl", "max_tokens": 16}
+    assert seen["recipe"].judge == {"name": "stand_in_engine", "replay": "verdicts.jsonl"}
+    assert seen["executor"] == "stand_in_executor"
+
+
+def test_registered_family_is_checked_by_its_rule(registered):
+    passed = run("check-answer", "--family", "stand_in_family", "--answer", "Paris", "--reference", "Paris")
+    assert passed.exit_code == 0 and re.search(r"^rule: +exact\b", passed.output, re.MULTILINE), passed.output
+    res = run("check-answer", "--family", "stand_in_family", "--answer", "paris!", "--reference", "Paris")
+    assert res.exit_code == 1 and re.search(r"^rule: +exact\b", res.output, re.MULTILINE), res.output
+
+
+def test_registered_import_format_runs(registered, tmp_path):
+    for name in ("abc", "xyz"):
+        write_png(tmp_path / "src" / f"{name}.png")
+    pool = tmp_path / "pool.jsonl"
+    res = run("import", "stand_in_format", tmp_path / "src", "-o", pool, "--family", "stand_in_family")
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(line) for line in pool.read_text().splitlines()]
+    assert [(line["id"], line["answer"], line["family"]) for line in lines] == [
+        ("abc", "ABC", "stand_in_family"), ("xyz", "XYZ", "stand_in_family")]
+
+
+# --- the shared option groups ------------------------------------------------------------------
+
+def test_key_value_options_are_checked_where_they_are_parsed(tmp_path):
+    res = run("build", tmp_path / "p.jsonl", "-o", tmp_path / "o", "--engine-option", "novalue")
+    assert res.exit_code == 2 and "'novalue' is not KEY=VALUE" in res.output and "--engine-option" in res.output
+    res = run("import", "hf", tmp_path, "-o", tmp_path / "p.jsonl", "--column", "question=")
+    assert res.exit_code == 2 and "'question=' is not KEY=VALUE" in res.output and "--column" in res.output
+
+
+def test_clean_takes_builds_admission_options(tmp_path):
+    """``clean`` admits a pool as ``build`` does: the same image policy and workers, with the same effect."""
+    write_png(tmp_path / "small.png")
+    write_png(tmp_path / "big.png", size=(64, 64))
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps({"id": name, "image": f"{name}.png", "family": "scene_text",
+                                        "question": "What is written?", "answer": name}) + "\n"
+                            for name in ("small", "big")))
+    limit = (tmp_path / "small.png").stat().st_size
+    assert (tmp_path / "big.png").stat().st_size > limit
+    outputs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"clean{workers}" / "clean.jsonl"
+        res = run("clean", pool, "-o", out, "--max-image-bytes", limit, "--admit-workers", workers)
+        assert res.exit_code == 0, res.output
+        assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["small"]
+        dropped = [json.loads(line) for line in (out.parent / "dropped.jsonl").read_text().splitlines()]
+        assert [d["id"] for d in dropped] == ["big"]
+        outputs.append((out.read_text().replace(f"clean{workers}", ""), json.loads(res.output)["lines_dropped"]))
+    assert outputs[0] == outputs[1]
+    assert run("clean", pool, "-o", tmp_path / "c.jsonl", "--admit-workers", "0").exit_code == 2

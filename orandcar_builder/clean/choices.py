@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from ..prompts import OPTION_LETTERS, has_lettered_block, option_block
+from ..prompts import has_lettered_block, option_block
+from ..vocab import OPTION_LETTERS
 
 REASON = "mc_unresolvable"
 BAD_OPTIONS = "mc_bad_options"  # a blank option, or two options with the same text

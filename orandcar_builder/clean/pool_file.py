@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Iterator, Optional, Union
 
 from ..errors import OrandCarError
+from ..files import replaced_on_success
 from ..images import ImagePolicy
 from ..pool.jsonl import SOURCE_FIELDS, encode_pool_line, read_pool
 from ..records import Admitted, Dropped, PoolItem
+from .policy import DROP_REASONS, clean
+from .purity import measure_pool_file
 
 DROPPED_FILE = "dropped.jsonl"
 
@@ -36,9 +39,6 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     (``pool.jsonl.read_pool``); ``workers`` > 1 checks them on that many processes, with the same
     records.
     """
-    from . import clean  # the package defines clean(); imported here to avoid a cycle
-    from .purity import measure_pool_file
-
     pool = Path(pool)
     read_drops: list[Dropped] = []
 
@@ -82,15 +82,14 @@ def cleaned_line(admitted: Admitted, pool_dir: str, out_dir: str) -> str:
 
 
 def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None,
-               images: Optional[ImagePolicy] = None) -> dict:
+               images: Optional[ImagePolicy] = None, workers: int = 1) -> dict:
     """Clean ``pool`` into ``out`` (admitted items) and ``dropped`` (default: ``dropped.jsonl``
     beside ``out``); return the cleaning report with the line accounting. ``images`` bounds and
-    confines the image files (default: inside the pool file's folder).
+    confines the image files (default: inside the pool file's folder); ``workers`` > 1 reads and
+    checks them on that many processes (``clean_lines``), with the same result.
 
     Both files are written under a temporary name and renamed when complete.
     """
-    from . import DROP_REASONS
-
     pool, out = Path(pool), Path(out)
     dropped = Path(dropped) if dropped is not None else out.parent / DROPPED_FILE
     if not pool.is_file():
@@ -102,25 +101,20 @@ def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None,
 
     report: dict = {}
     out_dir, pool_dir = os.path.abspath(out.parent), os.path.abspath(pool.parent)
-    partial_out, partial_dropped = out.with_name(out.name + ".partial"), dropped.with_name(dropped.name + ".partial")
     admitted = 0
     read_reasons: Counter = Counter()
     cleaned_drops: Counter = Counter()
-    try:
+    # Both files are renamed into place only when every line is written (out first, then dropped).
+    with replaced_on_success(dropped) as partial_dropped, replaced_on_success(out) as partial_out:
         with open(partial_out, "w", encoding="utf-8", newline="\n") as out_fh, \
                 open(partial_dropped, "w", encoding="utf-8", newline="\n") as dropped_fh:
-            for record in clean_lines(pool, report, images=images):
+            for record in clean_lines(pool, report, images=images, workers=workers):
                 if isinstance(record, Admitted):
                     out_fh.write(cleaned_line(record, pool_dir, out_dir) + "\n")
                     admitted += 1
                 else:
                     dropped_fh.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
                     (cleaned_drops if record.reason in DROP_REASONS else read_reasons)[record.reason] += 1
-        os.replace(partial_out, out)
-        os.replace(partial_dropped, dropped)
-    finally:
-        partial_out.unlink(missing_ok=True)
-        partial_dropped.unlink(missing_ok=True)
 
     read_dropped = sum(read_reasons.values())
     report.setdefault("items", 0)

@@ -10,12 +10,11 @@ cleaning stage can check the file still holds those bytes.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
 
 from ..errors import OrandCarError, UnknownNameError
-from ..images import sha256_bytes
+from ..files import image_format, sha256_bytes, write_bytes_atomic
 from ..records import BENCHMARK_ORIGIN
 
 # Pool field -> dataset column, unless the caller's ``columns`` says otherwise.
@@ -24,25 +23,14 @@ DEFAULT_COLUMNS = {"image": "image", "question": "question", "answer": "answer",
 REQUIRED_COLUMNS = ("image", "answer")  # question may be fixed text instead
 DEFAULT_IMAGES_DIR = "images"
 FILE_BUILDERS = {".parquet": "parquet", ".arrow": "arrow"}
-# File signatures for naming written images; the bytes themselves are never touched.
-IMAGE_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", ".png"),
-    (b"\xff\xd8\xff", ".jpg"),
-    (b"GIF87a", ".gif"),
-    (b"GIF89a", ".gif"),
-    (b"BM", ".bmp"),
-    (b"II*\x00", ".tif"),
-    (b"MM\x00*", ".tif"),
-)
 
 
 def image_suffix(data: bytes, original_name: Optional[str] = None) -> str:
-    """The file extension for ``data``: its signature, else the original name's, else ``.img``."""
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return ".webp"
-    for magic, suffix in IMAGE_MAGIC:
-        if data.startswith(magic):
-            return suffix
+    """The file extension for ``data``: its signature (``files.image_format``), else the original
+    name's, else ``.img``. Only the name is chosen from it; the bytes themselves are never touched."""
+    known = image_format(data)
+    if known is not None:
+        return known[1]
     ext = os.path.splitext(original_name or "")[1].lower()
     return ext if ext else ".img"
 
@@ -117,10 +105,7 @@ def store_image(data: bytes, target: Path) -> bool:
     written now. Goes through a temporary file, so a crash never leaves a half-written image."""
     if target.exists():
         return False
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, target)
+    write_bytes_atomic(target, data)
     return True
 
 

@@ -13,9 +13,11 @@ after the first with that id as ``duplicate_id``.
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Optional
 
+from ..files import replaced_on_success
 from .jsonl import PoolLineError, encode_pool_line, parse_pool_line
 from .report import ImportProblem, ImportReport, problems_path_for
 
@@ -27,22 +29,23 @@ class PoolWriter:
         self.out = Path(out)
         self.base = os.path.abspath(self.out.parent)
         self.report = report
-        self._partial = self.out.with_name(self.out.name + ".partial")
         self._fh = None
+        self._stack = ExitStack()
 
     def __enter__(self) -> "PoolWriter":
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.report.problems_path = str(problems_path_for(self.out))
-        self._fh = open(self._partial, "w", encoding="utf-8", newline="\n")
+        with ExitStack() as stack:
+            # Undone in reverse on exit: the file closes, the report closes, then the partial file
+            # is renamed over ``out`` (or removed if the import failed).
+            partial = stack.enter_context(replaced_on_success(self.out))
+            stack.callback(self.report.close)
+            self._fh = stack.enter_context(open(partial, "w", encoding="utf-8", newline="\n"))
+            self._stack = stack.pop_all()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._fh.close()
-        self.report.close()
-        if exc_type is None:
-            os.replace(self._partial, self.out)
-        else:
-            self._partial.unlink(missing_ok=True)
+        self._stack.__exit__(exc_type, exc, tb)
 
     def relative(self, path: str | os.PathLike) -> str:
         """``path`` as the pool records it: relative to the pool file's directory, with '/'."""
