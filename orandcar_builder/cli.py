@@ -418,7 +418,7 @@ def recheck(folder, workers, limit):
 
     Reports, per config and family, how many decisions agree; exits 1 on any disagreement.
     """
-    from .verify.recheck import format_recheck, recheck as run_recheck
+    from .dataset.recheck import format_recheck, recheck as run_recheck
 
     try:
         report = run_recheck(folder, workers=workers)
@@ -490,7 +490,8 @@ def calibrate(work, n, judge_name, judge_replay, judge_option):
     """Run the judge over N items the string rule accepted and report agreement (k/N), the
     disagreements, and the judge's agreement per family. Verdicts are cached in the work dir."""
     from . import judge as judging
-    from .cache import GenerationCache, generate_cached
+    from .cache import GenerationCache
+    from .executors.generation import generate_through_cache
     from .engines import create_engine
     from .files import write_text_atomic
 
@@ -502,7 +503,7 @@ def calibrate(work, n, judge_name, judge_replay, judge_option):
         engine = create_engine(judge_name, **options)
         items = judging.accepted_items_from_decisions(decisions)
         with GenerationCache(work / "cache" / "generations.sqlite") as cache:
-            report = judging.calibrate(engine, items, n, generate=lambda e, r: generate_cached(e, r, cache))
+            report = judging.calibrate(engine, items, n, generate=lambda e, r: generate_through_cache(e, r, cache))
     except OrandCarError as exc:
         _fail(str(exc))
     write_text_atomic(work / "calibration.json", json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")

@@ -31,7 +31,7 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from .dataset.layout import README
 from .errors import OrandCarError
-from .release import card_settings, split_card
+from .dataset.cardfile import card_settings, split_card
 from .vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIGS, REJECTED, SHARD_NAME
 
 ACCEPTED_CONFIG = CONFIG_NOTHINK  # holds every accepted QA item once (RS_think holds the same items)

@@ -521,7 +521,8 @@ def release_card(folder: Path, api: HfApi, repo_id: str, remote: RemoteState, ta
     untagged push does not drop the history a rebuilt card does not know.
     """
     from .diff import Side, diff_sides, open_side
-    from .release import card_versions, split_card, version_entry, with_versions
+    from .dataset.cardfile import card_versions, split_card
+    from .release import version_entry, with_versions
 
     readme = folder / README
     local_text = readme.read_text(encoding="utf-8")

@@ -14,7 +14,8 @@ from PIL import Image
 
 from orandcar_builder.build import build
 from orandcar_builder.cli import main
-from orandcar_builder.dataset.features import CONFIGS, features
+from orandcar_builder.dataset.features import features
+from orandcar_builder.vocab import CONFIGS
 
 from .conftest import SAMPLES, write_png, write_pool
 
@@ -174,7 +175,7 @@ def test_cli_build_and_validate(tmp_path):
 def test_prose_options_are_normalised_and_decided_by_the_choice_rule(tmp_path):
     """A vqa item whose options were flattened into prose: cleaning renders a lettered block and
     rewrites the reference to a letter; the choice rule decides it and recheck agrees."""
-    from orandcar_builder.verify.recheck import recheck
+    from orandcar_builder.dataset.recheck import recheck
 
     write_png(tmp_path / "img" / "shapes.png")
     pool = write_pool(tmp_path / "pool.jsonl", [

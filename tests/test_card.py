@@ -33,7 +33,8 @@ from orandcar_builder.card import (
     write_card,
 )
 from orandcar_builder.build import build
-from orandcar_builder.dataset.features import CONFIGS, features
+from orandcar_builder.dataset.features import features
+from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.dataset.validate import read_card_yaml, validate_folder
 
 from .conftest import SAMPLES

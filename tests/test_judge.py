@@ -9,13 +9,13 @@ import pytest
 
 from orandcar_builder.errors import OrandCarError
 from orandcar_builder.images import ImageRef
+from orandcar_builder.vocab import VERDICT_CORRECT as CORRECT
+from orandcar_builder.vocab import VERDICT_UNSURE as UNSURE
+from orandcar_builder.vocab import VERDICT_WRONG as WRONG
 from orandcar_builder.judge import (
-    CORRECT,
     JUDGE_FAMILY,
     JUDGE_PROMPT_TEMPLATE,
     JUDGE_PROMPT_VERSION,
-    UNSURE,
-    WRONG,
     CalibrationReport,
     JudgeItem,
     calibrate,

@@ -8,7 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orandcar_builder.judge import CORRECT, LABELS, UNSURE, WRONG, parse_verdict
+from orandcar_builder.judge import parse_verdict
+from orandcar_builder.vocab import VERDICT_CORRECT as CORRECT
+from orandcar_builder.vocab import VERDICT_LABELS as LABELS
+from orandcar_builder.vocab import VERDICT_UNSURE as UNSURE
+from orandcar_builder.vocab import VERDICT_WRONG as WRONG
 
 U = (UNSURE, False)  # unparseable
 

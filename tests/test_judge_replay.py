@@ -6,15 +6,12 @@ import json
 
 import pytest
 
-from orandcar_builder import route
 from orandcar_builder.cache import CacheStats, GenerationCache, generate_cached
 from orandcar_builder.engines.replay import ReplayEngine, ReplayMissingError
+from orandcar_builder.vocab import VERDICT_CORRECT as CORRECT
+from orandcar_builder.vocab import VERDICT_UNSURE as UNSURE
+from orandcar_builder.vocab import VERDICT_WRONG as WRONG
 from orandcar_builder.judge import (
-    CORRECT,
-    ROUTE_ACCEPTED,
-    ROUTE_REJECTED,
-    UNSURE,
-    WRONG,
     JudgeItem,
     calibrate,
     calibration_sample,
@@ -59,7 +56,6 @@ def test_promotion_paths_on_replay(judge_replay):
         ("accepted", None), ("rejected", "wrong_answer"), ("rejected", "unsure"),
         ("rejected", "unsure"), ("accepted", None),
     ]
-    assert (ROUTE_ACCEPTED, ROUTE_REJECTED) == (route.ACCEPTED, route.REJECTED)
 
 
 def test_a_truncated_recording_is_unparseable(tmp_path):

@@ -32,7 +32,8 @@ import yaml
 from PIL import Image as PILImage
 
 from tests.hubserver import HubServer, git_blob_id
-from orandcar_builder.dataset.features import CONFIGS, configs_block, features, qa_fields
+from orandcar_builder.dataset.features import configs_block, features, qa_fields
+from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.errors import OrandCarError
 from orandcar_builder.publish import (
     FileChange, HubPermissionError, HubTimeoutError, InvalidFolderError, UnexpectedFilesError, LocalFile, MissingTokenError, PushError, PushResult,

@@ -19,8 +19,8 @@ from orandcar_builder.cli import main
 from orandcar_builder.dataset.validate import validate_folder
 from orandcar_builder.families import FAMILIES
 from orandcar_builder.recipe import parse_recipe, read_recipe, resolve, shipped_recipe_path, tomllib
-from orandcar_builder.release import BUILD_KEY, split_card
-from orandcar_builder.verify.recheck import recheck
+from orandcar_builder.dataset.cardfile import BUILD_KEY, split_card
+from orandcar_builder.dataset.recheck import recheck
 
 from .conftest import REPO, SAMPLES
 

@@ -11,8 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orandcar_builder import records
-from orandcar_builder import route as route_package
 from orandcar_builder.images import ImageRef
 from orandcar_builder.records import OUTCOME_FIELDS, Outcome, outcome_from_record, outcome_record
 from orandcar_builder.route import RoutePlan, route
@@ -168,13 +166,3 @@ def test_outcome_record_round_trip(route_to):
 def test_empty_decisions(tmp_path):
     path = _write_decisions(tmp_path / "d.parquet", [], 10)
     assert all(list(RoutePlan(path).rows(c)) == [] for c in CONFIGS)
-
-
-def test_route_still_offers_the_names_callers_import_from_it():
-    """The record codec moved to ``records`` and the route names to ``vocab``; ``route`` re-exports
-    the very same objects, so ``from orandcar_builder.route import Outcome, ACCEPTED`` keeps working."""
-    for name in ("Outcome", "OUTCOME_FIELDS", "OUTCOME_COLUMNS", "SOURCE_TYPE", "outcome_record", "outcome_from_record"):
-        assert getattr(route_package, name) is getattr(records, name)
-    from orandcar_builder import vocab
-    for name in ("ACCEPTED", "REJECTED", "FAILED", "ROUTES", "CONFIG_ROUTE"):
-        assert getattr(route_package, name) is getattr(vocab, name)

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from orandcar_builder.cli import main
-from orandcar_builder.dataset.features import CONFIGS, features
+from orandcar_builder.dataset.features import features
+from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.dataset.validate import json_schema, validate_folder
 
 

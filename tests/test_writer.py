@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orandcar_builder.dataset.features import CONFIGS, features
+from orandcar_builder.dataset.features import features
+from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.dataset.writer import ROW_GROUP_SIZE, ConfigWriter, _row_bytes, write_dataset
 
 

@@ -11,10 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..engines.replay import recording_line
 from ..executors.base import CHUNK_SIZE
-from ..records import Generation
-from ..vocab import FINISH_REASONS
 
 
 class JsonlFile:
@@ -97,20 +94,3 @@ class WorkFiles:
         for f in self.files.values():
             if f is not None:
                 (f.abort if exc_type is not None else f.commit)()
-
-
-class ReplayExport(JsonlFile):
-    """A replay file of the generations, in pool order: each line is ``engines.replay.recording_line``
-    (the replay engine's own format; this class only adds the commit-on-success of the work files).
-    TEMPORARY until helper B's single recording writer lands in engines/replay.py: then this class
-    becomes that writer."""
-
-    def __init__(self, path: Path):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        super().__init__(path, fsync=True)
-
-    def add(self, generation: Generation, question: str) -> None:
-        if generation.finish_reason not in FINISH_REASONS:
-            raise ValueError(f"generation {generation.item_id!r} has finish_reason {generation.finish_reason!r}; "
-                             f"only {', '.join(FINISH_REASONS)} can be replayed")
-        self.fh.write(json.dumps(recording_line(generation, question), ensure_ascii=False, sort_keys=False) + "\n")

@@ -12,7 +12,8 @@ import yaml
 
 from ..dataset.features import configs_block
 from ..dataset.info import dataset_info
-from ..release import BUILD_KEY, build_settings, dump_header
+from ..dataset.cardfile import BUILD_KEY, dump_header
+from ..release import build_settings
 from .errors import CardError
 
 DEFAULT_REPO_ID = "ORG/OrandCar"

@@ -13,7 +13,8 @@ import jinja2
 
 from ..dataset.layout import EXAMPLES_DIR, README
 from ..files import write_bytes_atomic, write_text_atomic
-from ..release import CardFormatError, card_versions, reproduce_context, split_card, versions_section, with_versions
+from ..dataset.cardfile import CardFormatError, card_versions, split_card
+from ..release import reproduce_context, versions_section, with_versions
 from ..shipped import shipped_dir
 from ..vocab import CONFIGS
 from .errors import CardError

@@ -15,7 +15,7 @@ import yaml
 from datasets import Features
 
 from ..shipped import shipped_dir
-from ..vocab import CONFIGS, SPLIT  # noqa: F401  (SPLIT: importable from here, as before)
+from ..vocab import CONFIGS
 
 
 def loading_definition_path() -> Path:

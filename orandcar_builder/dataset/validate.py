@@ -32,13 +32,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import yaml
 
 from ..families import FAMILIES
 from ..parquetio import open_parquet
 from ..spill import SpillMap
 from ..verify import RULE_MODULES
 from ..vocab import CONFIG_REJECTED, CONFIGS, JUDGE_VERIFIER, SHARD_NAME, SPLIT
+from .cardfile import CardFormatError, recorded_families, split_card
 from .columnar import Unsupported, any_item, compile_schema
 from .features import configs_block, features
 from .info import arrow_bytes, dataset_info
@@ -76,17 +76,8 @@ def _columnar(config: str):
 
 
 def read_card_yaml(readme: Path) -> dict:
-    """The YAML header of a dataset card (between the leading ``---`` lines)."""
-    text = readme.read_text(encoding="utf-8")
-    if not text.startswith("---\n"):
-        raise ValueError("README.md has no YAML header (it must start with a '---' line)")
-    end = text.find("\n---", 4)
-    if end < 0:
-        raise ValueError("README.md's YAML header is not closed by a '---' line")
-    data = yaml.safe_load(text[4:end]) or {}
-    if not isinstance(data, dict):
-        raise ValueError("README.md's YAML header is not a mapping")
-    return data
+    """The YAML header of a dataset card (``cardfile.split_card``)."""
+    return split_card(readme.read_text(encoding="utf-8"), source=readme.name)[0]
 
 
 def row_as_json(row: dict) -> dict:
@@ -112,8 +103,8 @@ def _check_readme(folder: Path) -> tuple[dict | None, list[str]]:
         return None, ["README.md: missing"]
     try:
         header = read_card_yaml(readme)
-    except (ValueError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        return None, [f"README.md: {exc}"]
+    except (CardFormatError, UnicodeDecodeError) as exc:
+        return None, [str(exc) if isinstance(exc, CardFormatError) else f"README.md: {exc}"]
     expected = configs_block()
     if header.get("configs") != expected:
         return header, [f"README.md: configs block differs from loading_script/orandcar.yaml "
@@ -342,7 +333,6 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     # "config/sha256" -> where the image's first row in that config is. One map for the folder:
     # past its threshold it holds a fixed Bloom filter and page cache, paid once, not per config.
     from ..families import families_in_use
-    from ..release import recorded_families
 
     # a family the build's recipe added is known (the card records the recipe)
     with families_in_use(recorded_families(folder) if header is not None else None), SpillMap() as seen_images:

@@ -27,7 +27,6 @@ THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
 # The statuses are vocab's; these names stay importable from here for the decide step.
-STATUS_OK, STATUS_TRUNCATED, STATUS_NO_ANSWER = ANSWER_OK, TRUNCATED, NO_ANSWER
 STATUSES = ANSWER_STATUSES
 
 

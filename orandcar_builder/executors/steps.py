@@ -6,7 +6,7 @@ between stages as parquet rows:
 - ``work/admitted.parquet`` (ADMITTED_SCHEMA): an ``Admitted`` item per row
   (``admitted_row`` / ``admitted_from_row``);
 - ``work/decisions.parquet`` (DECISION_SCHEMA): one row per QA item in pool order: the outcome
-  (route.OUTCOME_FIELDS), the generation, the rule's decision (rule and version, the candidate
+  (records.OUTCOME_FIELDS), the generation, the rule's decision (rule and version, the candidate
   and the text it decided on, the final-answer extraction pattern and version), the judge's
   verdict, and for an item whose generation failed (route ``failed``) the error. An accepted
   ``answer`` is the decided text: the span of the reply's explicit final-answer statement when it
@@ -27,10 +27,8 @@ from ..families import rule_for
 from ..images import ImageRef
 from ..judge import candidate_answer, promotion
 from ..prompts import question_text
-from ..records import Admitted, Decision, Generation, PoolItem, Request, Source, Verdict
-# TEMPORARY: Outcome and its codec move to records.py (helper B); switch this one line to
-# ``from ..records import ...`` after that merge.
-from ..route import OUTCOME_FIELDS, Outcome, outcome_from_record, outcome_record
+from ..records import (OUTCOME_FIELDS, Admitted, Decision, Generation, Outcome, PoolItem, Request, Source, Verdict,
+                       outcome_from_record, outcome_record)
 from ..verify import verify
 from ..verify.candidates import strip_reasoning
 from ..vocab import (ACCEPTED, ANSWER_OK, DECISION_FAILED, FAILED, GENERATION_FAILED, JUDGE_VERIFIER, NO_ANSWER,

@@ -13,24 +13,20 @@ already accepted and reports how often the two agree.
 - ``calibration``: the sample of rule-accepted items, the agreement report and its text.
 """
 
-from ..vocab import ACCEPTED as ROUTE_ACCEPTED
 from ..vocab import JUDGE_FAMILY, JUDGE_VERIFIER
-from ..vocab import REJECTED as ROUTE_REJECTED
-from ..vocab import UNSURE as REASON_UNSURE
-from ..vocab import WRONG_ANSWER as REASON_WRONG
 from .calibration import (CALIBRATION_SAMPLE_SALT, CalibrationReport, CalibrationRow, accepted_items_from_decisions,
                           calibrate, calibration_sample, format_calibration, sample_key)
 from .prompt import (JUDGE_PROMPT_TEMPLATE, JUDGE_PROMPT_VERSION, REFERENCE_BLOCK, JudgeItem, JudgeItemLike,
                      as_judge_item, candidate_answer, judge_prompt, judge_request)
 from .run import GenerateFn, judge, needs_judge
-from .verdict import (CORRECT, LABELS, UNSURE, VERDICT_PARSER_VERSION, WRONG, JudgeVerdict, overturns_by_family,
+from .verdict import (VERDICT_PARSER_VERSION, JudgeVerdict, overturns_by_family,
                       parse_verdict, promotion, reply_after_reasoning, verdict_from_generation)
 
 __all__ = [
-    "CALIBRATION_SAMPLE_SALT", "CORRECT", "CalibrationReport", "CalibrationRow", "GenerateFn", "JUDGE_FAMILY",
+    "CALIBRATION_SAMPLE_SALT", "CalibrationReport", "CalibrationRow", "GenerateFn", "JUDGE_FAMILY",
     "JUDGE_PROMPT_TEMPLATE", "JUDGE_PROMPT_VERSION", "JUDGE_VERIFIER", "JudgeItem", "JudgeItemLike", "JudgeVerdict",
-    "LABELS", "REASON_UNSURE", "REASON_WRONG", "REFERENCE_BLOCK", "ROUTE_ACCEPTED", "ROUTE_REJECTED", "UNSURE",
-    "VERDICT_PARSER_VERSION", "WRONG", "accepted_items_from_decisions", "as_judge_item", "calibrate",
+    "REFERENCE_BLOCK",
+    "VERDICT_PARSER_VERSION", "accepted_items_from_decisions", "as_judge_item", "calibrate",
     "calibration_sample", "candidate_answer", "format_calibration", "judge", "judge_prompt", "judge_request",
     "needs_judge", "overturns_by_family", "parse_verdict", "promotion", "reply_after_reasoning", "sample_key",
     "verdict_from_generation",

@@ -10,7 +10,8 @@ from typing import Any, Iterable, Optional
 from ..verify.candidates import strip_reasoning
 from .prompt import JUDGE_PROMPT_VERSION, JudgeItem, JudgeItemLike, as_judge_item
 from .run import GenerateFn, judge
-from .verdict import CORRECT, VERDICT_PARSER_VERSION, JudgeVerdict
+from ..vocab import VERDICT_CORRECT
+from .verdict import VERDICT_PARSER_VERSION, JudgeVerdict
 
 CALIBRATION_SAMPLE_SALT = "orandcar-judge-calibration"
 
@@ -53,7 +54,7 @@ class CalibrationRow:
 
     @property
     def agrees(self) -> bool:
-        return self.verdict.label == CORRECT
+        return self.verdict.label == VERDICT_CORRECT
 
     def to_dict(self) -> dict:
         return {

@@ -9,9 +9,8 @@ from typing import Iterable, Optional, Union
 
 from ..records import Generation, Verdict
 from ..verify.candidates import strip_reasoning
-from ..vocab import (ACCEPTED, FINISH_LENGTH, REJECTED, UNSURE as REASON_UNSURE, VERDICT_CORRECT as CORRECT,
-                     VERDICT_LABELS as LABELS, VERDICT_UNSURE as UNSURE, VERDICT_WRONG as WRONG,
-                     WRONG_ANSWER as REASON_WRONG)
+from ..vocab import (ACCEPTED, FINISH_LENGTH, REJECTED, UNSURE, VERDICT_CORRECT, VERDICT_LABELS, VERDICT_UNSURE,
+                     VERDICT_WRONG, WRONG_ANSWER)
 
 VERDICT_PARSER_VERSION = "1"  # a change in how replies are read changes verdicts: bump it
 
@@ -56,10 +55,10 @@ def _word_label(match: re.Match) -> str:
     if word == "correct":
         if qualified:  # "partially correct", "not entirely correct"
             return _AMBIGUOUS
-        return WRONG if negated else CORRECT
+        return VERDICT_WRONG if negated else VERDICT_CORRECT
     if negated or qualified:  # "not wrong", "not incorrect", "partly wrong", "not unsure"
         return _AMBIGUOUS
-    return UNSURE if word == "unsure" else WRONG
+    return VERDICT_UNSURE if word == "unsure" else VERDICT_WRONG
 
 
 def _fragment_label(fragment: str) -> Optional[str]:
@@ -126,7 +125,7 @@ def parse_verdict(reply: str) -> tuple[str, bool]:
     """
     lines = [c for c in (_clean_line(raw) for raw in reply_after_reasoning(reply).splitlines()) if c]
     if not lines:
-        return UNSURE, False
+        return VERDICT_UNSURE, False
     label: Optional[str] = None
     for i in range(len(lines) - 1, -1, -1):
         label = _line_verdict(lines, i)
@@ -137,9 +136,9 @@ def parse_verdict(reply: str) -> tuple[str, bool]:
             break
     if label is None:
         label = _trailing_label(lines[-1])
-    if label in LABELS:
+    if label in VERDICT_LABELS:
         return label, True
-    return UNSURE, False
+    return VERDICT_UNSURE, False
 
 
 @dataclass(frozen=True)
@@ -154,7 +153,7 @@ def verdict_from_generation(generation: Generation) -> JudgeVerdict:
     of tokens is UNSURE and unparseable, whatever words its unfinished text contains."""
     raw = generation.text
     if generation.unsupported is not None or generation.finish_reason == FINISH_LENGTH:
-        return JudgeVerdict(UNSURE, raw, generation.model, parseable=False)
+        return JudgeVerdict(VERDICT_UNSURE, raw, generation.model, parseable=False)
     label, parseable = parse_verdict(raw)
     return JudgeVerdict(label, raw, generation.model, parseable=parseable)
 
@@ -164,11 +163,11 @@ def promotion(verdict: Union[Verdict, str]) -> tuple[str, Optional[str]]:
     rejected as ``wrong_answer`` and anything else (UNSURE, unparseable, an unknown label) as
     ``unsure``. A verdict may be given as its label."""
     label = verdict if isinstance(verdict, str) else verdict.label
-    if label == CORRECT:
+    if label == VERDICT_CORRECT:
         return ACCEPTED, None
-    if label == WRONG:
-        return REJECTED, REASON_WRONG
-    return REJECTED, REASON_UNSURE
+    if label == VERDICT_WRONG:
+        return REJECTED, WRONG_ANSWER
+    return REJECTED, UNSURE
 
 
 def overturns_by_family(rows: Iterable[tuple[str, Union[Verdict, str, None]]]) -> dict[str, dict[str, int]]:
@@ -185,5 +184,5 @@ def overturns_by_family(rows: Iterable[tuple[str, Union[Verdict, str, None]]]) -
         if route == ACCEPTED:
             counts["promoted"] += 1
         else:
-            counts["wrong" if reason == REASON_WRONG else "unsure"] += 1
+            counts["wrong" if reason == WRONG_ANSWER else "unsure"] += 1
     return dict(sorted(out.items()))

@@ -17,6 +17,7 @@ from typing import Optional
 
 from ...cache import CacheStats, GenerationCache
 from ...engines import create_engine
+from ...engines.replay import ReplayWriter
 from ...executors import EngineFactory, GenerationJob
 from ...executors.base import CHUNK_SIZE
 from ...executors.ordering import sort_by_order
@@ -25,7 +26,7 @@ from ...parquetio import open_parquet
 from ...vocab import FAILED
 from ..config import BuildError
 from ..work import BuildWork, GenerationFacts, StageReport
-from ..workfiles import JsonlFile, ParquetFile, ReplayExport, WorkFiles
+from ..workfiles import JsonlFile, ParquetFile, WorkFiles
 
 
 def open_engines(work: BuildWork) -> None:
@@ -112,7 +113,7 @@ def side_files(work: Path, export_generations: Optional[Path]) -> GenerationFact
     with WorkFiles(prompts=JsonlFile(work / "prompts.jsonl"),
                    unsupported=JsonlFile(work / "unsupported.jsonl"),
                    failed=JsonlFile(work / "failed.jsonl"),
-                   export=ReplayExport(export_generations) if export_generations is not None else None) as files:
+                   export=ReplayWriter(export_generations) if export_generations is not None else None) as files:
         for batch in open_parquet(work / "decisions.parquet").iter_batches(batch_size=CHUNK_SIZE):
             for row in batch.to_pylist():
                 if row["route"] == FAILED:

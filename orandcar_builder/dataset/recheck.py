@@ -32,11 +32,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import OrandCarError, UnknownNameError
-from ..families import rule_for
+from ..families import families_in_use, rule_for
 from ..parquetio import open_parquet
 from ..vocab import (ACCEPTED_CONFIGS, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_THINK, CONFIGS, COUNTED_REASONS,
                      JUDGE_VERIFIER, RECHECKED_REASONS, SHARD_GLOB)
-from . import verify
+from ..verify import verify
+from .cardfile import recorded_families
 
 BATCH_ROWS = 4096
 QA_FIELDS = {
@@ -215,9 +216,6 @@ def _rule_of(family: str, has_options: bool) -> tuple[str, str]:
 def _recheck_shard(folder: Path, config: str, path: Path) -> RecheckReport:
     """The report of one shard alone (the unit of work of ``recheck``), with the families the
     build's recipe gave (as the card records them)."""
-    from ..families import families_in_use
-    from ..release import recorded_families
-
     with families_in_use(recorded_families(folder)):
         return _recheck_shard_items(folder, config, path)
 

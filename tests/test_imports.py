@@ -1,0 +1,112 @@
+"""Imports go one way: a module imports only modules of its own part or of a lower level.
+
+The levels are the build's stages in the order data flows through them (docs/architecture.md,
+"Who may import whom"). Late imports inside functions count too: a late import hides a cycle, it
+does not remove it. A new module must be placed in ``LEVELS``; an unplaced one fails the test.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = "orandcar_builder"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+# Lowest first. Each part may import itself and any part of a lower level, never a higher one
+# and never another part of its own level.
+LEVELS: list[tuple[str, ...]] = [
+    ("__init__", "vocab", "files", "errors"),
+    ("images", "parquetio", "spill", "shipped"),
+    ("records", "families"),
+    ("prompts",),
+    ("pool",),
+    ("clean",),
+    ("engines",),
+    ("cache",),
+    ("verify",),
+    ("judge",),
+    ("executors",),
+    ("route",),
+    ("dataset",),
+    ("recipe",),
+    ("release",),
+    ("review",),
+    ("card", "diff"),
+    ("build",),
+    ("publish",),
+    ("cli",),
+]
+LEVEL = {part: rank for rank, parts in enumerate(LEVELS) for part in parts}
+
+
+def _part(module: str) -> str:
+    """The part of the package a dotted module name belongs to ("orandcar_builder.verify.vqa" -> "verify")."""
+    names = module.split(".")
+    return names[1] if len(names) > 1 else "__init__"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    names = list(rel.parts)
+    if names[-1] == "__init__":
+        names = names[:-1]
+    return ".".join(names)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every package import in ``path``, late imports included."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == PACKAGE]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != PACKAGE:
+                continue
+            if node.module is None or target == PACKAGE:  # "from . import judge": the names are modules
+                found += [(node.lineno, f"{target}.{a.name}") for a in node.names]
+            else:
+                found.append((node.lineno, target))
+    return found
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in ROOT.rglob("*.py") if "_shipped" not in p.parts)
+
+
+def test_every_part_has_a_level():
+    parts = {_part(_module_name(p)) for p in _sources()}
+    assert parts - set(LEVEL) == set(), "place the new part in LEVELS (tests/test_imports.py) and docs/architecture.md"
+
+
+def test_imports_go_one_way():
+    wrong = []
+    for path in _sources():
+        source = _part(_module_name(path))
+        for line, target in _imports(path):
+            dest = _part(target)
+            if dest == source or dest not in LEVEL:
+                continue
+            if LEVEL[dest] >= LEVEL[source]:
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {source} imports {target}")
+    assert not wrong, "imports against the flow:\n" + "\n".join(wrong)
+
+
+def test_the_checker_sees_a_backward_import(tmp_path, monkeypatch):
+    # The checker itself: a late, relative import of a higher level is found.
+    pkg = tmp_path / PACKAGE
+    (pkg / "verify").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "verify" / "__init__.py").write_text("def f():\n    from .. import judge\n    from ..card import x\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
+    found = _imports(pkg / "verify" / "__init__.py")
+    assert [t for _, t in found] == [f"{PACKAGE}.judge", f"{PACKAGE}.card"]
