@@ -40,7 +40,7 @@ class PoolItem:
     id: str
     image: ImageRef
     question: str
-    answer: str | tuple[str, ...]
+    reference: str | tuple[str, ...]  # the source's answer: one text, or several for a multi-answer family
     family: str
     options: Optional[tuple[str, ...]] = None
     source: Source = field(default_factory=Source)
@@ -48,7 +48,7 @@ class PoolItem:
 
     @property
     def references(self) -> list[str]:
-        return [self.answer] if isinstance(self.answer, str) else list(self.answer)
+        return [self.reference] if isinstance(self.reference, str) else list(self.reference)
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class Generation:
     item_id: str
     text: str  # raw output, reasoning included where the model wrote it inline
     think: str
-    answer: str
+    final_answer: str  # the reply with its reasoning split off: what rules and the judge read
     finish_reason: str  # "stop" or "length"
     model: str
     revision: str = ""
@@ -112,7 +112,7 @@ class Decision:
     rule: str
     rule_version: str
     candidate: str  # "statement", "full", "first_line" or "first_paragraph"; the one that passed or scored best
-    text: str  # that candidate's text exactly as the model wrote it (stripped): a substring of the answer
+    text: str  # that candidate's text exactly as the model wrote it (stripped): a substring of the final answer
     score: float
     passed: bool
     extraction: str = ""  # the final-answer pattern whose statement decided ("boxed", ...); "" when none applied
@@ -142,7 +142,7 @@ class Outcome:
     actions: tuple[str, ...]
     route: str  # vocab.ACCEPTED or vocab.REJECTED (vocab.FAILED: not routed)
     think: str = ""
-    answer: str = ""  # accepted: the candidate that passed (or the judge-promoted answer)
+    accepted_text: str = ""  # accepted: the candidate that passed (or the judge-promoted final answer): the row's ``answer``
     verifier: str = ""  # accepted: the rule name, or vocab.JUDGE_VERIFIER
     wrong_vlm: str = ""  # rejected: what the model said
     reason: Optional[str] = None  # rejected: one of vocab.REJECT_REASONS; failed: vocab.FAIL_REASONS
@@ -166,7 +166,7 @@ OUTCOME_FIELDS: tuple[pa.Field, ...] = (
     pa.field("actions", pa.list_(pa.string())),
     pa.field("think", pa.string()),
     pa.field("route", pa.string()),
-    pa.field("answer", pa.string()),
+    pa.field("accepted_text", pa.string()),
     pa.field("verifier", pa.string()),
     pa.field("wrong_vlm", pa.string()),
     pa.field("reason", pa.string()),
@@ -182,7 +182,7 @@ def outcome_record(outcome: Outcome) -> dict:
         "image_sha256": outcome.image.sha256, "image": outcome.image.path,
         "question": outcome.question, "references": list(outcome.references),
         "options": list(outcome.options), "source": dict(outcome.source), "policy": outcome.policy,
-        "actions": list(outcome.actions), "route": outcome.route, "answer": outcome.answer,
+        "actions": list(outcome.actions), "route": outcome.route, "accepted_text": outcome.accepted_text,
         "verifier": outcome.verifier, "wrong_vlm": outcome.wrong_vlm, "reason": outcome.reason,
     }
 
@@ -197,6 +197,6 @@ def outcome_from_record(record: dict) -> Outcome:
         options=tuple(record["options"] or ()), family=record["family"],
         source=dict(record["source"]), policy=record["policy"], actions=tuple(record["actions"] or ()),
         route=route_to, think=(record["think"] or "") if route_to == ACCEPTED else "",
-        answer=record["answer"] or "", verifier=record["verifier"] or "",
+        accepted_text=record["accepted_text"] or "", verifier=record["verifier"] or "",
         wrong_vlm=record["wrong_vlm"] or "", reason=record["reason"],
     )

@@ -217,7 +217,7 @@ class _ScriptedEngine:
         for r in requests:
             text, finish = self.script[r.item_id]
             think, _, answer = text.rpartition("</think>") if "</think>" in text else ("", "", text)
-            out.append(Generation(item_id=r.item_id, text=text, think=think, answer=answer.strip() if think else text,
+            out.append(Generation(item_id=r.item_id, text=text, think=think, final_answer=answer.strip() if think else text,
                                   finish_reason=finish, model="scripted"))
         return out
 

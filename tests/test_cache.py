@@ -128,7 +128,7 @@ def test_asks_only_for_what_is_missing_and_keeps_order(cache):
     second = generate_cached(engine, [req("c"), req("b"), req("a"), req("d")], cache, stats=stats, batch_size=1)
     assert engine.asked == ["a", "b", "c", "d"]
     assert [g.item_id for g in second] == ["c", "b", "a", "d"]
-    assert [g.answer for g in second] == ["A:Q c", "A:Q b", "A:Q a", "A:Q d"]
+    assert [g.final_answer for g in second] == ["A:Q c", "A:Q b", "A:Q a", "A:Q d"]
     assert second[1:3] == [first[1], first[0]]
     assert (stats.total, stats.hits, stats.misses, stats.asked, stats.stored, stats.batches) == (4, 2, 2, 2, 2, 2)
 
@@ -139,7 +139,7 @@ def test_same_question_and_image_is_asked_once_and_answers_each_item(cache):
     gens = generate_cached(engine, [req("a", "same"), req("b", "same"), req("c", "other")], cache, stats=stats)
     assert engine.asked == ["a", "c"]
     assert [g.item_id for g in gens] == ["a", "b", "c"]
-    assert gens[0].answer == gens[1].answer == "A:same"
+    assert gens[0].final_answer == gens[1].final_answer == "A:same"
     assert (stats.asked, stats.shared, stats.hits) == (2, 1, 0)
     again = generate_cached(engine, [req("z", "same")], cache)
     assert again[0].item_id == "z" and engine.asked == ["a", "c"]
@@ -211,7 +211,7 @@ def test_cache_persists_across_reopen(tmp_path):
         generate_cached(StubEngine(), [req("a")], cache)
     engine = StubEngine()
     with GenerationCache(path) as cache:
-        assert generate_cached(engine, [req("a")], cache)[0].answer == "A:Q a"
+        assert generate_cached(engine, [req("a")], cache)[0].final_answer == "A:Q a"
         stored = json.loads(cache.connection.execute("SELECT fingerprint FROM engines").fetchone()[0])
     assert engine.asked == [] and stored == FP
 
@@ -390,3 +390,14 @@ def test_sigkill_from_outside_between_batches(tmp_path):
     assert run_child(tmp_path, clean, {}).returncode == 0
     assert json.loads((workdir / "out.json").read_text())["generations"] == json.loads((clean / "out.json").read_text())["generations"]
     assert kills == 3
+
+
+def test_a_generation_stored_before_the_final_answer_rename_reads_back():
+    """Caches written before ``Generation.answer`` became ``final_answer`` (issue 17) still hit."""
+    from orandcar_builder.cache import generation_from_json, generation_to_json
+
+    gen = Generation("a", "<think>t</think>A", "t", "A", "stop", "m")
+    blob = json.loads(generation_to_json(gen))
+    assert "final_answer" in blob and "answer" not in blob
+    blob["answer"] = blob.pop("final_answer")
+    assert generation_from_json(json.dumps(blob)) == gen

@@ -50,7 +50,7 @@ def test_prose_shapes_become_a_lettered_block(question, reference, expected_ques
     result = normalise_choices(question, reference, None)
     assert result.problem is None
     assert result.question == expected_question
-    assert result.answer == letter
+    assert result.reference == letter
     assert result.action == ACTION_NORMALISED
     assert has_lettered_block(result.question)
     assert list(result.options) == [line[3:] for line in result.question.split("\n") if line[:3] in {"A. ", "B. ", "C. "}]
@@ -89,9 +89,9 @@ def test_a_question_with_a_lettered_block_is_left_byte_for_byte(question):
     its letter, so the choice rule can decide the item."""
     result = normalise_choices(question, "dog", None)
     assert result.question is question and result.problem is None
-    assert result.answer == "B" and result.options == ("cat", "dog") and result.action == "mc_reference_lettered"
+    assert result.reference == "B" and result.options == ("cat", "dog") and result.action == "mc_reference_lettered"
     letter = normalise_choices(question, "B", None)
-    assert letter.question is question and letter.answer == "B" and letter.options == ("cat", "dog")
+    assert letter.question is question and letter.reference == "B" and letter.options == ("cat", "dog")
     unresolvable = normalise_choices(question, "horse", None)
     assert unresolvable.problem is not None and "matches none" in unresolvable.problem
 
@@ -117,14 +117,14 @@ def test_ordinary_questions_are_not_taken_for_multiple_choice(question):
 
 def test_structured_options_get_a_letter_reference_and_keep_the_question():
     result = normalise_choices("Which animal?", "dog", ("cat", "dog"))
-    assert (result.question, result.answer, result.options, result.action) == ("Which animal?", "B", ("cat", "dog"), ACTION_REFERENCE_LETTERED)
+    assert (result.question, result.reference, result.options, result.action) == ("Which animal?", "B", ("cat", "dog"), ACTION_REFERENCE_LETTERED)
     unchanged = normalise_choices("Which animal?", "B", ("cat", "dog"))
-    assert unchanged.action is None and unchanged.answer == "B"
+    assert unchanged.action is None and unchanged.reference == "B"
     assert normalise_choices("Which animal?", "cow", ("cat", "dog")).problem is not None
 
 
 def test_multi_answer_references_must_agree_on_one_letter():
-    assert normalise_choices("Which? Options: cat, dog", ("dog", "B"), None).answer == "B"
+    assert normalise_choices("Which? Options: cat, dog", ("dog", "B"), None).reference == "B"
     assert "different options" in normalise_choices("Which? Options: cat, dog", ("dog", "cat"), None).problem
 
 
@@ -137,8 +137,8 @@ def test_normalised_question_gets_no_second_block_in_the_prompt():
 def test_normalising_twice_changes_nothing():
     for question, reference, _, _ in PROSE_SHAPES:
         first = normalise_choices(question, reference, None)
-        second = normalise_choices(first.question, first.answer, first.options)
-        assert (second.question, second.answer, second.action) == (first.question, first.answer, None)
+        second = normalise_choices(first.question, first.reference, first.options)
+        assert (second.question, second.reference, second.action) == (first.question, first.reference, None)
 
 
 @pytest.mark.parametrize(
@@ -189,11 +189,11 @@ def test_list_like_text_in_a_free_text_family_is_not_a_multiple_choice(tmp_path)
 
     image = ImageRef.from_file(write_png(tmp_path / "t.png"))
     question = "In triangle ABC, A: 30 degrees, B: 60 degrees. What is angle C?"
-    items = [PoolItem(id="m", image=image, question=question, answer="90", family="math", where="p:1"),
-             PoolItem(id="c", image=image, question=question, answer="90", family="multiple_choice", where="p:2")]
+    items = [PoolItem(id="m", image=image, question=question, reference="90", family="math", where="p:1"),
+             PoolItem(id="c", image=image, question=question, reference="90", family="multiple_choice", where="p:2")]
     math_item, mc_item = list(clean(items, {}))
     assert not isinstance(math_item, Dropped) and math_item.item.question == question
-    assert math_item.item.answer == "90" and math_item.item.options is None
+    assert math_item.item.reference == "90" and math_item.item.options is None
     assert isinstance(mc_item, Dropped) and mc_item.reason == "mc_unresolvable"
 
 
@@ -223,7 +223,7 @@ def test_repeated_options_drop_the_item_in_cleaning(tmp_path):
     from tests.conftest import write_png
 
     image = ImageRef.from_file(write_png(tmp_path / "a.png"))
-    item = PoolItem(id="x", image=image, question="Where is it?", answer="C", family="multiple_choice",
+    item = PoolItem(id="x", image=image, question="Where is it?", reference="C", family="multiple_choice",
                     options=("market", "garden", "garden", "river"))
     [record] = list(clean([item], {}))
     assert isinstance(record, Dropped) and record.reason == "mc_bad_options" and "'garden'" in record.detail

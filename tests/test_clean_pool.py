@@ -30,7 +30,7 @@ def images(tmp_path: Path) -> dict[str, ImageRef]:
 
 
 def qa(n: int, image: ImageRef, question: str = "What is written?", answer="STOP", family="scene_text", **kw) -> PoolItem:
-    return PoolItem(id=f"q{n}", image=image, question=question, answer=answer, family=family,
+    return PoolItem(id=f"q{n}", image=image, question=question, reference=answer, family=family,
                     where=f"pool.jsonl:{n + 1}", **kw)
 
 
@@ -90,7 +90,7 @@ def test_one_record_per_item_in_pool_order_with_policy_and_actions(images):
     assert [r.order for r in records if isinstance(r, Admitted)] == [0, 2]
     admitted = [r for r in records if isinstance(r, Admitted)]
     assert all(r.policy == POLICY_ID for r in admitted)
-    assert admitted[1].item.answer == "B" and admitted[1].item.options == ("cat", "dog")
+    assert admitted[1].item.reference == "B" and admitted[1].item.options == ("cat", "dog")
     assert report["items"] == 4 and report["admitted"] == 2 and report["dropped"] == 2
     assert report["dropped_by_reason"] == {"mc_unresolvable": 1, DUPLICATE: 1}
     assert report["actions"] == {"mc_normalised": 1, "provenance_unchecked": 2}

@@ -31,7 +31,7 @@ def base(tmp_path: Path) -> Path:
 
 def item(base: Path, **source) -> PoolItem:
     return PoolItem(id="x", image=ImageRef.from_file(base / "img" / "a.png"), question="What is written?",
-                    answer="STOP", family="scene_text", source=Source(**source), where="pool.jsonl:1")
+                    reference="STOP", family="scene_text", source=Source(**source), where="pool.jsonl:1")
 
 
 def sha(path: Path) -> str:

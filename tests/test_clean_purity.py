@@ -78,7 +78,7 @@ def pool(image: ImageRef, benchmark: int, mixed_on: int, mixed_off: int, family:
     specs = ([("benchmark", f"What text appears in image {i}?") for i in range(benchmark)]
              + [("InfinityMM", f"What does sign {i} say?") for i in range(mixed_on)]
              + [("InfinityMM", f"Describe picture {i}.") for i in range(mixed_off)])
-    return [PoolItem(id=f"i{n}", image=image, question=q, answer=f"W{n}", family=family,
+    return [PoolItem(id=f"i{n}", image=image, question=q, reference=f"W{n}", family=family,
                      source=Source(dataset="d", origin=origin), where=f"pool.jsonl:{n + 1}")
             for n, (origin, q) in enumerate(specs)]
 
@@ -137,7 +137,7 @@ def test_a_family_of_benchmark_items_only_has_no_share(image):
 
 def test_false_alarms_on_benchmark_items_are_reported_not_acted_on(image):
     items = pool(image, benchmark=2, mixed_on=0, mixed_off=0)
-    items.append(PoolItem(id="odd", image=image, question="Describe it.", answer="X", family="scene_text",
+    items.append(PoolItem(id="odd", image=image, question="Describe it.", reference="X", family="scene_text",
                           source=Source(origin="benchmark"), where="pool.jsonl:3"))
     report: dict = {}
     assert all(isinstance(r, Admitted) for r in clean(items, report))

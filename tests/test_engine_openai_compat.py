@@ -49,7 +49,7 @@ def test_answers_in_request_order_with_reasoning_split(server):
     questions = [f"question {i}" for i in range(12)]
     gens = engine_for(server, concurrency=4).generate([req(f"q{i}", q) for i, q in enumerate(questions)])
     assert [g.item_id for g in gens] == [f"q{i}" for i in range(12)]
-    assert [g.answer for g in gens] == [f"answer to: {q}" for q in questions]
+    assert [g.final_answer for g in gens] == [f"answer to: {q}" for q in questions]
     assert [g.think for g in gens] == [f"thinking about: {q}" for q in questions]
     assert all(g.finish_reason == "stop" and g.model == "fake-vlm" for g in gens)
     assert gens[0].prompt_tokens == 12 and gens[0].completion_tokens is not None
@@ -62,9 +62,9 @@ def test_reasoning_from_either_field_or_inline_tags(field):
         gen, cut, empty = engine_for(server).generate(
             [req("a", "Q"), req("b", "Q [[length]]"), req("c", "Q [[empty]]")]
         )
-    assert (gen.think, gen.answer) == ("thinking about: Q", "answer to: Q")
-    assert (cut.think, cut.answer, cut.finish_reason) == ("thinking about: Q [[length]]", "", "length")
-    assert (empty.answer, empty.finish_reason) == ("", "stop")
+    assert (gen.think, gen.final_answer) == ("thinking about: Q", "answer to: Q")
+    assert (cut.think, cut.final_answer, cut.finish_reason) == ("thinking about: Q [[length]]", "", "length")
+    assert (empty.final_answer, empty.finish_reason) == ("", "stop")
 
 
 def test_exact_question_template_kwargs_and_sampling_are_sent(server):
@@ -104,7 +104,7 @@ def test_transient_errors_are_retried_then_succeed(server):
     server.fail_next("Q1", [429, 500, 503])
     server.fail_next("Q2", [0])  # connection dropped
     gens = engine_for(server).generate([req("a", "Q1"), req("b", "Q2"), req("c", "Q3")])
-    assert [g.answer for g in gens] == ["answer to: Q1", "answer to: Q2", "answer to: Q3"]
+    assert [g.final_answer for g in gens] == ["answer to: Q1", "answer to: Q2", "answer to: Q3"]
     assert [s for q, s in server.statuses if q == "Q1"] == [429, 500, 503, 200]
     assert [s for q, s in server.statuses if q == "Q2"] == [0, 200]
 
@@ -133,14 +133,14 @@ def test_unreachable_server_stops_before_any_request_naming_the_url():
 def test_requests_are_spread_over_several_servers():
     with FakeOpenAIServer() as one, FakeOpenAIServer() as two:
         gens = OpenAICompatEngine("fake-vlm", [one.url, two.url]).generate([req(f"q{i}", f"Q{i}") for i in range(6)])
-    assert [g.answer for g in gens] == [f"answer to: Q{i}" for i in range(6)]
+    assert [g.final_answer for g in gens] == [f"answer to: Q{i}" for i in range(6)]
     assert len(one.received) == 3 and len(two.received) == 3
 
 
 def test_a_failing_server_is_skipped_on_retry(server):
     dead = "http://127.0.0.1:9/v1"
     gens = OpenAICompatEngine("fake-vlm", [dead, server.url], backoff_s=0.0).generate([req("a", "Q0"), req("b", "Q1")])
-    assert [g.answer for g in gens] == ["answer to: Q0", "answer to: Q1"]
+    assert [g.final_answer for g in gens] == ["answer to: Q0", "answer to: Q1"]
 
 
 def test_concurrency_is_bounded():
@@ -204,7 +204,7 @@ def test_works_when_called_inside_a_running_event_loop(server):
     async def inside():
         return engine_for(server).generate([req("a", "Q")])
 
-    assert asyncio.run(inside())[0].answer == "answer to: Q"
+    assert asyncio.run(inside())[0].final_answer == "answer to: Q"
 
 
 def test_rendered_prompt_is_recorded_when_the_server_returns_it(server, tmp_path):
@@ -236,7 +236,7 @@ def test_stream_keeps_a_sliding_window_and_hands_back_each_answer_when_it_finish
     completions = list(engine_for(server, concurrency=3).stream(requests()))
     assert [c.request.question for c in completions][-1] == "slow"
     assert sorted(c.request.item_id for c in completions) == sorted(f"r{i}" for i in range(12))
-    assert all(c.ok and c.generation.answer == f"answer to: {c.request.question}" for c in completions)
+    assert all(c.ok and c.generation.final_answer == f"answer to: {c.request.question}" for c in completions)
     assert server.max_in_flight == 3
 
 

@@ -117,7 +117,7 @@ def test_closed_block_round_trips(think, answer, finish):
 def test_make_generation_and_status_agree():
     request = Request(item_id="q1", question="Q?", family="scene_text")
     gen = make_generation(request, "<think>long", "length", model="m", prompt="p", prompt_tokens=3, completion_tokens=7)
-    assert (gen.item_id, gen.think, gen.answer, gen.finish_reason) == ("q1", "long", "", "length")
+    assert (gen.item_id, gen.think, gen.final_answer, gen.finish_reason) == ("q1", "long", "", "length")
     assert (gen.prompt, gen.prompt_tokens, gen.completion_tokens, gen.model) == ("p", 3, 7, "m")
     assert generation_status(gen) == TRUNCATED
     ok = make_generation(request, "<think>r</think>A", "stop", model="m")

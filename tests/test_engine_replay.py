@@ -39,7 +39,7 @@ def test_replays_by_id_in_request_order(tmp_path):
     engine = create_engine("replay", replay=str(path))
     gens = engine.generate([req("c"), req("a"), req("b"), req("a")])
     assert [g.item_id for g in gens] == ["c", "a", "b", "a"]
-    assert [(g.think, g.answer, g.finish_reason) for g in gens] == [
+    assert [(g.think, g.final_answer, g.finish_reason) for g in gens] == [
         ("", "GAMMA", "stop"),
         ("r1", "ALPHA", "stop"),
         ("never ends", "", "length"),
@@ -101,7 +101,7 @@ def test_every_malformed_line_is_reported_at_once(tmp_path):
 def test_identical_duplicate_lines_are_accepted(tmp_path):
     line = {"id": "a", "text": "x", "finish_reason": "stop"}
     engine = ReplayEngine(write_lines(tmp_path / "gen.jsonl", [line, line]))
-    assert engine.generate([req("a")])[0].answer == "x"
+    assert engine.generate([req("a")])[0].final_answer == "x"
 
 
 def test_missing_file_is_named(tmp_path):

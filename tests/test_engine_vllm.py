@@ -155,7 +155,7 @@ def test_stream_window_order_prompt_record_and_sampling(fake_vllm, model_dir, tm
     assert [len(call[0]) for call in llm.calls] == [1] * 5  # queued one by one as room frees
     assert llm.llm_engine.most_queued == 2
     assert [g.item_id for g in gens] == [r.item_id for r in requests]
-    assert [g.answer for g in gens] == [f"A:Question {i}?" for i in range(5)]
+    assert [g.final_answer for g in gens] == [f"A:Question {i}?" for i in range(5)]
     assert [g.think for g in gens] == [f"thought about Question {i}?" for i in range(5)]
     assert gens[0].prompt.endswith("Question 0?" + TEMPLATE_TAIL) and "<|image_pad|>" in gens[0].prompt
     assert "<|image_pad|>" not in gens[1].prompt
@@ -189,7 +189,7 @@ def test_exact_question_is_the_text_part(fake_vllm, model_dir, tmp_path):
 
 def test_truncated_thinking_is_recorded_as_such(fake_vllm, model_dir):
     (gen,) = VLLMEngine(str(model_dir)).generate([req("a", "Q [[length]]")])
-    assert (gen.think, gen.answer, gen.finish_reason) == ("thinking without end", "", "length")
+    assert (gen.think, gen.final_answer, gen.finish_reason) == ("thinking without end", "", "length")
 
 
 def test_named_reasoning_parser_is_built_from_the_model_tokenizer(fake_vllm, model_dir, monkeypatch):
@@ -207,7 +207,7 @@ def test_named_reasoning_parser_is_built_from_the_model_tokenizer(fake_vllm, mod
     monkeypatch.setitem(sys.modules, "vllm.reasoning", reasoning)
     engine = VLLMEngine(str(model_dir), reasoning_parser="qwen3")
     gens = engine.generate([req("a", "Q"), req("b", "Q2")])
-    assert [(g.think, g.answer) for g in gens] == [("R", "C"), ("R", "C")]
+    assert [(g.think, g.final_answer) for g in gens] == [("R", "C"), ("R", "C")]
     assert built == [TOKENIZER]  # one parser, bound to the engine's tokenizer
 
 
@@ -271,7 +271,7 @@ def test_stream_hands_back_each_request_when_it_finishes(fake_vllm, model_dir):
     (llm,) = StubLLM.instances
     assert sorted(c.request.item_id for c in completions) == sorted(r.item_id for r in requests)
     assert [c.request.item_id for c in completions] != [r.item_id for r in requests]
-    assert all(c.ok and c.generation.answer == f"A:{c.request.question}" for c in completions)
+    assert all(c.ok and c.generation.final_answer == f"A:{c.request.question}" for c in completions)
     assert engine.window() == 6 and llm.llm_engine.most_queued == 6
 
 
@@ -322,7 +322,7 @@ def test_streams_on_several_threads_share_one_engine(fake_vllm, model_dir):
 
     def run(name):
         requests = [req(f"{name}-{i}", f"Question {name} {i}{'!' * (i % 3)}?") for i in range(15)]
-        results[name] = [(c.request.item_id, c.ok and c.generation.answer == f"A:{c.request.question}")
+        results[name] = [(c.request.item_id, c.ok and c.generation.final_answer == f"A:{c.request.question}")
                          for c in engine.stream(iter(requests))]
 
     threads = [threading.Thread(target=run, args=(name,)) for name in "abcd"]

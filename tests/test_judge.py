@@ -58,7 +58,7 @@ class ScriptedJudge:
                     item_id=r.item_id,
                     text=text,
                     think="",
-                    answer=text,
+                    final_answer=text,
                     finish_reason=self.finish.get(r.item_id, "stop"),
                     model=self.model,
                 )

@@ -29,7 +29,7 @@ def _outcome(order: int, image: int, route_to: str, **extra) -> Outcome:
         policy="policy/1", actions=("normalised",) if order % 4 == 0 else (), route=route_to,
     )
     if route_to == ACCEPTED:
-        fields.update(think=f"think {order}", answer=f"ans{order}", verifier="alnum")
+        fields.update(think=f"think {order}", accepted_text=f"ans{order}", verifier="alnum")
     elif route_to == REJECTED:
         fields.update(wrong_vlm=f"wrong{order}", reason="wrong_answer")
     else:

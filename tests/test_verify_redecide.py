@@ -36,7 +36,7 @@ class CountingEngine:
 
     def generate(self, requests):
         self.asked.extend(r.item_id for r in requests)
-        return [Generation(item_id=r.item_id, text=REPLIES[r.item_id], think="", answer=REPLIES[r.item_id],
+        return [Generation(item_id=r.item_id, text=REPLIES[r.item_id], think="", final_answer=REPLIES[r.item_id],
                            finish_reason="stop", model="counting") for r in requests]
 
 
@@ -64,12 +64,12 @@ def test_decisions_record_the_extraction_and_the_span_the_model_wrote(tmp_path):
     # The boxed 0.6 decides: the 8 the first line mentions does not pass.
     assert (area["route"], area["extraction"], area["decided_text"], area["rule_passed"]) == (
         "rejected", "boxed", "0.6", False)
-    assert (mc["route"], mc["extraction"], mc["candidate"], mc["answer"]) == ("accepted", "boxed", "statement", "C")
-    assert (plain["extraction"], plain["candidate"], plain["answer"]) == ("", "full", "12")
+    assert (mc["route"], mc["extraction"], mc["candidate"], mc["accepted_text"]) == ("accepted", "boxed", "statement", "C")
+    assert (plain["extraction"], plain["candidate"], plain["accepted_text"]) == ("", "full", "12")
     assert {r["extraction_version"] for r in rows.values()} == {extract.EXTRACTION_VERSION}
     for row in rows.values():  # the accepted answer is a piece of what the model wrote
         if row["route"] == "accepted":
-            assert row["answer"] in row["model_answer"]
+            assert row["accepted_text"] in row["model_answer"]
     assert recheck(result.out).ok
 
 
@@ -95,7 +95,7 @@ def test_a_version_bump_redecides_from_the_cache_without_asking_the_engine(tmp_p
     assert {r["extraction_version"] for r in rows.values()} == {"test-bump"}
     assert {r["rule_version"] for r in rows.values()} == {"test-bump"}
     # Without \boxed the statement "the correct answer is (C)" decides the same item...
-    assert (rows["mc"]["extraction"], rows["mc"]["answer"]) == ("answer_is", "(C)")
+    assert (rows["mc"]["extraction"], rows["mc"]["accepted_text"]) == ("answer_is", "(C)")
     # ...and the reasoning line with 8 still does not pass: the conclusion is 4.8 / 8, not 8.
     assert rows["area"]["route"] == "rejected"
     assert second.report["rules"] == {"choice": "test-bump", "math": "test-bump"}

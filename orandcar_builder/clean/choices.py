@@ -249,7 +249,7 @@ class ChoiceResult:
     """What normalisation decided: unchanged (``action`` None), changed, or unresolvable."""
 
     question: str
-    answer: Union[str, tuple[str, ...]]
+    reference: Union[str, tuple[str, ...]]
     options: Optional[tuple[str, ...]]
     action: Optional[str] = None
     problem: Optional[str] = None
@@ -271,9 +271,9 @@ def options_problem(options: Sequence[str]) -> Optional[str]:
     return None
 
 
-def _bad_options(question: str, answer, options: Sequence[str]) -> Optional["ChoiceResult"]:
+def _bad_options(question: str, reference, options: Sequence[str]) -> Optional["ChoiceResult"]:
     problem = options_problem(options)
-    return None if problem is None else ChoiceResult(question, answer, tuple(options), problem=problem,
+    return None if problem is None else ChoiceResult(question, reference, tuple(options), problem=problem,
                                                      reason=BAD_OPTIONS)
 
 
@@ -295,42 +295,42 @@ def parse_lettered_block(question: str) -> Optional[tuple[str, ...]]:
     return tuple(found) if len(found) >= 2 else None
 
 
-def normalise_choices(question: str, answer: Union[str, tuple[str, ...]], options: Optional[Sequence[str]]) -> ChoiceResult:
+def normalise_choices(question: str, reference: Union[str, tuple[str, ...]], options: Optional[Sequence[str]]) -> ChoiceResult:
     """Normalise one QA item's multiple-choice form; see the module docstring for the rules."""
-    references = [answer] if isinstance(answer, str) else list(answer)
-    unchanged = ChoiceResult(question, answer, tuple(options) if options else None)
+    references = [reference] if isinstance(reference, str) else list(reference)
+    unchanged = ChoiceResult(question, reference, tuple(options) if options else None)
     if has_lettered_block(question):
         # The question is left byte for byte; only a reference given as an option's text (or a
         # missing options list) is completed from the block, so the choice rule can decide it.
         block = tuple(options) if options else parse_lettered_block(question)
         if block is None:
             return unchanged
-        bad = _bad_options(question, answer, block)
+        bad = _bad_options(question, reference, block)
         if bad is not None:
             return bad
         resolved = resolve_references(references, block)
         if isinstance(resolved, str):
-            return ChoiceResult(question, answer, block, problem=resolved)
+            return ChoiceResult(question, reference, block, problem=resolved)
         if references == [resolved[0]] and options:
             return unchanged
         return ChoiceResult(question, resolved[0], block, ACTION_REFERENCE_LETTERED)
     if options:
-        bad = _bad_options(question, answer, options)
+        bad = _bad_options(question, reference, options)
         if bad is not None:
             return bad
         resolved = resolve_references(references, options)
         if isinstance(resolved, str):
-            return ChoiceResult(question, answer, tuple(options), problem=resolved)
+            return ChoiceResult(question, reference, tuple(options), problem=resolved)
         if references == [resolved[0]]:
             return unchanged
         return ChoiceResult(question, resolved[0], tuple(options), ACTION_REFERENCE_LETTERED)
     prose = parse_prose_options(question)
     if prose is None:
         return unchanged
-    bad = _bad_options(question, answer, prose.options)
+    bad = _bad_options(question, reference, prose.options)
     if bad is not None:
-        return ChoiceResult(question, answer, None, problem=bad.problem, reason=BAD_OPTIONS)
+        return ChoiceResult(question, reference, None, problem=bad.problem, reason=BAD_OPTIONS)
     resolved = resolve_references(references, prose.options)
     if isinstance(resolved, str):
-        return ChoiceResult(question, answer, None, problem=resolved)
+        return ChoiceResult(question, reference, None, problem=resolved)
     return ChoiceResult(prose.question(), resolved[0], prose.options, ACTION_NORMALISED)

@@ -73,17 +73,17 @@ class _Cleaner:
         if self.meter.drops(item.family, item.source.origin):
             self.meter.families[item.family].dropped += 1
             return self._drop(item, purity.REASON, self.meter.detail(item.family))
-        choice = choices.normalise_choices(item.question, item.answer, item.options)
+        choice = choices.normalise_choices(item.question, item.reference, item.options)
         if choice.problem is not None:
             if item.options is None and item.family != choices.MC_FAMILY:
                 # Options found in a free-text family's question that the reference does not
                 # name: an ordinary question that reads like a list, not a multiple choice.
-                choice = choices.ChoiceResult(item.question, item.answer, None)
+                choice = choices.ChoiceResult(item.question, item.reference, None)
             else:
                 return self._drop(item, choice.reason, choice.problem)
         if choice.action is not None:
             actions.append(choice.action)
-            item = replace(item, question=choice.question, answer=choice.answer, options=choice.options)
+            item = replace(item, question=choice.question, reference=choice.reference, options=choice.options)
         earlier = self.kept.first_seen(qa_key(item).hex(), item.id)
         if earlier is not None:
             return self._drop(item, DUPLICATE, f"same image, question and reference as {earlier!r}; merged into it")

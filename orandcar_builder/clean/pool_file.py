@@ -73,7 +73,7 @@ def cleaned_line(admitted: Admitted, pool_dir: str, out_dir: str) -> str:
         "id": item.id,
         "image": _rebased(item.image.path, pool_dir, out_dir),
         "question": item.question,
-        "answer": item.answer,
+        "answer": item.reference,
         "family": item.family,
         "options": item.options,
         "source": source,

@@ -99,11 +99,11 @@ class RapidOCREngine:
                     revision=self._model_sha256[:12])
         options = _options(request.question) if request.family == "multiple_choice" else {}
         if request.family not in SUPPORTED_FAMILIES or (request.family == "multiple_choice" and not options):
-            return Generation(text="", answer="", unsupported=(
+            return Generation(text="", final_answer="", unsupported=(
                 f"the rapidocr engine only reads words in scene-text crops (and picks the option whose "
                 f"word it read); it cannot answer a {request.family!r} question"), **base)
         if request.image is None:
-            return Generation(text="", answer="", unsupported="the rapidocr engine needs an image", **base)
+            return Generation(text="", final_answer="", unsupported="the rapidocr engine needs an image", **base)
         try:
             image = request.image.open()
         except ImageError as exc:
@@ -114,8 +114,8 @@ class RapidOCREngine:
             read = _alnum(text)
             letters = [letter for letter, option in options.items() if read and _alnum(option) == read]
             answer = letters[0] if len(letters) == 1 else text
-            return Generation(text=answer, answer=answer, **base)
-        return Generation(text=text, answer=text, **base)
+            return Generation(text=answer, final_answer=answer, **base)
+        return Generation(text=text, final_answer=text, **base)
 
 
 def _alnum(text: str) -> str:

@@ -150,7 +150,7 @@ def make_generation(
         item_id=request.item_id,
         text=text,
         think=think,
-        answer=answer,
+        final_answer=answer,
         finish_reason=finish_reason,
         model=model,
         revision=revision,
@@ -165,4 +165,4 @@ def generation_status(generation: Generation) -> str:
     answer), consistent with ``split_reasoning``."""
     if generation.unsupported is not None:
         return NO_ANSWER
-    return answer_status(generation.answer, generation.finish_reason)
+    return answer_status(generation.final_answer, generation.finish_reason)

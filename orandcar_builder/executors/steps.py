@@ -85,7 +85,7 @@ def admitted_from_row(row: dict) -> Admitted:
     references = tuple(row["references"])
     item = PoolItem(
         id=row["id"], image=ImageRef(path=row["image"], sha256=row["image_sha256"]),
-        question=row["question"], answer=references[0] if len(references) == 1 else references,
+        question=row["question"], reference=references[0] if len(references) == 1 else references,
         family=row["family"], options=tuple(row["options"]) if row["options"] is not None else None,
         source=Source(**json.loads(row["source"])), where=row["where"],
     )
@@ -124,7 +124,7 @@ def outcome_of(admitted: Admitted, request: Request, generation: Generation) -> 
     """
     item = admitted.item
     common = _common(admitted, request)
-    answer = generation.answer
+    answer = generation.final_answer
     if generation.unsupported:
         return Outcome(route=REJECTED, wrong_vlm="", reason=NO_ANSWER, **common), None
     # Leaked reasoning alone is no answer: the rule and the judge would see nothing else.
@@ -133,7 +133,7 @@ def outcome_of(admitted: Admitted, request: Request, generation: Generation) -> 
         return Outcome(route=REJECTED, wrong_vlm=answer, reason=status, **common), None
     decision = verify(rule_for(item.family, item.options), answer, item.references, item.options)
     if decision.passed:
-        return Outcome(route=ACCEPTED, think=generation.think, answer=decision.text,
+        return Outcome(route=ACCEPTED, think=generation.think, accepted_text=decision.text,
                        verifier=decision.rule, **common), decision
     return Outcome(route=REJECTED, wrong_vlm=answer, reason=WRONG_ANSWER, **common), decision
 
@@ -143,7 +143,7 @@ def apply_verdict(outcome: Outcome, generation: Generation, verdict: Verdict) ->
     route_to, reason = promotion(verdict)
     if route_to == ACCEPTED:
         return replace(outcome, route=ACCEPTED, think=generation.think,
-                       answer=candidate_answer(generation), verifier=JUDGE_VERIFIER,
+                       accepted_text=candidate_answer(generation), verifier=JUDGE_VERIFIER,
                        wrong_vlm="", reason=None)
     return replace(outcome, reason=reason)
 
@@ -156,7 +156,7 @@ def decision_row(outcome: Outcome, generation: Generation, decision: Optional[De
     return {
         **outcome_record(outcome),
         "text": generation.text, "think": generation.think,
-        "model_answer": generation.answer, "finish_reason": generation.finish_reason,
+        "model_answer": generation.final_answer, "finish_reason": generation.finish_reason,
         "unsupported": generation.unsupported, "model": generation.model,
         "revision": generation.revision, "prompt": generation.prompt,
         "prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens,
@@ -186,7 +186,7 @@ def failed_row(admitted: Admitted, request: Request, error: str) -> dict:
 def generation_from_row(row: dict) -> Generation:
     """The generation a decision record holds."""
     return Generation(item_id=row["id"], text=row["text"] or "", think=row["think"] or "",
-                      answer=row["model_answer"] or "", finish_reason=row["finish_reason"] or "",
+                      final_answer=row["model_answer"] or "", finish_reason=row["finish_reason"] or "",
                       model=row["model"] or "", revision=row["revision"] or "",
                       unsupported=row["unsupported"], prompt=row["prompt"],
                       prompt_tokens=row.get("prompt_tokens"), completion_tokens=row.get("completion_tokens"))

@@ -85,7 +85,7 @@ def as_judge_item(item: JudgeItemLike) -> JudgeItem:
 def candidate_answer(generation: Generation) -> str:
     """The text the judge grades and, when promoted, the stored answer: the model's final answer
     with any leaked reasoning removed, stripped. Never includes the ``think`` part."""
-    return strip_reasoning(generation.answer).strip()
+    return strip_reasoning(generation.final_answer).strip()
 
 
 def judge_request(item: JudgeItemLike) -> Request:

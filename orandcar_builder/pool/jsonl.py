@@ -270,7 +270,7 @@ def _read_lines(lines: Iterable[tuple], base: str, root: str, seen_ids: SpillSet
             id=fields["id"],
             image=ref,
             question=fields["question"],
-            answer=fields["answer"],
+            reference=fields["answer"],
             family=fields["family"],
             options=fields["options"],
             source=fields["source"],

@@ -45,7 +45,7 @@ _COMPACT = ("id", "family", "route", "reason", "verifier")
 # an answer extraction recorded by a newer build) is listed under "other recorded fields".
 KNOWN_COLUMNS = frozenset((
     "order", "id", "family", "image_sha256", "image", "question", "references", "options", "source",
-    "policy", "actions", "think", "route", "answer", "verifier", "wrong_vlm", "reason", "text",
+    "policy", "actions", "think", "route", "accepted_text", "verifier", "wrong_vlm", "reason", "text",
     "model_answer", "finish_reason", "unsupported", "model", "revision", "prompt", "rule",
     "rule_version", "candidate", "score", "rule_passed", "verdict", "verdict_raw", "error",
     "extraction", "extraction_version", "decided_text", "prompt_tokens", "completion_tokens",

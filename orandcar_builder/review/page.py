@@ -110,7 +110,7 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
         "extraction": row.get("extraction") or "", "extraction_version": row.get("extraction_version") or "",
         "span": clip(span) if (span := decided_span(row)) is not None else None,
         "score": _score(row.get("score")), "rule_passed": row.get("rule_passed"),
-        "stored": clip(row.get("answer") if route == ACCEPTED else row.get("wrong_vlm")),
+        "stored": clip(row.get("accepted_text") if route == ACCEPTED else row.get("wrong_vlm")),
         "verdict": row.get("verdict"), "verdict_raw": clip(row.get("verdict_raw")) if row.get("verdict_raw") else None,
         "error": row.get("error"), "model": row.get("model"),
         "extra": [(name, clip(_extra_value(row.get(name)), LIST_TEXT_CHARS * 3)) for name in extra_columns
@@ -175,7 +175,7 @@ def _judge(report: dict, work: Path, collected: Collected, thumbs: dict) -> Opti
         })
     promoted = [{"id": r.get("id"), "family": r.get("family"), "question": clip(r.get("question"), LIST_TEXT_CHARS),
                  "references": clip(" | ".join(r.get("references") or []), LIST_TEXT_CHARS),
-                 "answer": clip(r.get("answer"), LIST_TEXT_CHARS), "rule": r.get("rule"),
+                 "answer": clip(r.get("accepted_text"), LIST_TEXT_CHARS), "rule": r.get("rule"),
                  "score": _score(r.get("score")), "verdict_raw": clip(r.get("verdict_raw"), LIST_TEXT_CHARS)}
                 for r in collected.promoted]
     n = (calibration or {}).get("n") or 0

@@ -47,9 +47,9 @@ def qa_entries(outcome: Outcome) -> dict[str, dict]:
     """The QA entry ``outcome`` contributes to each config it goes to."""
     reference = outcome.references[0]
     if outcome.route == ACCEPTED:
-        nothink = {"question": outcome.question, "answer": outcome.answer, "org_answer": reference,
+        nothink = {"question": outcome.question, "answer": outcome.accepted_text, "org_answer": reference,
                    "verifier": outcome.verifier}
-        think = {"question": outcome.question, "think": outcome.think, "answer": outcome.answer,
+        think = {"question": outcome.question, "think": outcome.think, "answer": outcome.accepted_text,
                  "org_answer": reference, "verifier": outcome.verifier}
         return {CONFIG_THINK: think, CONFIG_NOTHINK: nothink}
     if outcome.route == REJECTED:

@@ -83,7 +83,7 @@ def test_offline_chat_records_prompt_order_split_and_tokens(engine, requests_):
     assert [g.item_id for g in gens] == [r.item_id for r in requests_]
     for request, gen in zip(requests_, gens):
         assert gen.prompt == expected_prompt(request)  # the exact question, byte for byte, in the model input
-        assert (gen.text, gen.think, gen.answer, gen.finish_reason) == (SCRIPT_TEXT, "T", "A", "stop")
+        assert (gen.text, gen.think, gen.final_answer, gen.finish_reason) == (SCRIPT_TEXT, "T", "A", "stop")
         assert generation_status(gen) == "ok"
         assert gen.completion_tokens == 4 and gen.prompt_tokens > 0
         assert gen.model == engine.model and gen.revision == ""
@@ -105,25 +105,25 @@ def test_stream_renders_and_answers_as_llm_chat_does(engine, requests_):
 
 def test_length_limit_inside_thinking_is_truncated(engine, requests_):
     (cut,) = sibling(engine, max_tokens=1).generate(requests_[:1])
-    assert (cut.text, cut.think, cut.answer, cut.finish_reason) == ("T", "T", "", "length")
+    assert (cut.text, cut.think, cut.final_answer, cut.finish_reason) == ("T", "T", "", "length")
     assert generation_status(cut) == "truncated"
     (ended,) = sibling(engine, max_tokens=2).generate(requests_[1:2])
-    assert (ended.text, ended.answer, ended.finish_reason) == ("T</think>", "", "length")
+    assert (ended.text, ended.final_answer, ended.finish_reason) == ("T</think>", "", "length")
     assert generation_status(ended) == "truncated"
 
 
 def test_thinking_can_be_switched_off_in_the_template(engine, requests_):
     gens = sibling(engine, chat_template_kwargs={"enable_thinking": False}).generate(requests_[:2])
     assert [g.prompt for g in gens] == [expected_prompt(r, thinking=False) for r in requests_[:2]]
-    assert [(g.think, g.answer) for g in gens] == [("T", "A"), ("T", "A")]
+    assert [(g.think, g.final_answer) for g in gens] == [("T", "A"), ("T", "A")]
 
 
 def test_named_vllm_reasoning_parser_agrees_with_the_tag_split(engine, requests_):
     parsed = sibling(engine, reasoning_parser="qwen3")
     gens = parsed.generate(requests_[:2])
-    assert [(g.think, g.answer, g.finish_reason) for g in gens] == [("T", "A", "stop")] * 2
+    assert [(g.think, g.final_answer, g.finish_reason) for g in gens] == [("T", "A", "stop")] * 2
     (cut,) = sibling(engine, max_tokens=1, reasoning_parser="qwen3").generate(requests_[:1])
-    assert (cut.think, cut.answer, generation_status(cut)) == ("T", "", "truncated")
+    assert (cut.think, cut.final_answer, generation_status(cut)) == ("T", "", "truncated")
     assert split_reasoning(cut.text, cut.finish_reason, prompt=cut.prompt)[:2] == ("T", "")
 
 
@@ -210,12 +210,12 @@ def test_server_answers_in_order_with_reasoning_prompt_and_finish_reasons(server
     gens = engine.generate(requests_)
     assert [g.item_id for g in gens] == [r.item_id for r in requests_]
     for request, gen in zip(requests_, gens):
-        assert (gen.think, gen.answer, gen.finish_reason) == ("T", "A", "stop")
+        assert (gen.think, gen.final_answer, gen.finish_reason) == ("T", "A", "stop")
         assert gen.text == "<think>T</think>A"  # reasoning from message.reasoning, kept in the raw text
         assert gen.prompt == expected_prompt(request)
         assert gen.completion_tokens == 4 and gen.prompt_tokens > 0
     (cut,) = OpenAICompatEngine("tiny", server_url, max_tokens=1).generate(requests_[:1])
-    assert (cut.think, cut.answer, cut.finish_reason, generation_status(cut)) == ("T", "", "length", "truncated")
+    assert (cut.think, cut.final_answer, cut.finish_reason, generation_status(cut)) == ("T", "", "length", "truncated")
 
 
 def test_server_refusal_is_not_retried(server_url):
