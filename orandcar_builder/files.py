@@ -4,6 +4,7 @@ image signatures. Imports nothing from the package."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,55 @@ def replaced_on_success(path: PathLike, suffix: str = ".partial") -> Iterator[Pa
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class StagedFile:
+    """A file written over time under a temporary name beside ``path`` (``path`` + ``suffix``):
+    ``commit`` closes it (after an fsync when ``fsync``) and renames it into place, ``abort``
+    closes and removes it, leaving ``path`` as it was. As a context manager it commits when the
+    block succeeds and aborts when it raises. Subclasses open their handle on ``self.tmp`` and
+    close it in ``close``."""
+
+    def __init__(self, path: PathLike, *, suffix: str = ".tmp", fsync: bool = False):
+        self.path = Path(path)
+        self.tmp = partial_path(self.path, suffix)
+        self.fsync = fsync
+
+    def close(self, *, sync: bool) -> None:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        self.close(sync=self.fsync)
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.close(sync=False)
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        (self.abort if exc_type is not None else self.commit)()
+
+
+class JsonLinesFile(StagedFile):
+    """One JSON object per line (UTF-8, ``\\n`` line ends), staged as ``StagedFile``."""
+
+    def __init__(self, path: PathLike, *, suffix: str = ".tmp", fsync: bool = False):
+        super().__init__(path, suffix=suffix, fsync=fsync)
+        self.fh = open(self.tmp, "w", encoding="utf-8", newline="\n")
+        self.lines = 0
+
+    def write(self, record: dict) -> None:
+        self.fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.lines += 1
+
+    def close(self, *, sync: bool) -> None:
+        if sync:
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+        self.fh.close()
 
 
 def write_bytes_atomic(path: PathLike, data: bytes, suffix: str = ".partial") -> None:

@@ -51,3 +51,32 @@ def test_image_format_from_leading_bytes(data, mime):
 
 def test_unknown_image_bytes_have_no_format():
     assert files.image_format(b"RIFF\x00\x00\x00\x00WAVE") is None and files.image_format(b"") is None
+
+
+def test_a_staged_file_appears_only_when_committed(tmp_path):
+    from orandcar_builder.files import JsonLinesFile
+
+    target = tmp_path / "out.jsonl"
+    target.write_text("old\n")
+    staged = JsonLinesFile(target, fsync=True)
+    staged.write({"a": "é"})
+    staged.write({"b": 2})
+    assert target.read_text() == "old\n" and staged.tmp.exists()  # nothing replaced yet
+    staged.commit()
+    assert target.read_text(encoding="utf-8") == '{"a": "é"}\n{"b": 2}\n'
+    assert not staged.tmp.exists() and staged.lines == 2
+
+
+def test_a_staged_file_is_removed_when_its_block_raises(tmp_path):
+    from orandcar_builder.files import JsonLinesFile
+
+    target = tmp_path / "out.jsonl"
+    target.write_text("old\n")
+    with pytest.raises(RuntimeError):
+        with JsonLinesFile(target) as staged:
+            staged.write({"a": 1})
+            raise RuntimeError("stage failed")
+    assert target.read_text() == "old\n" and not staged.tmp.exists()
+    with JsonLinesFile(target) as staged:
+        staged.write({"a": 1})
+    assert target.read_text() == '{"a": 1}\n'

@@ -484,17 +484,17 @@ def test_a_damaged_cache_page_is_a_clear_error(built):
 
 
 def test_a_temp_file_removed_mid_build_is_a_clear_error(built, monkeypatch):
-    from orandcar_builder.build import workfiles
+    from orandcar_builder.files import JsonLinesFile
 
     pool, replay, out, work = built
     before = snapshot(out)
-    original = workfiles.JsonlFile.commit
+    original = JsonLinesFile.commit
 
     def vanish(self):
         self.tmp.unlink()
         original(self)
 
-    monkeypatch.setattr(workfiles.JsonlFile, "commit", vanish)
+    monkeypatch.setattr(JsonLinesFile, "commit", vanish)
     assert_user_error(cli(*build_args(pool, replay, out, work)), "No such file or directory", "left as it was")
     assert snapshot(out) == before
 

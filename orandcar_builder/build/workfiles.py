@@ -1,48 +1,25 @@
 """Work-dir files a stage writes, each under a temporary name renamed into place when complete
-(or removed when the stage fails): JSON lines, Parquet appended in chunks, and the replay export
-of the generations."""
+(or removed when the stage fails): Parquet appended in chunks (``ParquetFile``), and ``WorkFiles``,
+which commits a stage's files together. JSON lines are ``files.JsonLinesFile`` and the replay
+export is ``engines.replay.ReplayWriter``: all three are ``files.StagedFile``s."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..executors.base import CHUNK_SIZE
+from ..files import StagedFile
 
 
-class JsonlFile:
-    def __init__(self, path: Path, *, fsync: bool = False):
-        self.path, self.fsync = Path(path), fsync
-        self.tmp = self.path.with_name(self.path.name + ".tmp")
-        self.fh = open(self.tmp, "w", encoding="utf-8", newline="\n")
-        self.lines = 0
-
-    def write(self, record: dict) -> None:
-        self.fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self.lines += 1
-
-    def commit(self) -> None:
-        if self.fsync:
-            self.fh.flush()
-            os.fsync(self.fh.fileno())
-        self.fh.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self.fh.close()
-        self.tmp.unlink(missing_ok=True)
-
-
-class ParquetFile:
+class ParquetFile(StagedFile):
     """Rows appended in chunks (one row group each) to a parquet file with a fixed schema."""
 
     def __init__(self, path: Path, schema: pa.Schema, *, chunk: int = CHUNK_SIZE):
-        self.path, self.schema, self.chunk = Path(path), schema, chunk
-        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        super().__init__(path)
+        self.schema, self.chunk = schema, chunk
         # No column statistics: nothing filters these work files, and the writer would hold every
         # row group's min/max strings (its footer) in memory until it closes.
         self.writer = pq.ParquetWriter(self.tmp, schema, write_statistics=False)
@@ -67,12 +44,10 @@ class ParquetFile:
 
     def commit(self) -> None:
         self.flush()
-        self.writer.close()
-        os.replace(self.tmp, self.path)
+        super().commit()
 
-    def abort(self) -> None:
+    def close(self, *, sync: bool) -> None:
         self.writer.close()
-        self.tmp.unlink(missing_ok=True)
 
 
 class WorkFiles:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..errors import OrandCarError
-from ..files import partial_path
+from ..files import JsonLinesFile
 from ..images import sha256_file
 from ..records import Generation, Request
 from ..vocab import FINISH_REASONS, FINISH_STOP
@@ -214,19 +214,15 @@ def recording_line(generation: Generation, question: Optional[str] = None) -> di
     return obj
 
 
-class ReplayWriter:
+class ReplayWriter(JsonLinesFile):
     """A replay file written one generation at a time, under a temporary name beside ``path``
     until ``commit`` renames it into place (after an fsync); ``abort`` removes it and leaves
-    ``path`` as it was. As a context manager it commits when the block succeeds and aborts when
-    it raises. The one writer of the format: ``export_generations`` and the build's
-    ``--export-generations`` both write through it."""
+    ``path`` as it was (``files.StagedFile``). The one writer of the format: ``export_generations``
+    and the build's ``--export-generations`` both write through it."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = partial_path(self.path, TEMP_SUFFIX)
-        self._out = open(self.tmp, "w", encoding="utf-8", newline="\n")
-        self.lines = 0
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(path, suffix=TEMP_SUFFIX, fsync=True)
 
     def add(self, generation: Generation, question: Optional[str] = None) -> None:
         """One line for ``generation``; ``question`` (the exact text the model received), when
@@ -236,27 +232,7 @@ class ReplayWriter:
                 f"generation {generation.item_id!r} has finish_reason {generation.finish_reason!r}; "
                 f"only {', '.join(FINISH_REASONS)} can be replayed"
             )
-        self._out.write(json.dumps(recording_line(generation, question), ensure_ascii=False, sort_keys=False) + "\n")
-        self.lines += 1
-
-    def commit(self) -> None:
-        self._out.flush()
-        os.fsync(self._out.fileno())
-        self._out.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self._out.close()
-        self.tmp.unlink(missing_ok=True)
-
-    def __enter__(self) -> "ReplayWriter":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
+        self.write(recording_line(generation, question))
 
 
 def export_generations(

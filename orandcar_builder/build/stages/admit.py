@@ -17,7 +17,8 @@ from ...executors.steps import ADMITTED_SCHEMA, admitted_row
 from ...images import ImagePolicy
 from ...records import Dropped
 from ..work import BuildWork, StageReport
-from ..workfiles import JsonlFile, ParquetFile, WorkFiles
+from ...files import JsonLinesFile
+from ..workfiles import ParquetFile, WorkFiles
 
 
 class Admission:
@@ -40,7 +41,7 @@ class Admission:
     def rows(self) -> Iterator[dict]:
         t0 = time.perf_counter()
         with WorkFiles(admitted=ParquetFile(self.work / "admitted.parquet", ADMITTED_SCHEMA),
-                       dropped=JsonlFile(self.work / "dropped.jsonl")) as files:
+                       dropped=JsonLinesFile(self.work / "dropped.jsonl")) as files:
             for record in clean_lines(self.pool, self.clean_report, limit=self.limit, spill_dir=self.work,
                                       images=self.images, workers=self.workers):
                 if isinstance(record, Dropped):

@@ -26,7 +26,8 @@ from ...parquetio import open_parquet
 from ...vocab import FAILED
 from ..config import BuildError
 from ..work import BuildWork, GenerationFacts, StageReport
-from ..workfiles import JsonlFile, ParquetFile, WorkFiles
+from ...files import JsonLinesFile
+from ..workfiles import ParquetFile, WorkFiles
 
 
 def open_engines(work: BuildWork) -> None:
@@ -110,9 +111,9 @@ def side_files(work: Path, export_generations: Optional[Path]) -> GenerationFact
     """prompts.jsonl, unsupported.jsonl, failed.jsonl and the optional replay export, in pool
     order, from work/decisions.parquet."""
     facts = GenerationFacts()
-    with WorkFiles(prompts=JsonlFile(work / "prompts.jsonl"),
-                   unsupported=JsonlFile(work / "unsupported.jsonl"),
-                   failed=JsonlFile(work / "failed.jsonl"),
+    with WorkFiles(prompts=JsonLinesFile(work / "prompts.jsonl"),
+                   unsupported=JsonLinesFile(work / "unsupported.jsonl"),
+                   failed=JsonLinesFile(work / "failed.jsonl"),
                    export=ReplayWriter(export_generations) if export_generations is not None else None) as files:
         for batch in open_parquet(work / "decisions.parquet").iter_batches(batch_size=CHUNK_SIZE):
             for row in batch.to_pylist():
