@@ -313,7 +313,7 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
     """
     from click.core import ParameterSource
 
-    from .build import build as run_build, format_summary
+    from .build import BuildConfig, format_summary, run_build
     from .dataset.writer import DEFAULT_MAX_SHARD_BYTES
     from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S
     from .publish import check_repo_id
@@ -344,14 +344,18 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
     if executor == "local" and (ray_address or engine_replicas != 1 or gpus_per_replica):
         _fail("--ray-address, --engine-replicas and --gpus-per-replica need --executor ray")
     try:
-        result = run_build(pool, out, work=work, recipe=resolved, limit=limit,
-                           max_shard_bytes=max_shard_bytes or DEFAULT_MAX_SHARD_BYTES, progress=progress,
-                           use_cache=not no_cache, export_generations=export_generations, executor=executor,
-                           ray_address=ray_address, engine_replicas=engine_replicas,
-                           gpus_per_replica=gpus_per_replica,
-                           max_image_bytes=max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
-                           image_read_timeout=image_read_timeout or DEFAULT_READ_TIMEOUT_S,
-                           allow_outside_paths=allow_outside_paths, admit_workers=admit_workers)
+        # The recipe (with the flags above applied over it) fills the config; the flags that only
+        # the command line knows set the rest.
+        config = BuildConfig(pool=pool, out=out, work=work, limit=limit,
+                             max_shard_bytes=max_shard_bytes or DEFAULT_MAX_SHARD_BYTES, progress=progress,
+                             use_cache=not no_cache, export_generations=export_generations, executor=executor,
+                             ray_address=ray_address, engine_replicas=engine_replicas,
+                             gpus_per_replica=gpus_per_replica,
+                             max_image_bytes=max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
+                             image_read_timeout=image_read_timeout or DEFAULT_READ_TIMEOUT_S,
+                             allow_outside_paths=allow_outside_paths,
+                             admit_workers=admit_workers).with_recipe(resolved)
+        result = run_build(config)
     except OrandCarError as exc:
         _fail(str(exc))
     click.echo(format_summary(result))

@@ -168,19 +168,21 @@ def test_registered_engine_judge_and_executor_reach_the_build(registered, monkey
 
     seen = {}
 
-    def fake_build(pool, out, **kwargs):
-        seen.update(kwargs, pool=pool, out=out)
-        return build_module.BuildResult(out=out, work=kwargs["work"], report={})
+    def fake_run_build(config, objects=None):
+        seen["config"] = config
+        return build_module.BuildResult(out=config.out, work=config.work, report={})
 
-    monkeypatch.setattr(build_module, "build", fake_build)
+    monkeypatch.setattr(build_module, "run_build", fake_run_build)
     monkeypatch.setattr(build_module, "format_summary", lambda result: "summary")
     res = run("build", tmp_path / "pool.jsonl", "-o", tmp_path / "out", "--engine", "stand_in_engine",
               "--engine-option", "replay=gens.jsonl", "--engine-option", "max-tokens=16", "--judge",
               "stand_in_engine", "--judge-option", "replay=verdicts.jsonl", "--executor", "stand_in_executor")
     assert res.exit_code == 0, res.output
-    assert seen["recipe"].engine == {"name": "stand_in_engine", "replay": "gens.jsonl", "max_tokens": 16}
-    assert seen["recipe"].judge == {"name": "stand_in_engine", "replay": "verdicts.jsonl"}
-    assert seen["executor"] == "stand_in_executor"
+    config = seen["config"]
+    assert (config.engine, config.engine_options) == ("stand_in_engine", {"replay": "gens.jsonl", "max_tokens": 16})
+    assert (config.judge, config.judge_options) == ("stand_in_engine", {"replay": "verdicts.jsonl"})
+    assert config.recipe.engine == {"name": "stand_in_engine", "replay": "gens.jsonl", "max_tokens": 16}
+    assert config.executor == "stand_in_executor"
 
 
 def test_registered_family_is_checked_by_its_rule(registered):

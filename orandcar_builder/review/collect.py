@@ -121,7 +121,7 @@ class Collected:
     promoted: list[dict] = field(default_factory=list)
     promoted_total: int = 0
     reasoning: LengthStats = field(default_factory=lambda: LengthStats("reasoning"))
-    answer: LengthStats = field(default_factory=lambda: LengthStats("final answer"))
+    final_answer: LengthStats = field(default_factory=lambda: LengthStats("final answer"))
     no_generation: int = 0  # failed, or the engine could not answer at all: no lengths
     wanted: dict[str, dict] = field(default_factory=dict)  # item id -> row, for ids asked for by name
     extra_columns: list[str] = field(default_factory=list)
@@ -215,7 +215,7 @@ def _add_lengths(out: Collected, batch: pa.RecordBatch) -> None:
         return
     truncated = pc.fill_null(pc.equal(pc.filter(batch.column("finish_reason"), answered), FINISH_LENGTH), False)
     truncated = truncated.to_numpy(zero_copy_only=False)
-    for stats, column in ((out.reasoning, "think"), (out.answer, "model_answer")):
+    for stats, column in ((out.reasoning, "think"), (out.final_answer, "model_answer")):
         lengths = pc.fill_null(pc.utf8_length(pc.filter(batch.column(column), answered)), 0)
         stats.add(lengths.to_numpy(zero_copy_only=False).astype(np.int64), truncated.astype(bool))
 

@@ -194,7 +194,7 @@ def _judge(report: dict, work: Path, collected: Collected, thumbs: dict) -> Opti
 
 def _lengths(collected: Collected) -> list[dict]:
     out = []
-    for stats in (collected.reasoning, collected.answer):
+    for stats in (collected.reasoning, collected.final_answer):
         out.append({"label": stats.label, "n": stats.n, "truncated": stats.n_truncated,
                     "truncated_share": _percent(stats.n_truncated, stats.n),
                     "mean": f"{stats.mean:,.0f}" if stats.mean is not None else "–", "longest": stats.longest,
@@ -240,7 +240,7 @@ def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -
         families.append({"family": f.family, "anchor": "family-" + _anchor(f.family), "kinds": kinds,
                          "total": f.total})
 
-    length_histograms = [collected.reasoning.histogram(), collected.answer.histogram()]
+    length_histograms = [collected.reasoning.histogram(), collected.final_answer.histogram()]
     context = {
         "title": out.name or str(out),
         "report": report,
