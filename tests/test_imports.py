@@ -110,3 +110,9 @@ def test_the_checker_sees_a_backward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
     found = _imports(pkg / "verify" / "__init__.py")
     assert [t for _, t in found] == [f"{PACKAGE}.judge", f"{PACKAGE}.card"]
+
+
+def test_the_architecture_page_lists_the_same_levels():
+    doc = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = doc.split("```levels\n", 1)[1].split("```", 1)[0]
+    assert [tuple(line.split()) for line in block.splitlines() if line.strip()] == LEVELS
