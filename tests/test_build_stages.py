@@ -105,9 +105,14 @@ def test_run_build_reports_each_stage_and_report_json_gathers_their_timings(tmp_
     assert by_name["judge"].counters["judged"] == 1  # b: the rule rejected STOP for EXIT
     assert by_name["write"].counters["accepted"] + by_name["write"].counters["rejected"] == 2
     assert by_name["validate"].counters == {"problems": 0}
-    timings = json.loads((tmp_path / "work" / "report.json").read_text())["timings_s"]
+    report = json.loads((tmp_path / "work" / "report.json").read_text())
+    timings = report["timings_s"]
     assert list(timings) == ["admit", "generate", "verify", "order", "judge", "write", "card", "validate", "total"]
     assert all(v >= 0 for v in timings.values())
+    # report.json keeps each stage's own report too, counters as the stage gave them
+    assert [s["name"] for s in report["stages"]] == [r.name for r in result.stages]
+    assert report["stages"][0] == {"name": "admit", "timings_s": {"admit": round(by_name["admit"].timings["admit"], 3)},
+                                   "counters": {"admitted": 2, "dropped": 0}}
 
 
 def test_overlapped_admission_is_reported_by_the_generate_stage(tmp_path):

@@ -149,7 +149,10 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> BuildR
     write_json(work.dir / "report.json", {
         **work.report, "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "cache": {"generate": vars(work.generation_stats), "judge": (judge_report or {}).get("_cache")},
-        "validation_problems": work.problems})
+        "validation_problems": work.problems,
+        # each stage's own report, in the order they ran (datatrove's per-step stats)
+        "stages": [{"name": r.name, "timings_s": {k: round(v, 3) for k, v in r.timings.items()},
+                    "counters": r.counters} for r in reports]})
     if judge_report:
         judge_report.pop("_cache", None)
     ran = work.ran
