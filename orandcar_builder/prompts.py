@@ -10,7 +10,7 @@ import re
 from typing import Optional, Sequence
 
 from .families import get_family
-from .vocab import OPTION_LETTERS  # also imported from here by verify.explain
+from .vocab import OPTION_LETTERS
 
 # A question already carrying a lettered block ("A. cat", "(A) cat", "A) cat", "A: cat" on their own lines).
 _LETTERED_LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+\S", re.MULTILINE)
