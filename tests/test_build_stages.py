@@ -143,6 +143,43 @@ def test_the_judge_pass_asks_through_the_cache_in_generation_batches(tmp_path, m
                    engine_options={"replay": replay}, judge="same", progress=False)
     assert result.ok and calls == [(1, True, GENERATION_BATCH)]
     assert result.report["judge"]["judged"] == 1
+    calls.clear()
+    result = build(pool, tmp_path / "out2", work=tmp_path / "work2", engine_name="replay",
+                   engine_options={"replay": replay}, judge="same", progress=False, generation_batch=7)
+    assert result.ok and calls == [(1, True, 7)]  # the config's batch size, not the default
+
+
+def test_a_newly_registered_executor_runs_a_build(tmp_path, monkeypatch):
+    """One registration, no other edit: an executor class with no settings is made with no
+    arguments, and gives the local executor's bytes."""
+    from orandcar_builder.executors import EXECUTORS
+
+    monkeypatch.setitem(EXECUTORS, "here_too", EXECUTORS["local"])
+    pool, replay = small_pool(tmp_path / "pool")
+    results = [build(pool, tmp_path / name, work=tmp_path / f"work-{name}", engine_name="replay",
+                     engine_options={"replay": replay}, executor=name, progress=False)
+               for name in ("local", "here_too")]
+    assert all(r.ok for r in results)
+    files = [sorted(p.relative_to(r.out) for p in r.out.rglob("*") if p.is_file()) for r in results]
+    assert files[0] == files[1] and all((results[0].out / f).read_bytes() == (results[1].out / f).read_bytes()
+                                        for f in files[0])
+    manifest = json.loads((tmp_path / "work-here_too" / "manifest.json").read_text())
+    assert manifest["executor"]["executor"] == "local"  # the class's own describe()
+
+
+def test_settings_made_without_a_recipe_reach_the_card(tmp_path):
+    """BuildConfig's repo and card options are the card's, recipe file or not."""
+    pool, replay = small_pool(tmp_path / "pool")
+    config = BuildConfig(pool=pool, out=tmp_path / "out", work=tmp_path / "work", engine="replay",
+                         engine_options={"replay": str(replay)}, progress=False, repo="someone/Elsewhere",
+                         card_options={"pretty_name": "Elsewhere"})
+    result = run_build(config)
+    assert result.ok, result.problems
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "someone/Elsewhere" in card and "ORG/OrandCar" not in card
+    assert "pretty_name: Elsewhere" in card
+    manifest = json.loads((tmp_path / "work" / "manifest.json").read_text())
+    assert manifest["recipe"]["dataset"] == {"pretty_name": "Elsewhere", "repo": "someone/Elsewhere"}
 
 
 @pytest.mark.parametrize("module, forbidden", [

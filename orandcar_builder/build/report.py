@@ -126,18 +126,30 @@ def manifest(config: BuildConfig, out: Path, engine, judge_engine, rules: dict, 
     }
 
 
-def recipe_ran(config: BuildConfig, engine, judge_engine) -> Recipe:
-    """The recipe this build ran: the config's, or the code's defaults with the config's settings;
-    an engine object given instead of a name is recorded by its kind."""
-    from ..recipe import resolve
+def recipe_ran(config: BuildConfig, engine, judge_engine, *, engine_given: bool = False,
+               judge_given: bool = False) -> Recipe:
+    """The recipe this build ran, from the config: its recipe (or the code's defaults) with every
+    setting the config holds differently put over it (engine, judge, calibration, repo and card
+    options), so a BuildConfig made without a recipe file records and shows what it set. An engine
+    object given instead of a name (``engine_given``/``judge_given``) is recorded by its kind."""
+    from ..recipe import options_of, resolve
 
-    ran = config.recipe if config.recipe is not None else resolve(
-        None, engine=config.engine, engine_options=dict(config.engine_options), judge=config.judge,
-        judge_options=dict(config.judge_options), calibration=config.calibrate)
-    sections = {}
-    if engine.kind != ran.engine["name"]:
+    ran = config.recipe if config.recipe is not None else resolve(None)
+    sections: dict = {}
+    if not engine_given and (config.engine, dict(config.engine_options)) != (ran.engine["name"], options_of(ran.engine)):
+        sections["engine"] = {"name": config.engine, **config.engine_options}
+    if not judge_given and (config.judge, dict(config.judge_options)) != (ran.judge["name"], options_of(ran.judge)):
+        sections["judge"] = {"name": config.judge, **config.judge_options}
+    if config.calibrate != (ran.calibration or 0):
+        sections["calibration"] = config.calibrate
+    dataset = {**config.card_options, **({"repo": config.repo} if config.repo else {})}
+    if dataset != ran.dataset:
+        sections["dataset"] = dataset
+    engine_name = sections.get("engine", ran.engine)["name"]
+    if engine.kind != engine_name:
         sections["engine"] = {"name": engine.kind}
-    if judge_engine is not None and judge_engine is not engine and judge_engine.kind != ran.judge["name"]:
+    judge_name = sections.get("judge", ran.judge)["name"]
+    if judge_engine is not None and judge_engine is not engine and judge_engine.kind != judge_name:
         sections["judge"] = {"name": judge_engine.kind}
     return dataclasses.replace(ran, **sections) if sections else ran
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..dataset.output import StagedOutput, WorkLock, check_paths
-from ..executors import get_executor
+from ..executors import executor_for
 from ..families import families_in_use
 from ..images import ImageError
 from .config import BuildConfig, BuildError, BuildObjects
@@ -114,9 +114,7 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
 def _executor(config: BuildConfig, objects: BuildObjects):
     executor = objects.executor
     if executor is None:
-        executor = get_executor(config.executor) if config.executor == "local" else get_executor(
-            config.executor, address=config.ray_address, replicas=config.engine_replicas,
-            gpus_per_replica=config.gpus_per_replica)
+        executor = executor_for(config.executor, config)
     engine = objects.engine
     if (executor.name != "local" and engine is not None and objects.engine_factory is None
             and getattr(engine, "kind", config.engine) != config.engine):

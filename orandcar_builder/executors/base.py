@@ -66,6 +66,10 @@ class DecidedChunk:
 
 
 class Executor(Protocol):
+    """Where the generation stage runs. Registered in ``executors.EXECUTORS``; a build makes it
+    with the class's optional ``from_config(config)`` (``build.BuildConfig``), else with no
+    arguments (``executors.executor_for``)."""
+
     name: str
 
     def run(self, job: GenerationJob) -> Iterator[DecidedChunk]:

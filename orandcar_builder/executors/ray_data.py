@@ -161,6 +161,13 @@ class RayExecutor:
         self.show_progress = show_progress
         self.batches_per_replica = batches_per_replica
 
+    @classmethod
+    def from_config(cls, config) -> "RayExecutor":
+        """The executor a build's settings ask for (``build.BuildConfig``: ray address, replicas,
+        GPUs per replica)."""
+        return cls(address=config.ray_address, replicas=config.engine_replicas,
+                   gpus_per_replica=config.gpus_per_replica)
+
     def describe(self) -> dict:
         return {"executor": self.name, "address": self.address, "replicas": self.replicas,
                 "gpus_per_replica": self.gpus_per_replica, "cpus_per_replica": self.cpus_per_replica,

@@ -29,7 +29,7 @@ class JudgeStage:
     def run(self, work: BuildWork) -> StageReport:
         with Timer() as timer:
             work.judge_report = judge_pass(work.judge_engine, work.decisions, work.cache, work.config.calibrate,
-                                           work.config.progress)
+                                           work.config.progress, batch_size=work.config.generation_batch)
         counters = {k: work.judge_report[k] for k in ("judged", "promoted", "unparseable")}
         return StageReport(self.name, {"judge": timer.seconds}, counters)
 
@@ -61,7 +61,7 @@ def judge_item(row: dict, generation: Generation) -> judging.JudgeItem:
 
 
 def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], calibrate: int,
-               progress: bool, chunk: int = CHUNK_SIZE) -> dict:
+               progress: bool, chunk: int = CHUNK_SIZE, batch_size: int = GENERATION_BATCH) -> dict:
     """Second pass over rule rejects with a final answer, chunk by chunk: decisions.parquet is
     read and rewritten with the verdicts; optional calibration on rule accepts. Returns the
     report's ``judge`` entry (its ``_cache`` key: the cache's counts, for report.json only)."""
@@ -81,7 +81,7 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
                 bar.n = s.done
                 bar.refresh()
 
-            out = generate_through_cache(engine, requests, cache, batch_size=GENERATION_BATCH, stats=stats,
+            out = generate_through_cache(engine, requests, cache, batch_size=batch_size, stats=stats,
                                          on_batch=advance)
             bar.n = done + len(requests)
             bar.refresh()

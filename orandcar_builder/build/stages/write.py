@@ -29,7 +29,8 @@ class WriteStage:
                                         max_shard_bytes=config.max_shard_bytes)
             report = build_report(config.pool, work.admitted, work.dropped, tally(work.decisions), summary,
                                   work.clean_report, work.engine, config.limit, work.judge_report, work.facts)
-            work.ran = recipe_ran(config, work.engine, work.judge_engine)
+            work.ran = recipe_ran(config, work.engine, work.judge_engine, engine_given=work.objects.engine is not None,
+                                  judge_given=work.objects.judge_engine is not None)
             report["recipe"] = reproducible(work.ran.to_dict())
             report["reproduce"] = reproduce(config, work.ran)
             work.report = report
