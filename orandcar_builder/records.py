@@ -200,3 +200,36 @@ def outcome_from_record(record: dict) -> Outcome:
         accepted_text=record["accepted_text"] or "", verifier=record["verifier"] or "",
         wrong_vlm=record["wrong_vlm"] or "", reason=record["reason"],
     )
+
+
+# --- the work files between stages ------------------------------------------------------------
+# work/admitted.parquet: one row per admitted item, in pool order (the admit stage writes it, the
+# executors read it).
+ADMITTED_SCHEMA = pa.schema([
+    ("order", pa.int64()), ("id", pa.string()), ("where", pa.string()), ("image", pa.string()),
+    ("image_sha256", pa.string()), ("question", pa.string()), ("references", pa.list_(pa.string())),
+    ("family", pa.string()), ("options", pa.list_(pa.string())), ("source", pa.string()),
+    ("policy", pa.string()), ("actions", pa.list_(pa.string())),
+])
+
+_GENERATION_FIELDS = [
+    ("text", pa.string()), ("final_answer", pa.string()), ("finish_reason", pa.string()),
+    ("unsupported", pa.string()), ("model", pa.string()), ("revision", pa.string()), ("prompt", pa.string()),
+    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
+]
+_DECISION_FIELDS = [
+    ("rule", pa.string()), ("rule_version", pa.string()), ("candidate", pa.string()),
+    ("score", pa.float64()), ("rule_passed", pa.bool_()),
+    # The final-answer extraction that fed the rule: the pattern whose statement decided ("" when
+    # none applied) and verify.extract.EXTRACTION_VERSION; ``decided_text`` is the text the rule
+    # passed or scored best on (a substring of ``final_answer``).
+    ("extraction", pa.string()), ("extraction_version", pa.string()), ("decided_text", pa.string()),
+]
+_VERDICT_FIELDS = [("verdict", pa.string()), ("verdict_raw", pa.string())]
+# work/decisions.parquet: one record per QA item, the outcome (OUTCOME_FIELDS), the generation,
+# the rule's decision and the judge's verdict (the generate stage writes it, the judge stage adds
+# verdicts, routing, calibrate and the review page read it).
+DECISION_SCHEMA = pa.schema(
+    list(OUTCOME_FIELDS) + [pa.field(n, t) for n, t in _GENERATION_FIELDS + _DECISION_FIELDS + _VERDICT_FIELDS]
+    + [pa.field("error", pa.string())]
+)

@@ -4,7 +4,6 @@ first request reaches the engine while the pool is still being admitted."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 

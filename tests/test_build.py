@@ -84,7 +84,7 @@ def test_accepted_answer_is_the_models_text_and_rejected_answer_the_reference(sa
         for qa, src in zip(row["qa"], row["clean_meta"]["sources"]):
             assert qa["org_answer"] == src["references"][0]
             assert qa["verifier"] == get_family(src["family"]).rule and qa["think"] == ""
-    model_answers = {d["model_answer"] for d in decisions.values()}
+    model_answers = {d["final_answer"] for d in decisions.values()}
     reasons = Counter()
     for row in _load(result.out, "rejected"):
         for qa, src in zip(row["qa"], row["clean_meta"]["sources"]):

@@ -55,7 +55,7 @@ def test_judge_promotes_only_correct(tmp_path, recorded):
         assert d["rule_passed"] is False
         if reply.endswith("CORRECT"):
             assert (d["route"], d["verifier"], d["verdict"]) == ("accepted", "judge", "CORRECT")
-            assert d["accepted_text"] == d["model_answer"].strip()
+            assert d["accepted_text"] == d["final_answer"].strip()
         elif reply.endswith("WRONG"):
             assert (d["route"], d["reason"]) == ("rejected", "wrong_answer")
         else:

@@ -21,12 +21,12 @@ LEVELS: list[tuple[str, ...]] = [
     ("images", "parquetio", "spill", "shipped"),
     ("records", "families"),
     ("prompts",),
+    ("verify",),  # below engines: a rule never runs a model
+    ("judge",),  # below engines and cache: the judge builds requests and reads verdicts, it runs nothing
     ("pool",),
     ("clean",),
     ("engines",),
     ("cache",),
-    ("verify",),
-    ("judge",),
     ("executors",),
     ("route",),
     ("dataset",),
@@ -116,3 +116,18 @@ def test_the_architecture_page_lists_the_same_levels():
     doc = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
     block = doc.split("```levels\n", 1)[1].split("```", 1)[0]
     assert [tuple(line.split()) for line in block.splitlines() if line.strip()] == LEVELS
+
+
+def test_the_registries_name_modules_of_their_own_part():
+    """The lazily imported registries (module paths as strings, which the import walk does not
+    see) point inside their own part: an engine lives in engines/, a rule in verify/, ..."""
+    from orandcar_builder.engines import ENGINES
+    from orandcar_builder.executors import EXECUTORS
+    from orandcar_builder.pool import IMPORTERS
+    from orandcar_builder.verify import RULE_MODULES
+
+    for part, registry in (("engines", ENGINES), ("executors", EXECUTORS), ("pool", IMPORTERS),
+                           ("verify", RULE_MODULES)):
+        for name, target in registry.items():
+            module = target.split(":")[0]
+            assert _part(module) == part and module.startswith(f"{PACKAGE}.{part}."), (name, target)

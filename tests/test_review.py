@@ -182,7 +182,7 @@ def test_lengths_count_every_reply_and_mark_the_truncated(judged_build):
     rows = _decisions(judged_build.work)
     replied = [r for r in rows if r["route"] != "failed" and r["unsupported"] is None]
     collected = collect(judged_build.work / "decisions.parquet")
-    for stats, column in ((collected.reasoning, "think"), (collected.final_answer, "model_answer")):
+    for stats, column in ((collected.reasoning, "think"), (collected.final_answer, "final_answer")):
         assert stats.n == len(replied)
         assert stats.n_truncated == sum(r["finish_reason"] == "length" for r in replied) > 0
         assert sum(stats.complete) + sum(stats.truncated) == stats.n

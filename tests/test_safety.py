@@ -528,7 +528,7 @@ def test_negative_limit_is_refused(tmp_path):
 
 def test_a_byte_order_mark_is_skipped_and_duplicate_keys_are_dropped(tmp_path):
     from orandcar_builder.pool import read_pool
-    from orandcar_builder.records import Dropped, PoolItem
+    from orandcar_builder.records import PoolItem
 
     write_png(tmp_path / "a.png")
     first = json.dumps(_image_line("bom", "a.png")).encode()

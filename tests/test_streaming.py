@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orandcar_builder.build import BuildError, build
+from orandcar_builder.build import build
 from orandcar_builder.cache import CacheError, CommitBuffer
 from orandcar_builder.engines.base import Completion, EngineUnavailable, stream_batches
 from orandcar_builder.engines.replay import ReplayEngine

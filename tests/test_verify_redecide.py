@@ -69,7 +69,7 @@ def test_decisions_record_the_extraction_and_the_span_the_model_wrote(tmp_path):
     assert {r["extraction_version"] for r in rows.values()} == {extract.EXTRACTION_VERSION}
     for row in rows.values():  # the accepted answer is a piece of what the model wrote
         if row["route"] == "accepted":
-            assert row["accepted_text"] in row["model_answer"]
+            assert row["accepted_text"] in row["final_answer"]
     assert recheck(result.out).ok
 
 

@@ -45,7 +45,8 @@ from ..parquetio import open_parquet
 from ..records import Generation, Request
 from .base import DecidedChunk, GenerationJob
 from .generation import ASK, HIT, CachedAsks, for_request
-from .steps import (ADMITTED_SCHEMA, DECISION_SCHEMA, SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed,
+from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA
+from .steps import (SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed,
                     failed_row, make_request)
 
 RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "

@@ -19,15 +19,13 @@ import json
 from dataclasses import replace
 from typing import Optional, Sequence
 
-import pyarrow as pa
-
 from ..cache import is_complete
 from ..engines.reasoning import answer_status
 from ..families import rule_for
 from ..images import ImageRef
 from ..judge import candidate_answer, promotion
 from ..prompts import question_text
-from ..records import (OUTCOME_FIELDS, Admitted, Decision, Generation, Outcome, PoolItem, Request, Source, Verdict,
+from ..records import (DECISION_SCHEMA, Admitted, Decision, Generation, Outcome, PoolItem, Request, Source, Verdict,
                        outcome_from_record, outcome_record)
 from ..verify import verify
 from ..verify.candidates import strip_reasoning
@@ -36,33 +34,6 @@ from ..vocab import (ACCEPTED, ANSWER_OK, DECISION_FAILED, FAILED, GENERATION_FA
 
 # The error recorded on an item that asked the same request as an earlier item whose request failed.
 SAME_REQUEST_FAILED = "the same request failed for an earlier item"
-
-ADMITTED_SCHEMA = pa.schema([
-    ("order", pa.int64()), ("id", pa.string()), ("where", pa.string()), ("image", pa.string()),
-    ("image_sha256", pa.string()), ("question", pa.string()), ("references", pa.list_(pa.string())),
-    ("family", pa.string()), ("options", pa.list_(pa.string())), ("source", pa.string()),
-    ("policy", pa.string()), ("actions", pa.list_(pa.string())),
-])
-
-_GENERATION_FIELDS = [
-    ("text", pa.string()), ("model_answer", pa.string()), ("finish_reason", pa.string()),
-    ("unsupported", pa.string()), ("model", pa.string()), ("revision", pa.string()), ("prompt", pa.string()),
-    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
-]
-_DECISION_FIELDS = [
-    ("rule", pa.string()), ("rule_version", pa.string()), ("candidate", pa.string()),
-    ("score", pa.float64()), ("rule_passed", pa.bool_()),
-    # The final-answer extraction that fed the rule: the pattern whose statement decided ("" when
-    # none applied) and verify.extract.EXTRACTION_VERSION; ``decided_text`` is the text the rule
-    # passed or scored best on (a substring of ``model_answer``).
-    ("extraction", pa.string()), ("extraction_version", pa.string()), ("decided_text", pa.string()),
-]
-_VERDICT_FIELDS = [("verdict", pa.string()), ("verdict_raw", pa.string())]
-DECISION_SCHEMA = pa.schema(
-    list(OUTCOME_FIELDS) + [pa.field(n, t) for n, t in _GENERATION_FIELDS + _DECISION_FIELDS + _VERDICT_FIELDS]
-    + [pa.field("error", pa.string())]
-)
-
 
 # --- admitted items -------------------------------------------------------------------------
 
@@ -156,7 +127,7 @@ def decision_row(outcome: Outcome, generation: Generation, decision: Optional[De
     return {
         **outcome_record(outcome),
         "text": generation.text, "think": generation.think,
-        "model_answer": generation.final_answer, "finish_reason": generation.finish_reason,
+        "final_answer": generation.final_answer, "finish_reason": generation.finish_reason,
         "unsupported": generation.unsupported, "model": generation.model,
         "revision": generation.revision, "prompt": generation.prompt,
         "prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens,
@@ -186,7 +157,7 @@ def failed_row(admitted: Admitted, request: Request, error: str) -> dict:
 def generation_from_row(row: dict) -> Generation:
     """The generation a decision record holds."""
     return Generation(item_id=row["id"], text=row["text"] or "", think=row["think"] or "",
-                      final_answer=row["model_answer"] or "", finish_reason=row["finish_reason"] or "",
+                      final_answer=row["final_answer"] or "", finish_reason=row["finish_reason"] or "",
                       model=row["model"] or "", revision=row["revision"] or "",
                       unsupported=row["unsupported"], prompt=row["prompt"],
                       prompt_tokens=row.get("prompt_tokens"), completion_tokens=row.get("completion_tokens"))

@@ -182,11 +182,11 @@ def accepted_items_from_decisions(path) -> list[JudgeItem]:
     ``orandcar calibrate`` samples from after the fact."""
     import pyarrow.parquet as pq
 
-    columns = ["id", "question", "references", "model_answer", "family", "rule_passed"]
+    columns = ["id", "question", "references", "final_answer", "family", "rule_passed"]
     table = pq.read_table(path, columns=columns)
     items = []
     for row in table.to_pylist():
         if row["rule_passed"]:
-            candidate = strip_reasoning(row["model_answer"] or "").strip()
+            candidate = strip_reasoning(row["final_answer"] or "").strip()
             items.append(JudgeItem(row["id"], row["question"], tuple(row["references"]), candidate, row["family"]))
     return items

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Optional, Union
 from ..errors import UnknownNameError
 from ..families import get_family
 from ..vocab import OPTION_LETTERS
-from ..images import IMAGE_OUTSIDE_POOL, ImageError, ImagePolicy, ImageRef, check_image, within
+from ..images import ImageError, ImagePolicy, ImageRef, check_image, within
 from ..records import Dropped, PoolItem, Source
 from ..spill import SpillSet
 

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from ..errors import OrandCarError
 from ..parquetio import open_parquet
+from ..records import DECISION_SCHEMA
 from ..vocab import ACCEPTED, FAILED, FINISH_LENGTH, JUDGE_VERIFIER, REJECTED
 from .charts import FamilyCounts, LengthHistogram
 
@@ -43,13 +44,7 @@ _SKIPPED_COLUMNS = ("text", "prompt")
 _COMPACT = ("id", "family", "route", "reason", "verifier")
 # Columns the item card shows under their own labels; any other column the decisions hold (e.g.
 # an answer extraction recorded by a newer build) is listed under "other recorded fields".
-KNOWN_COLUMNS = frozenset((
-    "order", "id", "family", "image_sha256", "image", "question", "references", "options", "source",
-    "policy", "actions", "think", "route", "accepted_text", "verifier", "wrong_vlm", "reason", "text",
-    "model_answer", "finish_reason", "unsupported", "model", "revision", "prompt", "rule",
-    "rule_version", "candidate", "score", "rule_passed", "verdict", "verdict_raw", "error",
-    "extraction", "extraction_version", "decided_text", "prompt_tokens", "completion_tokens",
-))
+KNOWN_COLUMNS = frozenset(DECISION_SCHEMA.names)
 
 
 class ReviewError(OrandCarError):
@@ -158,7 +153,7 @@ def collect(decisions: Path, *, per_kind: int = SAMPLES_PER_KIND, promoted_max: 
         raise ReviewError(f"{decisions}: cannot read the build's decisions ({exc}); "
                           f"run `orandcar build` with this work dir first") from None
     names = parquet.schema_arrow.names
-    missing = [c for c in _COMPACT + ("think", "model_answer", "finish_reason", "unsupported") if c not in names]
+    missing = [c for c in _COMPACT + ("think", "final_answer", "finish_reason", "unsupported") if c not in names]
     if missing:
         raise ReviewError(f"{decisions}: not a decisions file of this builder (no column {', '.join(missing)})")
     columns = [c for c in names if c not in _SKIPPED_COLUMNS]
@@ -215,7 +210,7 @@ def _add_lengths(out: Collected, batch: pa.RecordBatch) -> None:
         return
     truncated = pc.fill_null(pc.equal(pc.filter(batch.column("finish_reason"), answered), FINISH_LENGTH), False)
     truncated = truncated.to_numpy(zero_copy_only=False)
-    for stats, column in ((out.reasoning, "think"), (out.final_answer, "model_answer")):
+    for stats, column in ((out.reasoning, "think"), (out.final_answer, "final_answer")):
         lengths = pc.fill_null(pc.utf8_length(pc.filter(batch.column(column), answered)), 0)
         stats.add(lengths.to_numpy(zero_copy_only=False).astype(np.int64), truncated.astype(bool))
 

@@ -69,9 +69,9 @@ def decided_span(row: dict) -> Optional[str]:
     if row.get("decided_text"):
         return row["decided_text"]
     name = row.get("candidate")
-    if not name or row.get("model_answer") is None:
+    if not name or row.get("final_answer") is None:
         return None
-    return dict(candidates(row["model_answer"])).get(name)
+    return dict(candidates(row["final_answer"])).get(name)
 
 
 def _score(value: Any) -> str:
@@ -92,7 +92,7 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
     """What an item card shows, from one decisions row."""
     route = row.get("route")
     finish = row.get("finish_reason")
-    answer = row.get("model_answer")
+    answer = row.get("final_answer")
     think = row.get("think") or ""
     return {
         "id": row.get("id"), "order": row.get("order"), "family": row.get("family"),

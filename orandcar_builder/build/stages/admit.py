@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ...clean.pool_file import clean_lines
-from ...executors.steps import ADMITTED_SCHEMA, admitted_row
+from ...executors.steps import admitted_row
+from ...records import ADMITTED_SCHEMA
 from ...images import ImagePolicy
 from ...records import Dropped
 from ..work import BuildWork, StageReport

@@ -21,7 +21,8 @@ from ...engines.replay import ReplayWriter
 from ...executors import EngineFactory, GenerationJob
 from ...executors.base import CHUNK_SIZE
 from ...executors.ordering import sort_by_order
-from ...executors.steps import DECISION_SCHEMA, generation_from_row
+from ...executors.steps import generation_from_row
+from ...records import DECISION_SCHEMA
 from ...parquetio import open_parquet
 from ...vocab import FAILED
 from ..config import BuildError

@@ -15,7 +15,8 @@ from ... import judge as judging
 from ...cache import CacheStats, GenerationCache
 from ...executors import generate_through_cache
 from ...executors.base import CHUNK_SIZE
-from ...executors.steps import DECISION_SCHEMA, decision_from_row, generation_from_row, with_verdict
+from ...executors.steps import decision_from_row, generation_from_row, with_verdict
+from ...records import DECISION_SCHEMA
 from ...parquetio import open_parquet
 from ...records import Generation
 from ...vocab import GENERATION_BATCH, VERDICT_CORRECT, VERDICT_LABELS
