@@ -117,6 +117,18 @@ def test_counts_per_family_agree_with_the_build_report(judged_build, sample_buil
     assert promoted == judged_build.report["judge"]["promoted"] > 0
 
 
+def test_a_work_dir_from_before_the_final_answer_rename_still_reviews(judged_build, tmp_path):
+    """decisions.parquet once named the model's final answer ``model_answer``: read under today's name."""
+    table = pq.read_table(judged_build.work / "decisions.parquet")
+    old = table.rename_columns(["model_answer" if n == "final_answer" else n for n in table.column_names])
+    pq.write_table(old, tmp_path / "decisions.parquet")
+    now, then = collect(judged_build.work / "decisions.parquet"), collect(tmp_path / "decisions.parquet", batch_rows=5)
+    assert then.extra_columns == now.extra_columns == []
+    assert then.final_answer.histogram() == now.final_answer.histogram()
+    assert then.promoted == now.promoted and now.promoted
+    assert {b: [s.row for s in v] for b, v in then.samples.items()} == {b: [s.row for s in v] for b, v in now.samples.items()}
+
+
 @pytest.mark.parametrize("batch_rows", [1, 3, 4096])
 def test_samples_are_the_items_with_the_smallest_keys(judged_build, batch_rows):
     rows = _decisions(judged_build.work)

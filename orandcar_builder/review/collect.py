@@ -45,6 +45,9 @@ _COMPACT = ("id", "family", "route", "reason", "verifier")
 # Columns the item card shows under their own labels; any other column the decisions hold (e.g.
 # an answer extraction recorded by a newer build) is listed under "other recorded fields".
 KNOWN_COLUMNS = frozenset(DECISION_SCHEMA.names)
+# Columns an earlier builder wrote under another name, read under today's (a work dir built before
+# the rename still reviews).
+LEGACY_COLUMNS = {"model_answer": "final_answer"}
 
 
 class ReviewError(OrandCarError):
@@ -152,13 +155,17 @@ def collect(decisions: Path, *, per_kind: int = SAMPLES_PER_KIND, promoted_max: 
     except (OSError, pa.ArrowException) as exc:
         raise ReviewError(f"{decisions}: cannot read the build's decisions ({exc}); "
                           f"run `orandcar build` with this work dir first") from None
-    names = parquet.schema_arrow.names
+    stored = parquet.schema_arrow.names
+    renames = {old: new for old, new in LEGACY_COLUMNS.items() if old in stored and new not in stored}
+    names = [renames.get(name, name) for name in stored]
     missing = [c for c in _COMPACT + ("think", "final_answer", "finish_reason", "unsupported") if c not in names]
     if missing:
         raise ReviewError(f"{decisions}: not a decisions file of this builder (no column {', '.join(missing)})")
-    columns = [c for c in names if c not in _SKIPPED_COLUMNS]
+    columns = [c for c in stored if c not in _SKIPPED_COLUMNS]
     out = Collected(extra_columns=[c for c in names if c not in KNOWN_COLUMNS])
     for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+        if renames:
+            batch = batch.rename_columns([renames.get(name, name) for name in batch.schema.names])
         _add_batch(out, batch, per_kind, promoted_max, wanted_ids)
     return out
 
