@@ -12,7 +12,7 @@ the model received; it changed when anything else it holds changed (the answer, 
 verifier, the reason, the references or options, the image). Across configs it lists the items
 whose decision flipped (accepted in ``RS_nothink`` on one side, in ``rejected`` on the other, with
 both answers), the acceptance per family on each side, and what changed in the settings the cards
-record (``release.BUILD_KEY``: engine fingerprint, judge, rule and extraction versions, cleaning
+record (``dataset.cardfile.BUILD_KEY``: engine fingerprint, judge, rule and extraction versions, cleaning
 policy, recipe).
 """
 

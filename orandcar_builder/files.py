@@ -102,10 +102,17 @@ def sha256_of_file(path: PathLike, chunk: int = HASH_CHUNK) -> str:
     """sha256 of a whole file, read in chunks (for bounded reads of pool images see
     ``images.sha256_file``)."""
     digest = hashlib.sha256()
+    update_from_file(path, digest, chunk=chunk)
+    return digest.hexdigest()
+
+
+def update_from_file(path: PathLike, *digests, chunk: int = HASH_CHUNK) -> None:
+    """Feed the whole file at ``path``, read once in chunks, to each of ``digests`` (hashlib
+    objects), e.g. a sha256 and a git blob id in one pass."""
     with open(path, "rb") as handle:
         while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+            for digest in digests:
+                digest.update(block)
 
 
 # Leading bytes of each image format the project names or sends -> (MIME type, file extension).
@@ -129,14 +136,3 @@ def image_format(data: bytes) -> Optional[tuple[str, str]]:
         if data.startswith(magic):
             return mime, ext
     return None
-
-
-# --- area B (issue 17): one chunked reader for hashes computed together --------------------------
-
-def update_from_file(path: PathLike, *digests, chunk: int = HASH_CHUNK) -> None:
-    """Feed the whole file at ``path``, read once in chunks, to each of ``digests`` (hashlib
-    objects), e.g. a sha256 and a git blob id in one pass."""
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            for digest in digests:
-                digest.update(block)

@@ -1,7 +1,7 @@
 """The records that flow between stages. Plain dataclasses; no stage imports another's internals.
 
 ``Outcome`` and its Arrow codec (``OUTCOME_FIELDS``, ``outcome_record``, ``outcome_from_record``)
-are the record the decide step writes to ``work/decisions.parquet`` and routing reads back: they
+are the record ``executors.steps.outcome_of`` writes to ``work/decisions.parquet`` and routing reads back: they
 live here so that neither side imports the other.
 """
 

@@ -70,7 +70,8 @@ JUDGE_VERIFIER = "judge"  # qa.verifier of an item the judge promoted
 # --- engines ------------------------------------------------------------------------------------
 # Fingerprint keys recorded in the manifest and the card but not shaping the output: left out of
 # the generation cache key and of the card's engine settings.
-RECORD_ONLY_KEYS = ("reproducibility",)
+REPRODUCIBILITY_KEY = "reproducibility"  # an engine's batch-invariance and precision settings
+RECORD_ONLY_KEYS = (REPRODUCIBILITY_KEY,)
 GENERATION_BATCH = 32  # requests per engine call where an engine is called in batches
 
 # --- multiple choice ----------------------------------------------------------------------------

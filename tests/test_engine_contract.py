@@ -1,7 +1,8 @@
 """What every engine promises, checked on each: one generation per request in the order asked,
 the exact question captured, errors surfaced with the item named, output the cache can keep.
 
-An engine joins by one line in HARNESSES: a factory ``(tmp_path, requests, stack) -> Harness``.
+An engine joins by one line in HARNESSES: a factory ``(tmp_path, requests, stack) -> Harness``
+(or, when it cannot run here, a line in CHECKED_ELSEWHERE saying where it is checked).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from orandcar_builder.cache import GenerationCache, generate_cached
-from orandcar_builder.engines import Engine, create_engine
+from orandcar_builder.engines import ENGINES, Engine, create_engine
 from orandcar_builder.engines.replay import export_generations
 from orandcar_builder.images import ImageRef
 from orandcar_builder.records import Generation, Request
@@ -93,6 +94,17 @@ HARNESSES = [
     pytest.param(openai_compat_harness, id="openai_compat"),
     pytest.param(registry_harness("rapidocr", threads=1), id="rapidocr"),
 ]
+# Registered engines the contract cannot run here, and where they are checked instead.
+CHECKED_ELSEWHERE = {
+    "vllm": "needs vllm and a GPU: tests/vllm/ (make test-vllm) runs it for real; "
+            "tests/test_engine_vllm.py checks its settings and fingerprint without vllm",
+}
+
+
+def test_every_registered_engine_has_a_harness_or_says_where_it_is_checked():
+    ids = {param.id for param in HARNESSES}
+    assert not ids & set(CHECKED_ELSEWHERE)
+    assert ids | set(CHECKED_ELSEWHERE) == set(ENGINES)
 
 
 @pytest.fixture(params=HARNESSES)

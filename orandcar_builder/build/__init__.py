@@ -16,8 +16,8 @@ dir only; the dataset folder depends on nothing but the pool, the engine's outpu
 so two builds of the same pool give the same bytes.
 
 The settings of a build are one ``BuildConfig`` (``config.py``; a recipe fills it with
-``with_recipe``); ``run_build(config, objects)`` runs it (``runner.py``); ``build(pool, out,
-**settings)`` is the keyword form the CLI calls.
+``with_recipe``); ``run_build(config, objects)`` runs it (``runner.py``; the CLI calls it);
+``build(pool, out, **settings)`` is the keyword form for library callers and tests.
 """
 
 from __future__ import annotations

@@ -61,9 +61,12 @@ def tally(decisions: Path) -> Tally:
     return counts
 
 
-def build_report(pool: Path, admitted: int, dropped: Counter, counts: Tally, summary: dict, clean_report: dict,
-                 engine, limit, judge_report, facts: GenerationFacts) -> dict:
-    """The build's figures; everything here is deterministic (the card renders from it)."""
+def build_report(work, counts: Tally, summary: dict) -> dict:
+    """The build's figures from what the stages left in ``work`` (a ``BuildWork``), the decisions'
+    tally and the writer's summary; everything here is deterministic (the card renders from it)."""
+    pool, limit = work.config.pool, work.config.limit
+    admitted, dropped, engine, judge_report = work.admitted, work.dropped, work.engine, work.judge_report
+    clean_report, facts = work.clean_report, work.facts
     rules = {rule: get_rule(rule).VERSION for rule in sorted(counts.rules)}
     rules_by_family = {family: sorted(r) for family, r in sorted(counts.rules_by_family.items())}
     return {

@@ -1,6 +1,7 @@
 """Running a build: ``run_build(config, objects)`` runs the stages over a locked work dir and a
-staged output folder, and ``build(pool, out, **settings)``, the keyword façade the CLI and the
-tests call, makes the BuildConfig."""
+staged output folder (the CLI calls it with the config a recipe and its flags made), and
+``build(pool, out, **settings)``, the keyword façade library callers and the tests use, makes the
+BuildConfig and calls it."""
 
 from __future__ import annotations
 

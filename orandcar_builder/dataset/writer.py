@@ -86,8 +86,7 @@ class ConfigWriter:
 
     def write(self, row: dict) -> None:
         if self._shard is None:
-            path = self.dir / f".{SPLIT}-{len(self._temp_shards):05d}.parquet.partial"
-            self._temp_shards.append(path)
+            path = self._next_temp_shard()
             self._shard = pq.ParquetWriter(path, self.schema, compression="snappy")
         self._group.append(row)
         self._shard_bytes += _row_bytes(row)
@@ -97,6 +96,12 @@ class ConfigWriter:
             self._write_group()
         if self._shard_bytes >= self.max_shard_bytes:
             self._close_shard()
+
+    def _next_temp_shard(self) -> Path:
+        """The hidden name a shard is written under until the config's shard count is known."""
+        path = self.dir / f".{SPLIT}-{len(self._temp_shards):05d}.parquet.partial"
+        self._temp_shards.append(path)
+        return path
 
     def _write_group(self) -> None:
         if self._group:
@@ -119,9 +124,8 @@ class ConfigWriter:
         if self._shard is not None:
             self._close_shard()
         if not self._temp_shards:
-            path = self.dir / f".{SPLIT}-00000.parquet.partial"
+            path = self._next_temp_shard()
             pq.write_table(self.schema.empty_table(), path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
-            self._temp_shards.append(path)
             self._counted.append((0, 0))
         total = len(self._temp_shards)
         final = []

@@ -20,9 +20,6 @@ from ..errors import OrandCarError
 from ..records import Generation, Request
 from ..vocab import GENERATION_BATCH
 
-# Requests a batch-only engine is asked at once by ``stream_of`` (the project's one batch size).
-DEFAULT_STREAM_BATCH = GENERATION_BATCH
-
 
 class EngineUnavailable(OrandCarError):
     """The engine cannot start (missing optional dependency, unreachable server, ...)."""
@@ -77,7 +74,7 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def stream_of(engine: Engine, requests: Iterable[Request], *, batch_size: int = DEFAULT_STREAM_BATCH) -> Iterator[Completion]:
+def stream_of(engine: Engine, requests: Iterable[Request], *, batch_size: int = GENERATION_BATCH) -> Iterator[Completion]:
     """``engine.stream(requests)`` where the engine has one, else its ``generate`` asked in batches
     of ``batch_size`` (pulled from ``requests`` only as they are sent). A batch that raises is
     asked again one request at a time; a request that still raises is a failed Completion.

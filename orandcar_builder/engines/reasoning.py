@@ -21,13 +21,10 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..records import Generation, Request
-from ..vocab import ANSWER_OK, ANSWER_STATUSES, FINISH_LENGTH, NO_ANSWER, TRUNCATED
+from ..vocab import ANSWER_OK, FINISH_LENGTH, NO_ANSWER, TRUNCATED
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
-
-# The statuses are vocab's; these names stay importable from here for the decide step.
-STATUSES = ANSWER_STATUSES
 
 
 def answer_status(answer: str, finish_reason: str) -> str:

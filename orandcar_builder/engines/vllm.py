@@ -31,6 +31,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..images import ImageRef, decode
 from ..records import Generation, Request
+from ..vocab import REPRODUCIBILITY_KEY
 from .base import FATAL_ERRORS, Completion, EngineUnavailable, error_text, generate_from_stream
 from .openai_compat import chat_messages, image_part
 from .reasoning import load_reasoning_parser, make_generation
@@ -210,7 +211,7 @@ class VLLMEngine:
                 "reasoning_parser": self.reasoning_parser,
                 "image_transport": self.image_transport,
                 # Recorded in the manifest, not part of the cache key (see vocab.RECORD_ONLY_KEYS).
-                "reproducibility": {
+                REPRODUCIBILITY_KEY: {
                     BATCH_INVARIANT_ENV: os.environ.get(BATCH_INVARIANT_ENV, ""),
                     "tensor_parallel_size": self.tensor_parallel_size,
                     "hardware": hardware_description(),

@@ -8,7 +8,7 @@ out:
 - ``RoutePlan(decisions_path)`` (plan.py): a decisions parquet file (``work/decisions.parquet``,
   in pool order), grouped by a sort on disk with memory bounded whatever the pool size.
 
-The record routing reads, ``Outcome``, and its Arrow codec live in ``records`` (the decide step
+The record routing reads, ``Outcome``, and its Arrow codec live in ``records`` (``executors.steps.outcome_of``
 writes them without importing this stage); the route names live in ``vocab``.
 """
 

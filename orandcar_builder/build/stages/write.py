@@ -27,8 +27,7 @@ class WriteStage:
             with RoutePlan(work.decisions) as plan:
                 summary = write_dataset(work.out, {config_name: _rows(plan.rows(config_name)) for config_name in CONFIGS},
                                         max_shard_bytes=config.max_shard_bytes)
-            report = build_report(config.pool, work.admitted, work.dropped, tally(work.decisions), summary,
-                                  work.clean_report, work.engine, config.limit, work.judge_report, work.facts)
+            report = build_report(work, tally(work.decisions), summary)
             work.ran = recipe_ran(config, work.engine, work.judge_engine, engine_given=work.objects.engine is not None,
                                   judge_given=work.objects.judge_engine is not None)
             report["recipe"] = reproducible(work.ran.to_dict())
