@@ -11,6 +11,7 @@ import pytest
 
 from orandcar_builder.verify import verify
 from orandcar_builder.verify.candidates import final_answer_candidates
+from orandcar_builder.verify.extract import STATEMENTS as STATEMENT_PAIRS
 from orandcar_builder.verify.extract import (EXAMPLES, EXTRACTION_PATTERNS, STATEMENT_PATTERNS, conclusion,
                                              conclusion_number, extract)
 from orandcar_builder.verify.shape import is_sentence
@@ -96,6 +97,14 @@ def test_at_least_sixty_shapes_and_every_statement_pattern():
     assert len(STATEMENTS) >= 60
     found = {expected[0] for _, expected in STATEMENTS if expected}
     assert found == {"boxed", "last_line_letter", *STATEMENT_PATTERNS}
+
+
+def test_the_statement_patterns_and_which_mark_their_span():
+    assert STATEMENT_PATTERNS == ("answer_is", "answer_label", "option_is", "option_correct", "answer_zh", "option_zh",
+                                  "option_correct_zh")
+    # extract() takes group 1 as the span of a pattern with a group, the rest of the sentence otherwise
+    assert [name for name, pattern in STATEMENT_PAIRS if pattern.groups] == ["option_correct", "option_correct_zh"]
+    assert all(pattern.groups <= 1 for _, pattern in STATEMENT_PAIRS)
 
 
 @pytest.mark.parametrize("name, reply, span", EXAMPLES)

@@ -14,7 +14,7 @@ import re
 import sys
 import textwrap
 from types import ModuleType
-from typing import Any
+from typing import Any, Optional
 
 from .markdown import code_span
 from .errors import CardError
@@ -48,7 +48,7 @@ class _SourceBundle:
         if line not in self.imports:
             self.imports.append(line)
 
-    def add_value(self, name: str, value: Any) -> None:
+    def add_value(self, name: str, value: Any, namespace: Optional[dict] = None) -> None:
         if not self._bind(name, value):
             return
         if isinstance(value, re.Pattern):
@@ -57,9 +57,14 @@ class _SourceBundle:
             args = _pattern_literal(value.pattern) + (f", {re.RegexFlag(flags)}" if flags else "")
             self.values[name] = f"{name} = re.compile({args})"
             return
-        text = f"{name} = {_literal(value)}"
+        # Patterns inside a container are written as the module-level names that hold them.
+        names = _pattern_names(value, namespace or {})
+        for ref in names.values():
+            self.add_name(ref, namespace or {})
+        text = f"{name} = {_literal(value, names=names)}"
         try:
-            scope: dict = {"__builtins__": {}, "frozenset": frozenset, "set": set}
+            scope: dict = {"__builtins__": {}, "frozenset": frozenset, "set": set,
+                           **{ref: (namespace or {})[ref] for ref in names.values()}}
             exec(text, scope)  # noqa: S102 - our own rendering of our own constant, checked for equality
             same = scope[name] == value and type(scope[name]) is type(value)
         except Exception:
@@ -106,7 +111,7 @@ class _SourceBundle:
         elif inspect.isfunction(value) or inspect.isclass(value) or callable(value) and hasattr(value, "__wrapped__"):
             self.add_callable(name, value)
         else:
-            self.add_value(name, value)
+            self.add_value(name, value, namespace)
 
     def render(self, header: str, entries: list[str]) -> str:
         """The block: ``header`` comment, imports, values, helpers, then ``entries`` in order."""
@@ -136,31 +141,61 @@ def _pattern_literal(pattern: Any) -> str:
 LITERAL_WIDTH = 96  # a constant's value is wrapped to lines of about this many characters
 
 
-def inline_literal(value: Any) -> str:
-    """``repr`` with sets sorted, so a rendered value does not depend on the hash seed."""
+def inline_literal(value: Any, names: Optional[dict[int, str]] = None) -> str:
+    """``repr`` with sets sorted, so a rendered value does not depend on the hash seed; an object
+    whose ``id`` is in ``names`` is written as that name."""
+    if names and id(value) in names:
+        return names[id(value)]
+    literal = functools.partial(inline_literal, names=names)
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{inline_literal(k)}: {inline_literal(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (set, frozenset)):
-        inner = "{" + ", ".join(sorted(map(inline_literal, value))) + "}" if value else "()"
+        inner = "{" + ", ".join(sorted(map(literal, value))) + "}" if value else "()"
         return inner if type(value) is set and value else f"{type(value).__name__}({inner if value else ''})"
     if isinstance(value, list):
-        return "[" + ", ".join(map(inline_literal, value)) + "]"
+        return "[" + ", ".join(map(literal, value)) + "]"
     if isinstance(value, tuple):
-        return "(" + ", ".join(map(inline_literal, value)) + ("," if len(value) == 1 else "") + ")"
+        return "(" + ", ".join(map(literal, value)) + ("," if len(value) == 1 else "") + ")"
     return repr(value)
 
 
-def _literal(value: Any, indent: str = "    ") -> str:
+def _pattern_names(value: Any, namespace: dict) -> dict[int, str]:
+    """{id: name}, in the order ``value`` holds them, of the compiled patterns inside the list,
+    tuple or dict ``value`` that a module-level name of ``namespace`` holds (``STATEMENTS`` pairs
+    names with the patterns ``ANSWER_IS``, ...)."""
+    holders: dict[int, str] = {}
+    for key, obj in namespace.items():
+        if isinstance(obj, re.Pattern):
+            holders.setdefault(id(obj), key)
+    found: dict[int, str] = {}
+
+    def walk(item: Any) -> None:
+        if isinstance(item, re.Pattern) and id(item) in holders:
+            found[id(item)] = holders[id(item)]
+        elif isinstance(item, (list, tuple)):
+            for inner in item:
+                walk(inner)
+        elif isinstance(item, dict):
+            for inner in item.values():
+                walk(inner)
+
+    if isinstance(value, (list, tuple, dict)):
+        walk(value)
+    return found
+
+
+def _literal(value: Any, indent: str = "    ", names: Optional[dict[int, str]] = None) -> str:
     """A constant's value as Python source: on one line when it fits, else its items packed into
-    indented lines."""
-    text = inline_literal(value)
+    indented lines (objects whose ``id`` is in ``names`` written as those names)."""
+    literal = functools.partial(inline_literal, names=names)
+    text = literal(value)
     if len(text) <= LITERAL_WIDTH or not isinstance(value, (dict, list, tuple, set, frozenset)) or not value:
         return text
     if isinstance(value, dict):
-        items, (open_, close) = [f"{inline_literal(k)}: {inline_literal(v)}" for k, v in value.items()], ("{", "}")
+        items, (open_, close) = [f"{literal(k)}: {literal(v)}" for k, v in value.items()], ("{", "}")
     else:
-        items = (sorted(map(inline_literal, value)) if isinstance(value, (set, frozenset))
-                 else list(map(inline_literal, value)))
+        items = (sorted(map(literal, value)) if isinstance(value, (set, frozenset))
+                 else list(map(literal, value)))
         open_, close = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}")}.get(type(value), ("frozenset({", "})"))
     lines, line = [], ""
     for item in items:

@@ -120,7 +120,12 @@ CONCLUDED_NUMBER = re.compile(
 NUMBER = re.compile(r"(?<![\w.^_∠\\:/])[-−]?\d+(?:,\d{3})*(?:\.\d+)?%?(?!\w|[.,:/^]\d)")
 # A sentence that denies or doubts is no conclusion ("It is not 5", "cannot be 2").
 NEGATION = re.compile(r"(?<![A-Za-z])(?:not|no|never|cannot|unable|impossible|unknown)(?![A-Za-z])|n't", re.IGNORECASE)
-STATEMENT_PATTERNS = ("answer_is", "answer_label", "option_is", "option_correct", "answer_zh", "option_zh", "option_correct_zh")
+# The statements, each (name, pattern); a pattern with a group marks the span itself (the letter of
+# "option (B) is correct"), one without introduces it (the rest of the sentence after it).
+STATEMENTS = (("answer_is", ANSWER_IS), ("answer_label", ANSWER_LABEL), ("option_is", OPTION_IS),
+              ("option_correct", OPTION_CORRECT), ("answer_zh", ANSWER_ZH), ("option_zh", OPTION_ZH),
+              ("option_correct_zh", OPTION_CORRECT_ZH))
+STATEMENT_PATTERNS = tuple(name for name, _ in STATEMENTS)
 EXTRACTION_PATTERNS = ("boxed",) + STATEMENT_PATTERNS + ("last_line_letter", "conclusion", "conclusion_number",
                                                           "emphasis")
 # One reply per pattern and what it extracts (the card shows them; a test checks each one).
@@ -235,11 +240,9 @@ def extract(text: str) -> Optional[tuple[str, str]]:
     if box is not None:
         return "boxed", text[box[0]:box[1]]
     best = None  # (statement start, name, span)
-    for name, pattern in (("answer_is", ANSWER_IS), ("answer_label", ANSWER_LABEL), ("option_is", OPTION_IS),
-                          ("option_correct", OPTION_CORRECT), ("answer_zh", ANSWER_ZH), ("option_zh", OPTION_ZH),
-                          ("option_correct_zh", OPTION_CORRECT_ZH)):
+    for name, pattern in STATEMENTS:
         for match in pattern.finditer(text):
-            if name in ("option_correct", "option_correct_zh"):
+            if pattern.groups:
                 span = (match.start(1), match.end(1))
             else:
                 span = sentence_span(text, match.end())
