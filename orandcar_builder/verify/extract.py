@@ -256,17 +256,17 @@ def extract(text: str) -> Optional[tuple[str, str]]:
 
 def last_sentence(text: str) -> Optional[tuple[int, int]]:
     """(start, end) of the last sentence of ``text`` that is not a closing courtesy."""
-    sentences = []
-    for line in re.finditer(r"[^\n]+", text):
-        start = line.start()
-        for mark in SENTENCE_END.finditer(text, line.start(), line.end()):
-            sentences.append((start, mark.end()))
-            start = mark.end()
-        sentences.append((start, line.end()))
-    for start, end in reversed(sentences):
-        s, e = trimmed(text, start, end)
-        if s < e and not COURTESY.match(text, s, e):
-            return s, e
+    line_end = len(text)
+    while line_end >= 0:  # the lines from the last, each without its newline
+        line_start = text.rfind("\n", 0, line_end) + 1
+        if line_start < line_end:
+            marks = [mark.end() for mark in SENTENCE_END.finditer(text, line_start, line_end)]
+            bounds = [line_start, *marks, line_end]
+            for i in range(len(bounds) - 1, 0, -1):  # its sentences from the last
+                s, e = trimmed(text, bounds[i - 1], bounds[i])
+                if s < e and not COURTESY.match(text, s, e):
+                    return s, e
+        line_end = line_start - 1
     return None
 
 
