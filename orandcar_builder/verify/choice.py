@@ -48,6 +48,7 @@ text as that option's letter; any other reference matches nothing. Score 1.0 or 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Optional, Sequence
 
@@ -88,6 +89,7 @@ def _spaced(text: str) -> str:
     return " ".join(text.translate(_MARKUP_TABLE).split())
 
 
+@functools.lru_cache(maxsize=4096)  # the same option texts are keyed many times for each candidate
 def _text_key(text: str) -> str:
     return _spaced(text).casefold()
 
