@@ -73,7 +73,7 @@ class _SourceBundle:
             raise CardError(f"cannot render the value of {name!r} as Python source ({type(value).__name__})")
         self.values[name] = text
 
-    def add_callable(self, name: str, obj: Any, *, entry: bool = False) -> None:
+    def add_callable(self, name: str, obj: Any) -> None:
         if not self._bind(name, obj):
             return
         module = getattr(obj, "__module__", "") or ""
@@ -281,7 +281,7 @@ def rule_source(name: str, rule: ModuleType) -> str:
         bundle.add_name(constant, namespace)
     entries = rule_entries(rule)
     for entry in entries:
-        bundle.add_callable(entry, getattr(rule, entry), entry=True)
+        bundle.add_callable(entry, getattr(rule, entry))
     return bundle.render(f"{RULE_BLOCK_PREFIX}{name} (version {rule.VERSION})", entries)
 
 
@@ -293,7 +293,7 @@ def candidates_source() -> str:
 
     bundle = _SourceBundle()
     bundle.add_name("EXTRACTION_VERSION", vars(extract_module))
-    bundle.add_callable("final_answer_candidates", candidates_module.final_answer_candidates, entry=True)
+    bundle.add_callable("final_answer_candidates", candidates_module.final_answer_candidates)
     return bundle.render(f"{CANDIDATES_BLOCK_PREFIX}: final-answer extraction (version "
                          f"{extract_module.EXTRACTION_VERSION}) and the texts a rule is tried on",
                          ["final_answer_candidates"])

@@ -18,7 +18,6 @@ import re
 
 from .extract import conclusion, conclusion_number, emphasised_number, extract
 
-CANDIDATES = ("statement", "full", "first_line", "first_paragraph", "conclusion", "conclusion_number", "emphasis")
 STATEMENT_CANDIDATE = "statement"
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
