@@ -52,9 +52,8 @@ def final_answer_candidates(answer: str, conclusions: bool = False) -> list[tupl
     seen = {full}
     tries = [("first_line", first_line, ""), ("first_paragraph", first_paragraph, "")]
     if conclusions:
-        tries += [("conclusion", conclusion(full) or "", "conclusion"),
-                  ("conclusion_number", conclusion_number(full) or "", "conclusion_number"),
-                  ("emphasis", emphasised_number(full) or "", "emphasis")]
+        tries += [(name, find(full) or "", name) for name, find in (
+            ("conclusion", conclusion), ("conclusion_number", conclusion_number), ("emphasis", emphasised_number))]
     for label, text, extraction in tries:
         if text and text not in seen:
             out.append((label, text, extraction))

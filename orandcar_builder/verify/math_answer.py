@@ -159,9 +159,10 @@ def passes(value: float) -> bool:
 
 
 def detail(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> str:
-    if is_sentence(prediction) and not any(same_text(prediction, ref) for ref in references):
+    written = any(same_text(prediction, ref) for ref in references)
+    if is_sentence(prediction) and not written:
         return f"a sentence ({SENTENCE_WORDS} words or more): not searched for a value"
-    if shows_work(prediction) and not any(same_text(prediction, ref) for ref in references):
+    if shows_work(prediction) and not written:
         return "a calculation, or several values in prose: not searched for a value"
     prediction = number_word_value(prediction)
     parsing_timeout, _ = timeouts()
