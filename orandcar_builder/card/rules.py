@@ -300,13 +300,16 @@ def candidates_source() -> str:
 
 
 def extraction_section() -> dict:
-    """What the card says about final-answer extraction: its version and one example per pattern."""
+    """What the card says about final-answer extraction: its version, one example per pattern and
+    how many words make a sentence (``shape.SENTENCE_WORDS``, spelled as a word)."""
     from ..verify import extract as extraction
+    from ..verify.shape import SENTENCE_WORDS
 
+    words = extraction.NUMBER_WORDS
     return {
         "version": extraction.EXTRACTION_VERSION,
-        "examples": [(name, code_span(reply.replace("\n", "\\n")), code_span(span))
-                     for name, reply, span in extraction.EXAMPLES],
+        "examples": [(name, code_span(reply), code_span(span)) for name, reply, span in extraction.EXAMPLES],
+        "sentence_words": words[SENTENCE_WORDS] if SENTENCE_WORDS < len(words) else str(SENTENCE_WORDS),
     }
 
 
