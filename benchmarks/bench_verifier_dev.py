@@ -40,10 +40,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from orandcar_builder.verify import verify
+from orandcar_builder.vocab import OPTION_LETTERS
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "verifier-dev" / \
     "mathvista_testmini_responses.jsonl"
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 KINDS = {"free_form": "math", "multi_choice": "choice"}
 TAIL_CHARS = 400
 
@@ -58,22 +58,23 @@ def usable(item: dict) -> bool:
             return False
         return True
     choices = item["choices"] or []
-    return extraction in choices or extraction in LETTERS[: len(choices)]
+    return extraction in choices or extraction in OPTION_LETTERS[: len(choices)]
 
 
 def case(item: dict) -> tuple[str, list[str], list[str] | None]:
     """(rule, references, options) for one item, as a build would call the rule."""
+    rule = KINDS[item["question_type"]]
     if item["question_type"] == "free_form":
-        return "math", [str(item["answer"])], None
+        return rule, [str(item["answer"])], None
     choices = list(item["choices"])
-    return "choice", [LETTERS[choices.index(item["answer"])]], choices
+    return rule, [OPTION_LETTERS[choices.index(item["answer"])]], choices
 
 
 def decide_item(item: dict) -> dict:
     rule, references, options = case(item)
     decision = verify(rule, item["response"] or "", references, options)
     return {"passed": decision.passed, "candidate": decision.candidate, "text": decision.text,
-            "extraction": getattr(decision, "extraction", ""), "references": references}
+            "extraction": decision.extraction, "references": references}
 
 
 def load(path: Path) -> list[dict]:
@@ -118,12 +119,13 @@ def format_table(counts: dict) -> str:
     return "\n".join(lines)
 
 
-def report_audit(items: list[dict], results: list[dict], path: Path) -> int:
-    """Print the audit's counts for the current disagreements; 1 when one is not in the audit."""
+def report_audit(items: list[dict], results: list[dict], counts: dict, path: Path) -> int:
+    """Print the audit's counts for the current disagreements (``counts``: the ``table``); 1 when
+    one is not in the audit."""
     with open(path, encoding="utf-8") as f:
         header = f.readline().rstrip("\n").split("\t")
         audit = {row["item"]: row for row in (dict(zip(header, line.rstrip("\n").split("\t"))) for line in f)}
-    counts: dict = defaultdict(int)
+    classes: dict = defaultdict(int)
     missing = []
     for kind in KINDS:
         for item, result in zip(items, results):
@@ -133,18 +135,17 @@ def report_audit(items: list[dict], results: list[dict], path: Path) -> int:
             if key not in audit:
                 missing.append(key)
                 continue
-            counts[(kind, "wrong accept" if result["passed"] else "right answer rejected", audit[key]["class"])] += 1
+            classes[(kind, "wrong accept" if result["passed"] else "right answer rejected", audit[key]["class"])] += 1
     lines = ["| kind | disagreement | class | items |", "| --- | --- | --- | ---: |"]
-    lines += [f"| {k} | {d} | {c} | {n} |" for (k, d, c), n in sorted(counts.items())]
+    lines += [f"| {k} | {d} | {c} | {n} |" for (k, d, c), n in sorted(classes.items())]
     print("\n" + "\n".join(lines))
     for kind in KINDS:
-        of_kind = [(i, r) for i, r in zip(items, results) if i["question_type"] == kind]
-        labels = sum(n for (k, _, c), n in counts.items() if k == kind and c == "label")
-        agree = sum(r["passed"] == bool(i["official_correct"]) for i, r in of_kind)
-        accepts = sum(r["passed"] for _, r in of_kind)
-        own = sum(n for (k, d, c), n in counts.items() if k == kind and d == "wrong accept" and c == "rule")
-        print(f"{kind}: agreement {agree / len(of_kind):.1%}; with the {labels} label errors set right "
-              f"{(agree + labels) / len(of_kind):.1%}; wrong accepts that are the rule's own error: "
+        total = counts[(kind, "all")]
+        of_kind, agree, accepts = total["items"], total["agree"], total["accepts"]
+        labels = sum(n for (k, _, c), n in classes.items() if k == kind and c == "label")
+        own = sum(n for (k, d, c), n in classes.items() if k == kind and d == "wrong accept" and c == "rule")
+        print(f"{kind}: agreement {agree / of_kind:.1%}; with the {labels} label errors set right "
+              f"{(agree + labels) / of_kind:.1%}; wrong accepts that are the rule's own error: "
               f"{own} / {accepts} ({own / accepts if accepts else 0:.1%})")
     if missing:
         print(f"{len(missing)} disagreement(s) not in {path}: {', '.join(missing)}", file=sys.stderr)
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                         "response_tail": (item["response"] or "")[-TAIL_CHARS:],
                     }, ensure_ascii=False) + "\n")
     if args.audit:
-        status = report_audit(items, results, args.audit)
+        status = report_audit(items, results, counts, args.audit)
         if status:
             return status
     if args.json:
