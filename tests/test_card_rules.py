@@ -9,10 +9,11 @@ import re
 
 import pytest
 
-from orandcar_builder.card import CANDIDATES_BLOCK_PREFIX, RULE_BLOCK_PREFIX, code_blocks, render_card
-from orandcar_builder.verify import EXTRACTION_VERSION, RULE_MODULES, decide, get_rule
+from orandcar_builder.card import CANDIDATES_BLOCK_PREFIX, RULE_BLOCK_PREFIX, code_blocks, code_span, render_card
+from orandcar_builder.verify import EXTRACTION_VERSION, RULE_MODULES, decide, get_rule, verify
 from orandcar_builder.verify.candidates import final_answer_candidates
-from orandcar_builder.verify.extract import EXAMPLES, EXTRACTION_PATTERNS
+from orandcar_builder.verify.extract import EXAMPLES, EXTRACTION_PATTERNS, NUMBER_WORDS
+from orandcar_builder.verify.shape import SENTENCE_WORDS
 
 CORPUS_SIZE = 1000
 _RULE_HEADER = re.compile(rf"^{re.escape(RULE_BLOCK_PREFIX)}(\S+) \(version (\S+)\)$")
@@ -201,9 +202,20 @@ def test_candidates_block_agrees_with_production(all_rules_card):
     assert patterns - {""} == set(EXTRACTION_PATTERNS), set(EXTRACTION_PATTERNS) - patterns
 
 
+def test_card_states_the_sentence_of_reasoning_case(all_rules_card):
+    """The matching section's example of a first line of reasoning that mentions the reference
+    (decided in test_verify_extract): the card states it, and the threshold it gives is the code's."""
+    flat = " ".join(all_rules_card.split())
+    opening, closing = "The area of the rectangle ABEF is 4 x 2 = 8 cm^2.", "So the ratio of the areas is 0.6."
+    assert f'opens with "{opening}"' in flat
+    assert f'ends "{closing}"' in flat
+    assert f"({NUMBER_WORDS[SENTENCE_WORDS]} words or more)" in flat
+    assert not verify("math", f"{opening}\n\n{closing}", ["8"]).passed
+
+
 def test_card_lists_every_pattern_with_its_example(all_rules_card):
-    for name, reply, span in EXAMPLES:
-        assert f"| `{name}` |" in all_rules_card
+    for name, reply, span in EXAMPLES:  # the whole row, as the card renders it
+        assert f"| `{name}` | {code_span(reply)} | {code_span(span)} |" in all_rules_card, name
     assert [name for name, _, _ in EXAMPLES] == list(EXTRACTION_PATTERNS)
     namespace = _candidates_block(all_rules_card)
     for name, reply, span in EXAMPLES:  # each example, run through the card's own block

@@ -227,7 +227,8 @@ def test_decisions(reply, rule, references, options, passes, candidate):
 
 
 def test_the_cards_example_of_a_sentence_of_reasoning_does_not_pass():
-    """The card's matching section states this case: a first line of reasoning that mentions the
-    reference, in a reply whose last sentence concludes another value, is no accept."""
+    """The card's matching section states this case (test_card_rules checks it does): a first line
+    of reasoning that mentions the reference, in a reply whose last sentence concludes another
+    value, is no accept."""
     reply = "The area of the rectangle ABEF is 4 x 2 = 8 cm^2.\n\nSo the ratio of the areas is 0.6."
     assert not verify("math", reply, ["8"]).passed

@@ -119,7 +119,5 @@ def test_math_verify_agrees_that_distinct_integers_differ(prediction, reference)
 def test_the_rule_does_not_search_work_or_sentences(text):
     """A calculation, several values in prose or a sentence is not searched for the value (the
     reply's conclusion is another candidate: see test_verify_extract)."""
-    from orandcar_builder.verify import math_answer
-
     assert math_answer.score(text, ["8"]) == 0.0 and math_answer.score(text, ["3"]) == 0.0
     assert math_answer.score(text, [text]) == 1.0  # the reference's own text still passes
