@@ -18,9 +18,8 @@ from typing import Any, Optional
 from ..files import write_bytes_atomic
 from ..vocab import ACCEPTED, FINISH_LENGTH
 from . import charts
-from .collect import (ACCEPTED_KIND, FAILED_KIND, PROMOTED_KIND, REJECTED_KIND_PREFIX, SAMPLE_SALT,
-                      SAMPLES_PER_KIND, Collected, ReviewError, calibration_of, collect,
-                      dropped_examples, read_json_lines, read_report)
+from .collect import (ACCEPTED_KIND, FAILED_KIND, PROMOTED_KIND, SAMPLE_SALT, SAMPLES_PER_KIND, Collected,
+                      ReviewError, calibration_of, collect, dropped_examples, read_json_lines, read_report)
 from .thumbnails import thumbnails
 
 REVIEW_FILE = "report.html"  # written into the work dir by every build
@@ -42,8 +41,7 @@ class ReviewResult:
 
 
 def kind_label(kind: str) -> str:
-    if kind.startswith(REJECTED_KIND_PREFIX):
-        return "rejected: " + kind[len(REJECTED_KIND_PREFIX):]
+    """A kind as the page names it; a rejection kind ("rejected: <reason>") names itself."""
     return KIND_LABELS.get(kind, kind)
 
 
@@ -283,7 +281,6 @@ def _environment():
         keep_trailing_newline=True,
     )
     env.filters["number"] = lambda n: "–" if n is None else f"{n:,}"
-    env.globals["kind_label"] = kind_label
     return env
 
 
