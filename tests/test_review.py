@@ -300,6 +300,8 @@ def test_missing_inputs_are_named(tmp_path, judged_build):
         write_review(tmp_path / "nowhere", judged_build.work)
     work = tmp_path / "work"
     work.mkdir()
+    with pytest.raises(ReviewError, match="must be 0 or more, not -1"):  # checked before any file is read
+        write_review(judged_build.out, work, per_kind=-1)
     with pytest.raises(ReviewError, match=r"report\.json: no build report"):
         write_review(judged_build.out, work)
     (work / "report.json").write_text("{}")

@@ -139,11 +139,11 @@ def _glance(report: dict) -> list[dict]:
     return cards
 
 
-def _family_rows(report: dict, collected: Collected) -> list[dict]:
+def _family_rows(report: dict, family_counts: list[charts.FamilyCounts]) -> list[dict]:
     rules = report.get("rules") or {}
     by_family = report.get("rules_by_family") or {}
     rows = []
-    for f in collected.family_counts():
+    for f in family_counts:
         rows.append({
             "family": f.family, "anchor": "family-" + _anchor(f.family),
             "rules": [(r, rules.get(r)) for r in by_family.get(f.family, [])],
@@ -154,9 +154,9 @@ def _family_rows(report: dict, collected: Collected) -> list[dict]:
     return rows
 
 
-def _judge(report: dict, work: Path, collected: Collected, thumbs: dict) -> Optional[dict]:
+def _judge(report: dict, calibration: Optional[dict], source: Optional[str], collected: Collected,
+           thumbs: dict) -> Optional[dict]:
     judge = report.get("judge")
-    calibration, source = calibration_of(report, work)
     if not judge and not calibration:
         return None
     judge = judge or {}
@@ -215,12 +215,12 @@ def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -
     """The template's context for the build that wrote dataset folder ``out`` from work dir
     ``work``, and the number of items shown with their image (the QA items read are
     ``context["items"]``)."""
-    out, work = Path(out), Path(work)
-    report = read_report(work / "report.json")
-    calibration, _ = calibration_of(report, work)
-    wanted = frozenset(str(d.get("id")) for d in (calibration or {}).get("disagreements") or [])
     if per_kind < 0:
         raise ReviewError(f"samples per family and outcome must be 0 or more, not {per_kind}")
+    out, work = Path(out), Path(work)
+    report = read_report(work / "report.json")
+    calibration, calibration_source = calibration_of(report, work)
+    wanted = frozenset(str(d.get("id")) for d in (calibration or {}).get("disagreements") or [])
     collected = collect(work / "decisions.parquet", wanted_ids=wanted, per_kind=per_kind)
     family_counts = collected.family_counts()
 
@@ -249,8 +249,8 @@ def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -
             "rejection": _svg_uri(charts.rejection_chart(family_counts)),
             "lengths": _svg_uri(charts.length_chart(length_histograms)),
         },
-        "families_table": _family_rows(report, collected),
-        "judge": _judge(report, work, collected, thumbs),
+        "families_table": _family_rows(report, family_counts),
+        "judge": _judge(report, calibration, calibration_source, collected, thumbs),
         "lengths": _lengths(collected),
         "no_generation": collected.no_generation,
         "dropped": dropped_examples(work / "dropped.jsonl"),
