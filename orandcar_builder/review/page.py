@@ -202,7 +202,7 @@ def _lengths(collected: Collected) -> list[dict]:
 
 def _failed_examples(work: Path) -> list[dict]:
     out = []
-    for _, record in read_json_lines(work / "failed.jsonl"):
+    for record in read_json_lines(work / "failed.jsonl"):
         if record is not None:
             out.append({"id": record.get("id"), "reason": record.get("reason"),
                         "detail": clip(record.get("detail"), LIST_TEXT_CHARS * 2)})
