@@ -93,13 +93,11 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
     answer = row.get("final_answer")
     think = row.get("think") or ""
     return {
-        "id": row.get("id"), "order": row.get("order"), "family": row.get("family"),
-        "source": row.get("source") or {}, "thumb": thumbs.get(row.get("image_sha256") or ""),
-        "image": os.path.basename(row.get("image") or ""), "image_sha256": row.get("image_sha256") or "",
+        "id": row.get("id"), "order": row.get("order"), "source": row.get("source") or {},
+        "thumb": thumbs.get(row.get("image_sha256") or ""), "image": os.path.basename(row.get("image") or ""),
         "question": clip(row.get("question")),
         "references": [clip(r, LIST_TEXT_CHARS * 2) for r in row.get("references") or []],
-        "options": row.get("options") or [], "route": route, "reason": row.get("reason"),
-        "verifier": row.get("verifier") or "", "finish_reason": finish,
+        "route": route, "reason": row.get("reason"), "verifier": row.get("verifier") or "", "finish_reason": finish,
         "truncated": finish == FINISH_LENGTH, "unsupported": row.get("unsupported"),
         "final_answer": clip(answer) if answer is not None else None,
         "think": clip(think) if think else None,
@@ -110,7 +108,7 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
         "score": _score(row.get("score")), "rule_passed": row.get("rule_passed"),
         "stored": clip(row.get("accepted_text") if route == ACCEPTED else row.get("wrong_vlm")),
         "verdict": row.get("verdict"), "verdict_raw": clip(row.get("verdict_raw")) if row.get("verdict_raw") else None,
-        "error": row.get("error"), "model": row.get("model"),
+        "error": row.get("error"),
         "extra": [(name, clip(_extra_value(row.get(name)), LIST_TEXT_CHARS * 3)) for name in extra_columns
                   if row.get(name) is not None],
     }
