@@ -371,6 +371,9 @@ def test_charts_do_not_depend_on_the_users_matplotlib_settings():
     with matplotlib.rc_context({"font.size": 20, "axes.facecolor": "black", "svg.hashsalt": "other"}):
         again = length_chart([LengthHistogram("reasoning", [1, 2, 3], [0, 0, 1]), LengthHistogram("answer", [], [])])
     assert again == first
+    png = acceptance_chart(FAMILIES, fmt="png")
+    with matplotlib.rc_context({"savefig.dpi": 50, "figure.dpi": 50, "savefig.facecolor": "black"}):
+        assert acceptance_chart(FAMILIES, fmt="png") == png
 
 
 def test_card_shows_the_acceptance_chart(built_sample, sample_build):
