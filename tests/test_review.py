@@ -3,6 +3,7 @@ small, deterministic and safe with untrusted text, and that a real browser rende
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
@@ -251,6 +252,21 @@ def test_images_come_from_the_dataset_when_the_pool_files_are_gone(judged_build,
     assert not thumbs(text)
     assert text.count('<div class="noimg">no image: image ') == len(re.findall(r'<div class="thumb">', text))
     assert "is missing or changed, and no shard of the dataset holds it" in text
+
+
+def test_a_recorded_image_file_is_used_only_while_it_holds_the_image(tmp_path):
+    """The path the build recorded is read with the project's guards: a changed file, a missing
+    one or a FIFO (which would block a plain read) gives nothing, and the shards are asked instead."""
+    from orandcar_builder.review.thumbnails import _from_file
+
+    data = write_png(tmp_path / "a.png").read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    assert _from_file(str(tmp_path / "a.png"), sha) == data
+    assert _from_file(str(tmp_path / "a.png"), "0" * 64) is None
+    assert _from_file(str(tmp_path / "missing.png"), sha) is None
+    assert _from_file(None, sha) is None and _from_file("", sha) is None
+    os.mkfifo(tmp_path / "fifo")
+    assert _from_file(str(tmp_path / "fifo"), sha) is None
 
 
 def test_recorded_fields_it_does_not_know_are_shown(judged_build, tmp_path):

@@ -17,8 +17,7 @@ from typing import Iterable, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..files import sha256_bytes
-from ..images import ImageError, decode
+from ..images import ImageError, ImageRef, decode
 from ..parquetio import open_parquet
 
 THUMBNAIL_BOX = (192, 192)  # largest width and height of a thumbnail, in pixels
@@ -66,13 +65,14 @@ def _encodings(image) -> list[tuple[str, bytes]]:
 
 
 def _from_file(path: Optional[str], sha256: str) -> Optional[bytes]:
+    """The image's bytes from the file the build recorded, read with the project's guards (a
+    size cap, no FIFO, a timeout); None when it is missing or no longer holds those bytes."""
     if not path:
         return None
     try:
-        data = Path(path).read_bytes()
-    except OSError:
+        return ImageRef(path, sha256).read()
+    except ImageError:
         return None
-    return data if sha256_bytes(data) == sha256 else None
 
 
 def _from_shards(folder: Path, wanted: set[str]) -> dict[str, bytes]:
