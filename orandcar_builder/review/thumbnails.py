@@ -17,6 +17,7 @@ from typing import Iterable, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..files import image_format
 from ..images import ImageError, ImageRef, decode
 from ..parquetio import open_parquet
 
@@ -41,16 +42,27 @@ def thumbnail(data: bytes, name: str) -> Thumbnail:
     except ImageError as exc:
         return Thumbnail(None, problem=str(exc))
     original = f"{image.width}×{image.height}"
-    try:
-        with Image.open(io.BytesIO(data)) as raw:
-            original += f" {raw.format}" if raw.format else ""
-    except Exception:  # decode() above succeeded; the format name is only a label
-        pass
-    image = image.copy()
-    image.thumbnail(THUMBNAIL_BOX, Image.Resampling.LANCZOS)
+    fmt = _format_name(data)
+    original += f" {fmt}" if fmt else ""
+    image.thumbnail(THUMBNAIL_BOX, Image.Resampling.LANCZOS)  # decode() returned an image of our own
     mime, encoded = min(_encodings(image), key=lambda pair: len(pair[1]))
     uri = f"data:{mime};base64," + base64.b64encode(encoded).decode("ascii")
     return Thumbnail(uri, image.width, image.height, original)
+
+
+def _format_name(data: bytes) -> Optional[str]:
+    """Pillow's name of the image's format ("PNG", "JPEG", ...): from the leading bytes, or, for
+    a format files.image_format does not know, from Pillow."""
+    from PIL import Image
+
+    known = image_format(data)
+    if known is not None:
+        return known[0].split("/", 1)[1].upper()  # "image/jpeg" -> "JPEG", as Pillow names it
+    try:
+        with Image.open(io.BytesIO(data)) as raw:
+            return raw.format
+    except Exception:  # decode() succeeded on these bytes; the format name is only a label
+        return None
 
 
 def _encodings(image) -> list[tuple[str, bytes]]:
