@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from ..files import image_format
 from ..images import ImageError, ImageRef, decode
 from ..parquetio import open_parquet
+from ..vocab import CONFIGS
 
 THUMBNAIL_BOX = (192, 192)  # largest width and height of a thumbnail, in pixels
 JPEG_QUALITY = 85
@@ -89,8 +90,10 @@ def _from_file(path: Optional[str], sha256: str) -> Optional[bytes]:
 
 def _from_shards(folder: Path, wanted: set[str]) -> dict[str, bytes]:
     """Image bytes by sha256 from the dataset folder's shards (any config), for ``wanted``."""
+    from ..dataset.info import shard_paths  # late: it imports `datasets`, needed only when a file is gone
+
     found: dict[str, bytes] = {}
-    for shard in sorted(Path(folder).glob("*/*.parquet")):
+    for shard in (shard for config in CONFIGS for shard in shard_paths(folder, config)):
         if not wanted - found.keys():
             break
         try:
@@ -102,8 +105,8 @@ def _from_shards(folder: Path, wanted: set[str]) -> dict[str, bytes]:
                 mask = pc.is_in(shas, value_set=pa.array(sorted(wanted - found.keys()), type=pa.string()))
                 if not pc.any(mask).as_py():
                     continue
-                table = parquet.read_row_group(group, columns=["image_sha256", "image"]).filter(mask)
-                for sha, image in zip(table.column(0).to_pylist(), table.column(1).to_pylist()):
+                images = parquet.read_row_group(group, columns=["image"]).column(0).filter(mask)
+                for sha, image in zip(shas.filter(mask).to_pylist(), images.to_pylist()):
                     if isinstance(image, dict) and isinstance(image.get("bytes"), bytes):
                         found.setdefault(sha, image["bytes"])
         except (OSError, pa.ArrowException):
