@@ -99,9 +99,8 @@ class LengthStats:
         return self.total_chars / self.n if self.n else None
 
     def histogram(self) -> LengthHistogram:
-        n = max(len(self.complete), len(self.truncated))
-        pad = lambda a: [int(x) for x in a] + [0] * (n - len(a))  # noqa: E731
-        return LengthHistogram(self.label, pad(self.complete), pad(self.truncated))
+        """The counts per bin (the two lists may differ in length; the chart pads the shorter)."""
+        return LengthHistogram(self.label, [int(x) for x in self.complete], [int(x) for x in self.truncated])
 
 
 @dataclass
