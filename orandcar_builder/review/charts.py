@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Sequence
 
-from ..files import PNG_SIGNATURE
 from ..vocab import ACCEPTED, NO_ANSWER, REJECTED, TRUNCATED, UNSURE, WRONG_ANSWER
 
 # Route segments of the acceptance chart, in drawing order, and their colours (colour-blind safe).
@@ -271,9 +270,3 @@ def length_chart(histograms: Sequence[LengthHistogram], fmt: str = "svg",
     replies stacked on top in their own colour."""
     return _render(_draw_lengths, fmt, list(histograms), title, unit)
 
-
-def png_size(data: bytes) -> Optional[tuple[int, int]]:
-    """(width, height) of PNG bytes, from the IHDR chunk."""
-    if not data.startswith(PNG_SIGNATURE) or len(data) < 24:
-        return None
-    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
