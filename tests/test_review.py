@@ -514,3 +514,37 @@ def test_the_extraction_that_decided_is_shown(judged_build, tmp_path):
     assert decided > 0
     assert samples.count("final-answer pattern <code>boxed</code> (extraction v1)") == decided
     assert samples.count("§span§") == decided
+
+
+CONCLUDING_ANSWER = "We count the apples: 3 red and 4 green.\n\nSo there are 7 apples in total."
+
+
+@pytest.mark.parametrize("candidate, shown", [
+    ("full", CONCLUDING_ANSWER), ("first_line", "We count the apples: 3 red and 4 green."),
+    ("conclusion", "7 apples in total"), ("conclusion_number", "7"), ("statement", None)])
+def test_the_decided_text_of_an_older_build_is_recomputed(candidate, shown):
+    """A build that predates ``decided_text``: the named candidate is recomputed from the final
+    answer, the conclusions (tried by math and choice) included."""
+    from orandcar_builder.review.page import decided_span
+
+    row = {"candidate": candidate, "final_answer": CONCLUDING_ANSWER, "decided_text": None}
+    assert decided_span(row) == shown
+    assert decided_span({**row, "decided_text": "as recorded"}) == "as recorded"
+    assert decided_span({**row, "final_answer": None}) is None
+
+
+def test_a_recomputed_conclusion_is_shown_on_the_item_card(judged_build, tmp_path):
+    out, work = _copy_build(judged_build, tmp_path)
+
+    def older(t: pa.Table) -> pa.Table:
+        n = t.num_rows
+        for name, value in (("decided_text", None), ("candidate", "conclusion"), ("final_answer", CONCLUDING_ANSWER)):
+            t = t.set_column(t.schema.get_field_index(name), name, pa.array([value] * n, pa.string()))
+        return t
+
+    _rewrite_decisions(work, older)
+    samples = render_review(out, work)[0].split('<h2 id="samples">', 1)[1]
+    decided = samples.count("<dt>decided on</dt>")
+    assert decided > 0
+    assert samples.count("<dt>decided on</dt><dd><pre>7 apples in total</pre>") == decided
+    assert "not recomputable" not in samples

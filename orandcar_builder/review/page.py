@@ -61,7 +61,8 @@ def _percent(part: int, whole: int) -> str:
 
 def decided_span(row: dict) -> Optional[str]:
     """The text the rule compared: as recorded (``decided_text``), or, for a build that predates
-    that column, the named candidate of the model's final answer recomputed."""
+    that column, the named candidate of the model's final answer recomputed (every candidate a
+    rule may be tried on, the conclusions of ``math`` and ``choice`` included)."""
     from ..verify.candidates import candidates
 
     if row.get("decided_text"):
@@ -69,7 +70,7 @@ def decided_span(row: dict) -> Optional[str]:
     name = row.get("candidate")
     if not name or row.get("final_answer") is None:
         return None
-    return dict(candidates(row["final_answer"])).get(name)
+    return dict(candidates(row["final_answer"], conclusions=True)).get(name)
 
 
 def _score(value: Any) -> str:
