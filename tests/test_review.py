@@ -107,6 +107,7 @@ def test_every_build_writes_the_page(judged_build, sample_build):
         page = result.work / REVIEW_FILE
         assert page.is_file() and page.stat().st_size > 10_000
         assert f"review page: {page}" in format_summary(result)
+        assert "Written by <code>orandcar build</code> at the end of every build" in page.read_text(encoding="utf-8")
 
 
 def test_counts_per_family_agree_with_the_build_report(judged_build, sample_build):
