@@ -24,7 +24,7 @@ from PIL import Image
 from orandcar_builder.build import build, format_summary
 from orandcar_builder.cli import main
 from orandcar_builder.review import REVIEW_FILE, ReviewError, review_after_build, write_review
-from orandcar_builder.review.charts import (FamilyCounts, LengthHistogram, acceptance_chart,
+from orandcar_builder.review.charts import (FamilyCounts, LengthHistogram, acceptance_chart, bin_label,
                                             family_counts_from_report, length_chart, rejection_chart)
 from orandcar_builder.review.collect import PROMOTED_LISTED_MAX, SAMPLES_PER_KIND, collect, kind_of, sample_key
 from orandcar_builder.review.page import render_review
@@ -394,6 +394,29 @@ def test_charts_do_not_depend_on_the_users_matplotlib_settings():
     png = acceptance_chart(FAMILIES, fmt="png")
     with matplotlib.rc_context({"savefig.dpi": 50, "figure.dpi": 50, "savefig.facecolor": "black"}):
         assert acceptance_chart(FAMILIES, fmt="png") == png
+
+
+@pytest.mark.parametrize("bins, labelled", [(3, 3), (10, 10), (16, 16), (17, 9), (33, 11)])
+def test_the_length_chart_labels_each_bin_under_its_bar(bins, labelled):
+    """Every bin is labelled up to LENGTH_LABELS_MAX bins (fewer, evenly, past it), and each label
+    is rotated about its end, which sits on its bar's tick (not beside it)."""
+    from orandcar_builder.review.charts import LENGTH_LABELS_MAX, _draw_lengths, bin_label
+
+    fig = _draw_lengths([LengthHistogram("reasoning", [1] * bins, [0] * (bins - 1))], "t", "characters")
+    ax = fig.axes[0]
+    ticks = [int(t) for t in ax.get_xticks()]
+    labels = ax.get_xticklabels()
+    assert len(ticks) == labelled <= LENGTH_LABELS_MAX and ticks[0] == 0
+    assert len({b - a for a, b in zip(ticks, ticks[1:])}) <= 1  # evenly spaced
+    assert [t.get_text() for t in labels] == [bin_label(i) for i in ticks]
+    for label in labels:
+        assert label.get_rotation_mode() == "anchor" and label.get_horizontalalignment() == "right"
+        assert label.get_fontsize() >= 8
+
+
+def test_bin_labels():
+    assert [bin_label(i) for i in (0, 1, 2, 9, 14, 15)] == ["0", "1", "2–3", "256–511", "8192–16k", "16k–32k"]
+    assert [bin_label(i) for i in (20, 21, 23, 25)] == ["524k–1M", "1M–2M", "4.1M–8.3M", "16M–33M"]
 
 
 def test_card_shows_the_acceptance_chart(built_sample, sample_build):
