@@ -464,6 +464,7 @@ def _check_in_browser(browser, page: Path, shot: Path) -> dict:
     assert [c["id"] for c in result["charts"]] == ["chart-acceptance", "chart-rejection", "chart-lengths"]
     assert all(c["width"] > 300 and c["height"] > 100 for c in result["charts"])
     assert result["scripts"] == 0
+    assert [c["text"] for c in result["heading_code"] if not c["fits"]] == []
     browser.screenshot(shot)
     keep = artifacts_dir() / shot.name
     keep.parent.mkdir(parents=True, exist_ok=True)
@@ -487,6 +488,7 @@ def test_judged_build_page_in_chromium(browser, judged_build, tmp_path):
     assert browser.evaluate("typeof window.__pwned") == "undefined"
     assert HOSTILE_QUESTION in checks["text"] and HOSTILE_REPLY in checks["text"]
     assert "Every promoted item" in checks["text"]
+    assert {c["text"] for c in checks["heading_code"]} >= {"scene_text", "vqa"}  # the family headings
 
 
 def test_the_browser_check_catches_a_broken_page(browser, tmp_path):
