@@ -201,6 +201,11 @@ PAGE_CHECKS = """
     charts: Array.from(document.querySelectorAll("img.chart")).map(img => ({id: img.id, width: img.naturalWidth,
                                                                            height: img.naturalHeight})),
     thumbnails: document.querySelectorAll(".thumb img").length,
+    // code in a heading (a family name) as large and as bold as the heading around it
+    heading_code: Array.from(document.querySelectorAll("h1 code, h2 code, h3 code, h4 code")).map(c => {
+      const own = getComputedStyle(c), around = getComputedStyle(c.parentElement);
+      return {text: c.textContent, fits: own.fontSize === around.fontSize && own.fontWeight === around.fontWeight};
+    }),
     scripts: document.querySelectorAll("script").length,
     title: document.title,
     text: document.body.innerText,

@@ -3,7 +3,10 @@ small, deterministic and safe with untrusted text, and that a real browser rende
 
 from __future__ import annotations
 
+import hashlib
 import html
+import importlib.util
+import io
 import json
 import os
 import re
@@ -16,12 +19,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from PIL import Image
 
 from orandcar_builder.build import build, format_summary
 from orandcar_builder.cli import main
 from orandcar_builder.review import REVIEW_FILE, ReviewError, review_after_build, write_review
-from orandcar_builder.review.charts import (FamilyCounts, LengthHistogram, acceptance_chart,
-                                            family_counts_from_report, length_chart, png_size, rejection_chart)
+from orandcar_builder.review.charts import (FamilyCounts, LengthHistogram, acceptance_chart, bin_label,
+                                            family_counts_from_report, length_chart, rejection_chart)
 from orandcar_builder.review.collect import PROMOTED_LISTED_MAX, SAMPLES_PER_KIND, collect, kind_of, sample_key
 from orandcar_builder.review.page import render_review
 
@@ -103,6 +107,7 @@ def test_every_build_writes_the_page(judged_build, sample_build):
         page = result.work / REVIEW_FILE
         assert page.is_file() and page.stat().st_size > 10_000
         assert f"review page: {page}" in format_summary(result)
+        assert "Written by <code>orandcar build</code> at the end of every build" in page.read_text(encoding="utf-8")
 
 
 def test_counts_per_family_agree_with_the_build_report(judged_build, sample_build):
@@ -253,6 +258,21 @@ def test_images_come_from_the_dataset_when_the_pool_files_are_gone(judged_build,
     assert "is missing or changed, and no shard of the dataset holds it" in text
 
 
+def test_a_recorded_image_file_is_used_only_while_it_holds_the_image(tmp_path):
+    """The path the build recorded is read with the project's guards: a changed file, a missing
+    one or a FIFO (which would block a plain read) gives nothing, and the shards are asked instead."""
+    from orandcar_builder.review.thumbnails import _from_file
+
+    data = write_png(tmp_path / "a.png").read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    assert _from_file(str(tmp_path / "a.png"), sha) == data
+    assert _from_file(str(tmp_path / "a.png"), "0" * 64) is None
+    assert _from_file(str(tmp_path / "missing.png"), sha) is None
+    assert _from_file(None, sha) is None and _from_file("", sha) is None
+    os.mkfifo(tmp_path / "fifo")
+    assert _from_file(str(tmp_path / "fifo"), sha) is None
+
+
 def test_recorded_fields_it_does_not_know_are_shown(judged_build, tmp_path):
     """A newer build may record more per decision: shown under its own name, not required."""
     out, work = _copy_build(judged_build, tmp_path)
@@ -300,6 +320,8 @@ def test_missing_inputs_are_named(tmp_path, judged_build):
         write_review(tmp_path / "nowhere", judged_build.work)
     work = tmp_path / "work"
     work.mkdir()
+    with pytest.raises(ReviewError, match="must be 0 or more, not -1"):  # checked before any file is read
+        write_review(judged_build.out, work, per_kind=-1)
     with pytest.raises(ReviewError, match=r"report\.json: no build report"):
         write_review(judged_build.out, work)
     (work / "report.json").write_text("{}")
@@ -355,8 +377,8 @@ def test_charts_are_deterministic(draw, fmt):
     first = draw(FAMILIES, fmt=fmt)
     assert draw(list(FAMILIES), fmt=fmt) == first
     if fmt == "png":
-        width, height = png_size(first)
-        assert width > 500 and height > 200
+        with Image.open(io.BytesIO(first)) as image:
+            assert image.format == "PNG" and image.width > 500 and image.height > 200
     else:
         assert first.startswith(b"<?xml") and b"<svg" in first and b"<dc:date>" not in first
     assert draw(FAMILIES[:1], fmt=fmt) != first
@@ -369,6 +391,32 @@ def test_charts_do_not_depend_on_the_users_matplotlib_settings():
     with matplotlib.rc_context({"font.size": 20, "axes.facecolor": "black", "svg.hashsalt": "other"}):
         again = length_chart([LengthHistogram("reasoning", [1, 2, 3], [0, 0, 1]), LengthHistogram("answer", [], [])])
     assert again == first
+    png = acceptance_chart(FAMILIES, fmt="png")
+    with matplotlib.rc_context({"savefig.dpi": 50, "figure.dpi": 50, "savefig.facecolor": "black"}):
+        assert acceptance_chart(FAMILIES, fmt="png") == png
+
+
+@pytest.mark.parametrize("bins, labelled", [(3, 3), (10, 10), (16, 16), (17, 9), (33, 11)])
+def test_the_length_chart_labels_each_bin_under_its_bar(bins, labelled):
+    """Every bin is labelled up to LENGTH_LABELS_MAX bins (fewer, evenly, past it), and each label
+    is rotated about its end, which sits on its bar's tick (not beside it)."""
+    from orandcar_builder.review.charts import LENGTH_LABELS_MAX, _draw_lengths, bin_label
+
+    fig = _draw_lengths([LengthHistogram("reasoning", [1] * bins, [0] * (bins - 1))], "t", "characters")
+    ax = fig.axes[0]
+    ticks = [int(t) for t in ax.get_xticks()]
+    labels = ax.get_xticklabels()
+    assert len(ticks) == labelled <= LENGTH_LABELS_MAX and ticks[0] == 0
+    assert len({b - a for a, b in zip(ticks, ticks[1:])}) <= 1  # evenly spaced
+    assert [t.get_text() for t in labels] == [bin_label(i) for i in ticks]
+    for label in labels:
+        assert label.get_rotation_mode() == "anchor" and label.get_horizontalalignment() == "right"
+        assert label.get_fontsize() >= 8
+
+
+def test_bin_labels():
+    assert [bin_label(i) for i in (0, 1, 2, 9, 14, 15)] == ["0", "1", "2–3", "256–511", "8192–16k", "16k–32k"]
+    assert [bin_label(i) for i in (20, 21, 23, 25)] == ["524k–1M", "1M–2M", "4.1M–8.3M", "16M–33M"]
 
 
 def test_card_shows_the_acceptance_chart(built_sample, sample_build):
@@ -379,9 +427,6 @@ def test_card_shows_the_acceptance_chart(built_sample, sample_build):
     assert f"]({ACCEPTANCE_CHART})\n" in card.split("## Counts per family", 1)[1].split("##", 1)[0]
     data = (built_sample / ACCEPTANCE_CHART).read_bytes()
     assert data == acceptance_chart_png(result.report) == acceptance_chart_png(json.loads(json.dumps(result.report)))
-    from PIL import Image
-    import io
-
     with Image.open(io.BytesIO(data)) as image:
         image.load()
         assert image.format == "PNG" and image.width > 500
@@ -398,7 +443,11 @@ def browser():
             pytest.fail("chromium is not installed, and this run requires the browser tests "
                         "(.ci/run installs it: apt-get install -y chromium)")
         pytest.skip("chromium is not installed (apt-get install -y chromium); the browser tests need it")
-    pytest.importorskip("websocket", reason="websocket-client (the test extra) drives the browser")
+    if importlib.util.find_spec("websocket") is None:
+        if browser_required():
+            pytest.fail("websocket-client (the test extra, which drives the browser) is not installed, and this "
+                        "run requires the browser tests")
+        pytest.skip("websocket-client (the test extra) drives the browser; it is not installed")
     with Chromium(binary) as chromium:
         yield chromium
 
@@ -415,6 +464,7 @@ def _check_in_browser(browser, page: Path, shot: Path) -> dict:
     assert [c["id"] for c in result["charts"]] == ["chart-acceptance", "chart-rejection", "chart-lengths"]
     assert all(c["width"] > 300 and c["height"] > 100 for c in result["charts"])
     assert result["scripts"] == 0
+    assert [c["text"] for c in result["heading_code"] if not c["fits"]] == []
     browser.screenshot(shot)
     keep = artifacts_dir() / shot.name
     keep.parent.mkdir(parents=True, exist_ok=True)
@@ -429,8 +479,8 @@ def test_sample_build_page_in_chromium(browser, sample_build, tmp_path):
     assert checks["title"] == "Build review: OrandCar"
     assert checks["thumbnails"] == sum(len(v) for v in collect(result.work / "decisions.parquet").samples.values())
     assert "No judge pass ran in this build" in checks["text"]
-    with open(tmp_path / "review-sample-build.png", "rb") as fh:
-        assert png_size(fh.read(32))[1] >= min(checks["height"], 20000)  # the whole page
+    with Image.open(tmp_path / "review-sample-build.png") as shot:  # reads the header only
+        assert shot.height >= min(checks["height"], 20000)  # the whole page
 
 
 def test_judged_build_page_in_chromium(browser, judged_build, tmp_path):
@@ -438,6 +488,7 @@ def test_judged_build_page_in_chromium(browser, judged_build, tmp_path):
     assert browser.evaluate("typeof window.__pwned") == "undefined"
     assert HOSTILE_QUESTION in checks["text"] and HOSTILE_REPLY in checks["text"]
     assert "Every promoted item" in checks["text"]
+    assert {c["text"] for c in checks["heading_code"]} >= {"scene_text", "vqa"}  # the family headings
 
 
 def test_the_browser_check_catches_a_broken_page(browser, tmp_path):
@@ -451,15 +502,24 @@ def test_the_browser_check_catches_a_broken_page(browser, tmp_path):
     assert any("boom" in error for error in browser.errors())
 
 
-def test_a_build_where_nothing_reaches_the_model(tmp_path, ocr_engine, browser):
-    pool = write_pool(tmp_path / "pool.jsonl", ["{not json", {"id": "x", "image": "gone.png", "question": "q",
-                                                              "answer": "a", "family": "vqa"}])
-    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine=ocr_engine, progress=False)
+@pytest.fixture(scope="module")
+def empty_build(tmp_path_factory, ocr_engine):
+    """A build where every pool line is dropped: nothing reaches the model."""
+    root = tmp_path_factory.mktemp("empty")
+    pool = write_pool(root / "pool.jsonl", ["{not json", {"id": "x", "image": "gone.png", "question": "q",
+                                                          "answer": "a", "family": "vqa"}])
+    result = build(pool, root / "out", work=root / "work", engine=ocr_engine, progress=False)
     assert result.ok, result.problems
-    page = result.work / REVIEW_FILE
-    text = page.read_text(encoding="utf-8")
+    return result
+
+
+def test_a_build_where_nothing_reaches_the_model(empty_build):
+    text = (empty_build.work / REVIEW_FILE).read_text(encoding="utf-8")
     assert text.count("No QA item reached the model.") == 2
-    checks = _check_in_browser(browser, page, tmp_path / "review-empty-build.png")
+
+
+def test_a_build_where_nothing_reaches_the_model_in_chromium(browser, empty_build, tmp_path):
+    checks = _check_in_browser(browser, empty_build.work / REVIEW_FILE, tmp_path / "review-empty-build.png")
     assert checks["thumbnails"] == 0 and "malformed_json" in checks["text"]
 
 
@@ -480,3 +540,37 @@ def test_the_extraction_that_decided_is_shown(judged_build, tmp_path):
     assert decided > 0
     assert samples.count("final-answer pattern <code>boxed</code> (extraction v1)") == decided
     assert samples.count("§span§") == decided
+
+
+CONCLUDING_ANSWER = "We count the apples: 3 red and 4 green.\n\nSo there are 7 apples in total."
+
+
+@pytest.mark.parametrize("candidate, shown", [
+    ("full", CONCLUDING_ANSWER), ("first_line", "We count the apples: 3 red and 4 green."),
+    ("conclusion", "7 apples in total"), ("conclusion_number", "7"), ("statement", None)])
+def test_the_decided_text_of_an_older_build_is_recomputed(candidate, shown):
+    """A build that predates ``decided_text``: the named candidate is recomputed from the final
+    answer, the conclusions (tried by math and choice) included."""
+    from orandcar_builder.review.page import decided_span
+
+    row = {"candidate": candidate, "final_answer": CONCLUDING_ANSWER, "decided_text": None}
+    assert decided_span(row) == shown
+    assert decided_span({**row, "decided_text": "as recorded"}) == "as recorded"
+    assert decided_span({**row, "final_answer": None}) is None
+
+
+def test_a_recomputed_conclusion_is_shown_on_the_item_card(judged_build, tmp_path):
+    out, work = _copy_build(judged_build, tmp_path)
+
+    def older(t: pa.Table) -> pa.Table:
+        n = t.num_rows
+        for name, value in (("decided_text", None), ("candidate", "conclusion"), ("final_answer", CONCLUDING_ANSWER)):
+            t = t.set_column(t.schema.get_field_index(name), name, pa.array([value] * n, pa.string()))
+        return t
+
+    _rewrite_decisions(work, older)
+    samples = render_review(out, work)[0].split('<h2 id="samples">', 1)[1]
+    decided = samples.count("<dt>decided on</dt>")
+    assert decided > 0
+    assert samples.count("<dt>decided on</dt><dd><pre>7 apples in total</pre>") == decided
+    assert "not recomputable" not in samples

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Sequence
 
-from ..files import PNG_SIGNATURE
 from ..vocab import ACCEPTED, NO_ANSWER, REJECTED, TRUNCATED, UNSURE, WRONG_ANSWER
 
 # Route segments of the acceptance chart, in drawing order, and their colours (colour-blind safe).
@@ -39,6 +38,7 @@ OTHER_COLOURS = ("#66a61e", "#a6761d", "#1f78b4", "#b2df8a", "#fb9a99", "#cab2d6
 COMPLETE_COLOUR = "#4c72b0"
 TRUNCATED_COLOUR = "#e7298a"
 
+LENGTH_LABELS_MAX = 16  # bins labelled per length panel; beyond it every second (third, ...) bin is
 SVG_HASH_SALT = "orandcar-review"  # matplotlib derives SVG element ids from this salt
 PNG_DPI = 144  # the card's PNG: sharp on high-density screens
 _RC = {
@@ -110,11 +110,8 @@ def _save(fig, fmt: str) -> bytes:
     buf = io.BytesIO()
     if fmt == "svg":
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    elif fmt == "png":
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        FigureCanvasAgg(fig)
-        fig.savefig(buf, format="png", dpi=PNG_DPI, metadata={"Software": None})
+    elif fmt == "png":  # at the figure's dpi (PNG_DPI)
+        fig.savefig(buf, format="png", metadata={"Software": None})
     else:
         raise ValueError(f"chart format must be svg or png, not {fmt!r}")
     return buf.getvalue()
@@ -231,8 +228,11 @@ def bin_label(index: int) -> str:
 
 
 def _short_number(n: int) -> str:
+    """``n`` in at most four characters, cut (not rounded) like the thousands: 16383 -> "16k"."""
+    if n >= 10_000_000:
+        return f"{n // 1_000_000}M"
     if n >= 1_000_000:
-        return f"{n / 1_000_000:g}M"
+        return f"{n // 100_000 / 10:g}M"  # 1048575 -> "1M", 4194303 -> "4.1M" (was "1.04858M")
     if n >= 10_000:
         return f"{n // 1000}k"
     return str(n)
@@ -256,9 +256,13 @@ def _draw_lengths(histograms: Sequence[LengthHistogram], title: str, unit: str):
         x = range(n)
         ax.bar(x, complete, color=COMPLETE_COLOUR, width=0.8)
         ax.bar(x, truncated, bottom=complete, color=TRUNCATED_COLOUR, width=0.8)
-        step = max(1, (n + 7) // 8)
+        # Every bin labelled (every second, third... past LENGTH_LABELS_MAX bins), each label
+        # ending under its own bar: rotated about its right end, which sits on the tick; steeper
+        # when there are many, so that neighbours do not touch.
+        step = -(-n // LENGTH_LABELS_MAX)
         ticks = list(range(0, n, step))
-        ax.set_xticks(ticks, [bin_label(i) for i in ticks], rotation=30, ha="right", fontsize=7)
+        ax.set_xticks(ticks, [bin_label(i) for i in ticks], rotation=45 if len(ticks) <= 10 else 60,
+                      ha="right", va="center", rotation_mode="anchor", fontsize=8)
         ax.set_xlabel(f"length ({unit})")
         ax.set_ylabel("replies")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -274,9 +278,3 @@ def length_chart(histograms: Sequence[LengthHistogram], fmt: str = "svg",
     replies stacked on top in their own colour."""
     return _render(_draw_lengths, fmt, list(histograms), title, unit)
 
-
-def png_size(data: bytes) -> Optional[tuple[int, int]]:
-    """(width, height) of PNG bytes, from the IHDR chunk."""
-    if not data.startswith(PNG_SIGNATURE) or len(data) < 24:
-        return None
-    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")

@@ -99,9 +99,8 @@ class LengthStats:
         return self.total_chars / self.n if self.n else None
 
     def histogram(self) -> LengthHistogram:
-        n = max(len(self.complete), len(self.truncated))
-        pad = lambda a: [int(x) for x in a] + [0] * (n - len(a))  # noqa: E731
-        return LengthHistogram(self.label, pad(self.complete), pad(self.truncated))
+        """The counts per bin (the two lists may differ in length; the chart pads the shorter)."""
+        return LengthHistogram(self.label, [int(x) for x in self.complete], [int(x) for x in self.truncated])
 
 
 @dataclass
@@ -237,22 +236,22 @@ def read_report(path: Path) -> dict:
     return data
 
 
-def read_json_lines(path: Path) -> Iterator[tuple[int, Optional[dict]]]:
-    """(line number, record) of a JSONL file the build wrote; a line that is not a JSON object
-    comes back as None so that the caller can count it."""
+def read_json_lines(path: Path) -> Iterator[Optional[dict]]:
+    """The records of a JSONL file the build wrote (none when the file is missing); a line that
+    is not a JSON object comes back as None so that the caller can count it."""
     try:
         fh = open(path, encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return
     with fh:
-        for number, line in enumerate(fh, start=1):
+        for line in fh:
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except ValueError:
                 record = None
-            yield number, record if isinstance(record, dict) else None
+            yield record if isinstance(record, dict) else None
 
 
 @dataclass
@@ -265,7 +264,7 @@ class DroppedSummary:
 def dropped_examples(path: Path, per_reason: int = DROPPED_EXAMPLES_PER_REASON) -> DroppedSummary:
     """The first few dropped items of each reason (``work/dropped.jsonl``), and the counts."""
     out = DroppedSummary()
-    for _, record in read_json_lines(path):
+    for record in read_json_lines(path):
         if record is None:
             out.unreadable_lines += 1
             continue

@@ -18,9 +18,8 @@ from typing import Any, Optional
 from ..files import write_bytes_atomic
 from ..vocab import ACCEPTED, FINISH_LENGTH
 from . import charts
-from .collect import (ACCEPTED_KIND, FAILED_KIND, PROMOTED_KIND, REJECTED_KIND_PREFIX, SAMPLE_SALT,
-                      SAMPLES_PER_KIND, Collected, ReviewError, calibration_of, collect,
-                      dropped_examples, read_json_lines, read_report)
+from .collect import (ACCEPTED_KIND, FAILED_KIND, PROMOTED_KIND, SAMPLE_SALT, SAMPLES_PER_KIND, Collected,
+                      ReviewError, calibration_of, collect, dropped_examples, read_json_lines, read_report)
 from .thumbnails import thumbnails
 
 REVIEW_FILE = "report.html"  # written into the work dir by every build
@@ -42,8 +41,7 @@ class ReviewResult:
 
 
 def kind_label(kind: str) -> str:
-    if kind.startswith(REJECTED_KIND_PREFIX):
-        return "rejected: " + kind[len(REJECTED_KIND_PREFIX):]
+    """A kind as the page names it; a rejection kind ("rejected: <reason>") names itself."""
     return KIND_LABELS.get(kind, kind)
 
 
@@ -63,7 +61,8 @@ def _percent(part: int, whole: int) -> str:
 
 def decided_span(row: dict) -> Optional[str]:
     """The text the rule compared: as recorded (``decided_text``), or, for a build that predates
-    that column, the named candidate of the model's final answer recomputed."""
+    that column, the named candidate of the model's final answer recomputed (every candidate a
+    rule may be tried on, the conclusions of ``math`` and ``choice`` included)."""
     from ..verify.candidates import candidates
 
     if row.get("decided_text"):
@@ -71,7 +70,7 @@ def decided_span(row: dict) -> Optional[str]:
     name = row.get("candidate")
     if not name or row.get("final_answer") is None:
         return None
-    return dict(candidates(row["final_answer"])).get(name)
+    return dict(candidates(row["final_answer"], conclusions=True)).get(name)
 
 
 def _score(value: Any) -> str:
@@ -95,13 +94,11 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
     answer = row.get("final_answer")
     think = row.get("think") or ""
     return {
-        "id": row.get("id"), "order": row.get("order"), "family": row.get("family"),
-        "source": row.get("source") or {}, "thumb": thumbs.get(row.get("image_sha256") or ""),
-        "image": os.path.basename(row.get("image") or ""), "image_sha256": row.get("image_sha256") or "",
+        "id": row.get("id"), "order": row.get("order"), "source": row.get("source") or {},
+        "thumb": thumbs.get(row.get("image_sha256") or ""), "image": os.path.basename(row.get("image") or ""),
         "question": clip(row.get("question")),
         "references": [clip(r, LIST_TEXT_CHARS * 2) for r in row.get("references") or []],
-        "options": row.get("options") or [], "route": route, "reason": row.get("reason"),
-        "verifier": row.get("verifier") or "", "finish_reason": finish,
+        "route": route, "reason": row.get("reason"), "verifier": row.get("verifier") or "", "finish_reason": finish,
         "truncated": finish == FINISH_LENGTH, "unsupported": row.get("unsupported"),
         "final_answer": clip(answer) if answer is not None else None,
         "think": clip(think) if think else None,
@@ -112,7 +109,7 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
         "score": _score(row.get("score")), "rule_passed": row.get("rule_passed"),
         "stored": clip(row.get("accepted_text") if route == ACCEPTED else row.get("wrong_vlm")),
         "verdict": row.get("verdict"), "verdict_raw": clip(row.get("verdict_raw")) if row.get("verdict_raw") else None,
-        "error": row.get("error"), "model": row.get("model"),
+        "error": row.get("error"),
         "extra": [(name, clip(_extra_value(row.get(name)), LIST_TEXT_CHARS * 3)) for name in extra_columns
                   if row.get(name) is not None],
     }
@@ -141,11 +138,11 @@ def _glance(report: dict) -> list[dict]:
     return cards
 
 
-def _family_rows(report: dict, collected: Collected) -> list[dict]:
+def _family_rows(report: dict, family_counts: list[charts.FamilyCounts]) -> list[dict]:
     rules = report.get("rules") or {}
     by_family = report.get("rules_by_family") or {}
     rows = []
-    for f in collected.family_counts():
+    for f in family_counts:
         rows.append({
             "family": f.family, "anchor": "family-" + _anchor(f.family),
             "rules": [(r, rules.get(r)) for r in by_family.get(f.family, [])],
@@ -156,9 +153,9 @@ def _family_rows(report: dict, collected: Collected) -> list[dict]:
     return rows
 
 
-def _judge(report: dict, work: Path, collected: Collected, thumbs: dict) -> Optional[dict]:
+def _judge(report: dict, calibration: Optional[dict], source: Optional[str], collected: Collected,
+           thumbs: dict) -> Optional[dict]:
     judge = report.get("judge")
-    calibration, source = calibration_of(report, work)
     if not judge and not calibration:
         return None
     judge = judge or {}
@@ -204,7 +201,7 @@ def _lengths(collected: Collected) -> list[dict]:
 
 def _failed_examples(work: Path) -> list[dict]:
     out = []
-    for _, record in read_json_lines(work / "failed.jsonl"):
+    for record in read_json_lines(work / "failed.jsonl"):
         if record is not None:
             out.append({"id": record.get("id"), "reason": record.get("reason"),
                         "detail": clip(record.get("detail"), LIST_TEXT_CHARS * 2)})
@@ -217,12 +214,12 @@ def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -
     """The template's context for the build that wrote dataset folder ``out`` from work dir
     ``work``, and the number of items shown with their image (the QA items read are
     ``context["items"]``)."""
-    out, work = Path(out), Path(work)
-    report = read_report(work / "report.json")
-    calibration, _ = calibration_of(report, work)
-    wanted = frozenset(str(d.get("id")) for d in (calibration or {}).get("disagreements") or [])
     if per_kind < 0:
         raise ReviewError(f"samples per family and outcome must be 0 or more, not {per_kind}")
+    out, work = Path(out), Path(work)
+    report = read_report(work / "report.json")
+    calibration, calibration_source = calibration_of(report, work)
+    wanted = frozenset(str(d.get("id")) for d in (calibration or {}).get("disagreements") or [])
     collected = collect(work / "decisions.parquet", wanted_ids=wanted, per_kind=per_kind)
     family_counts = collected.family_counts()
 
@@ -251,8 +248,8 @@ def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -
             "rejection": _svg_uri(charts.rejection_chart(family_counts)),
             "lengths": _svg_uri(charts.length_chart(length_histograms)),
         },
-        "families_table": _family_rows(report, collected),
-        "judge": _judge(report, work, collected, thumbs),
+        "families_table": _family_rows(report, family_counts),
+        "judge": _judge(report, calibration, calibration_source, collected, thumbs),
         "lengths": _lengths(collected),
         "no_generation": collected.no_generation,
         "dropped": dropped_examples(work / "dropped.jsonl"),
@@ -283,7 +280,6 @@ def _environment():
         keep_trailing_newline=True,
     )
     env.filters["number"] = lambda n: "–" if n is None else f"{n:,}"
-    env.globals["kind_label"] = kind_label
     return env
 
 

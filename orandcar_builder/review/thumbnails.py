@@ -17,9 +17,10 @@ from typing import Iterable, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..files import sha256_bytes
-from ..images import ImageError, decode
+from ..files import image_format
+from ..images import ImageError, ImageRef, decode
 from ..parquetio import open_parquet
+from ..vocab import CONFIGS
 
 THUMBNAIL_BOX = (192, 192)  # largest width and height of a thumbnail, in pixels
 JPEG_QUALITY = 85
@@ -42,16 +43,27 @@ def thumbnail(data: bytes, name: str) -> Thumbnail:
     except ImageError as exc:
         return Thumbnail(None, problem=str(exc))
     original = f"{image.width}×{image.height}"
-    try:
-        with Image.open(io.BytesIO(data)) as raw:
-            original += f" {raw.format}" if raw.format else ""
-    except Exception:  # decode() above succeeded; the format name is only a label
-        pass
-    image = image.copy()
-    image.thumbnail(THUMBNAIL_BOX, Image.Resampling.LANCZOS)
+    fmt = _format_name(data)
+    original += f" {fmt}" if fmt else ""
+    image.thumbnail(THUMBNAIL_BOX, Image.Resampling.LANCZOS)  # decode() returned an image of our own
     mime, encoded = min(_encodings(image), key=lambda pair: len(pair[1]))
     uri = f"data:{mime};base64," + base64.b64encode(encoded).decode("ascii")
     return Thumbnail(uri, image.width, image.height, original)
+
+
+def _format_name(data: bytes) -> Optional[str]:
+    """Pillow's name of the image's format ("PNG", "JPEG", ...): from the leading bytes, or, for
+    a format files.image_format does not know, from Pillow."""
+    from PIL import Image
+
+    known = image_format(data)
+    if known is not None:
+        return known[0].split("/", 1)[1].upper()  # "image/jpeg" -> "JPEG", as Pillow names it
+    try:
+        with Image.open(io.BytesIO(data)) as raw:
+            return raw.format
+    except Exception:  # decode() succeeded on these bytes; the format name is only a label
+        return None
 
 
 def _encodings(image) -> list[tuple[str, bytes]]:
@@ -66,19 +78,22 @@ def _encodings(image) -> list[tuple[str, bytes]]:
 
 
 def _from_file(path: Optional[str], sha256: str) -> Optional[bytes]:
+    """The image's bytes from the file the build recorded, read with the project's guards (a
+    size cap, no FIFO, a timeout); None when it is missing or no longer holds those bytes."""
     if not path:
         return None
     try:
-        data = Path(path).read_bytes()
-    except OSError:
+        return ImageRef(path, sha256).read()
+    except ImageError:
         return None
-    return data if sha256_bytes(data) == sha256 else None
 
 
 def _from_shards(folder: Path, wanted: set[str]) -> dict[str, bytes]:
     """Image bytes by sha256 from the dataset folder's shards (any config), for ``wanted``."""
+    from ..dataset.info import shard_paths  # late: it imports `datasets`, needed only when a file is gone
+
     found: dict[str, bytes] = {}
-    for shard in sorted(Path(folder).glob("*/*.parquet")):
+    for shard in (shard for config in CONFIGS for shard in shard_paths(folder, config)):
         if not wanted - found.keys():
             break
         try:
@@ -90,8 +105,8 @@ def _from_shards(folder: Path, wanted: set[str]) -> dict[str, bytes]:
                 mask = pc.is_in(shas, value_set=pa.array(sorted(wanted - found.keys()), type=pa.string()))
                 if not pc.any(mask).as_py():
                     continue
-                table = parquet.read_row_group(group, columns=["image_sha256", "image"]).filter(mask)
-                for sha, image in zip(table.column(0).to_pylist(), table.column(1).to_pylist()):
+                images = parquet.read_row_group(group, columns=["image"]).column(0).filter(mask)
+                for sha, image in zip(shas.filter(mask).to_pylist(), images.to_pylist()):
                     if isinstance(image, dict) and isinstance(image.get("bytes"), bytes):
                         found.setdefault(sha, image["bytes"])
         except (OSError, pa.ArrowException):
