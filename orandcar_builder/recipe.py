@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .errors import OrandCarError
+from .families import DEFAULT_SEPARATOR  # between the question (with its options) and the family's instruction
 
 try:
     import tomllib  # the standard library's TOML reader, Python 3.11+
@@ -32,7 +33,6 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the same reader a
     import tomli as tomllib
 
 RECIPE_FORMAT = 1  # the ``format`` a recipe declares; a later, incompatible layout gets a new number
-DEFAULT_SEPARATOR = "\n"  # between the question (with its options) and the family's instruction
 SHIPPED_RECIPE = "orandcar.toml"  # recipes/orandcar.toml: the published dataset's recipe
 DEFAULTS_SOURCE = "(defaults)"  # the source of the recipe a build without a recipe file runs
 
