@@ -77,9 +77,9 @@ class GenerateAndDecide:
 
     def __init__(self, factory, expected_engine: str, families=None):
         if families is not None:  # a recipe's family settings: this worker composes the same prompts
-            from ..families import FAMILIES
+            from ..families import use_families
 
-            FAMILIES.update({family.name: family for family in families})
+            use_families(families)
         self.engine = factory.create()
         fingerprint = self.engine.fingerprint()
         if engine_hash(fingerprint) != expected_engine:
