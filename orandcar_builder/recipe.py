@@ -127,6 +127,17 @@ class FamilySettings:
         return out
 
 
+def dataset_repo(dataset: dict) -> Optional[str]:
+    """The Hub repo a recipe's dataset section names (None where it names none)."""
+    return dataset.get("repo")
+
+
+def dataset_card_options(dataset: dict) -> dict:
+    """A recipe's dataset section without ``repo``: the keyword arguments of ``card.CardOptions``.
+    Also read back from a build report's recorded recipe (``card.rewrite_card``)."""
+    return {k: v for k, v in dataset.items() if k != "repo"}
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A checked recipe. ``families`` holds every family the build knows, the code's own with the
@@ -142,11 +153,11 @@ class Recipe:
 
     @property
     def repo(self) -> Optional[str]:
-        return self.dataset.get("repo")
+        return dataset_repo(self.dataset)
 
     def card_options(self) -> dict:
         """The dataset section without ``repo``: the keyword arguments of ``card.CardOptions``."""
-        return {k: v for k, v in self.dataset.items() if k != "repo"}
+        return dataset_card_options(self.dataset)
 
     def family_registry(self) -> tuple:
         """The families as ``families.Family`` records, for ``families.families_in_use``."""

@@ -14,6 +14,7 @@ import jinja2
 from ..dataset.layout import EXAMPLES_DIR, README
 from ..files import write_bytes_atomic, write_text_atomic
 from ..dataset.cardfile import CardFormatError, card_versions, split_card
+from ..recipe import dataset_card_options, dataset_repo
 from ..release import reproduce_context, versions_section, with_versions
 from ..shipped import shipped_dir
 from ..vocab import CONFIGS
@@ -125,9 +126,8 @@ def rewrite_card(folder: Path, report_path: Path, *, repo_id: Optional[str] = No
     if options_path is not None:
         options = CardOptions.from_yaml(options_path)
     else:
-        options = CardOptions.from_mapping({k: v for k, v in recipe_dataset.items() if k != "repo"},
-                                           source=f"{report_path}: recipe")
-    repo_id = repo_id or recipe_dataset.get("repo") or DEFAULT_REPO_ID
+        options = CardOptions.from_mapping(dataset_card_options(recipe_dataset), source=f"{report_path}: recipe")
+    repo_id = repo_id or dataset_repo(recipe_dataset) or DEFAULT_REPO_ID
     kept = _published_versions(folder / README)
     path = write_card(folder, report, repo_id=repo_id, options=options)
     if kept:  # the Versions section a tagged push wrote stays (the build report does not know it)
