@@ -25,7 +25,7 @@ from .options import DEFAULT_REPO_ID, CardOptions, header_text
 from .rules import candidates_source, extraction_section
 from .schema import schema_tables
 from .sections import (ACCEPTANCE_CHART, acceptance_chart_png, cleaning_section, engine_fingerprint, family_rows,
-                       generation_facts, judge_section, lookup, rule_sections)
+                       generation_facts, has_acceptance_chart, judge_section, lookup, rule_sections)
 from .sizes import card_sizes
 
 
@@ -75,8 +75,7 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
         "fence": fence,
         "versions_section": versions_section([]),  # filled by `orandcar push --tag`
         "reproduce": reproduce_context(report),
-        "acceptance_chart": ACCEPTANCE_CHART if any(
-            (c or {}).get("qa") for c in (report.get("families") or {}).values()) else None,
+        "acceptance_chart": ACCEPTANCE_CHART if has_acceptance_chart(report) else None,
     }
     return context, shown
 
