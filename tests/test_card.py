@@ -38,8 +38,8 @@ from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.dataset.validate import read_card_yaml, validate_folder
 
 from .conftest import SAMPLES
+from .update_golden import GOLDEN
 
-GOLDEN = Path(__file__).parent / "golden" / "sample_card.md"
 UPDATE_GOLDEN = "python -m tests.update_golden"  # rewrites the golden card when a change is intended
 REPO = Path(__file__).resolve().parents[1]
 
