@@ -30,19 +30,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orandcar_builder.dataset.writer import write_dataset  # noqa: E402
 from orandcar_builder.files import PNG_SIGNATURE  # noqa: E402
-from orandcar_builder.vocab import CONFIGS, REJECTED, WRONG_ANSWER  # noqa: E402
+from orandcar_builder.vocab import CONFIG_REJECTED, CONFIG_THINK, CONFIGS, WRONG_ANSWER  # noqa: E402
 
 
 def _rows(config: str, n: int, image_bytes: int):
     for i in range(n):
         data = PNG_SIGNATURE + os.urandom(image_bytes - len(PNG_SIGNATURE))
-        if config == REJECTED:
+        if config == CONFIG_REJECTED:
             qa = [{"question": f"What does sign {i} say?", "answer": "STOP", "wrong_vlm": "SLOW",
                    "reason": WRONG_ANSWER}]
         else:
             qa = [{"question": f"What does sign {i} say?", "answer": "STOP", "org_answer": "STOP",
                    "verifier": "alnum"}]
-            if config == "RS_think":
+            if config == CONFIG_THINK:
                 qa[0] = {"question": qa[0]["question"], "think": "The sign is red and octagonal.",
                          **{k: v for k, v in qa[0].items() if k != "question"}}
         source = {"dataset": "bench", "split": "test", "id": str(i), "origin": "benchmark", "family": "scene_text",

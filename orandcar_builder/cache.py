@@ -401,11 +401,12 @@ def generate_cached(
         if on_batch is not None:
             on_batch(stats)
 
-    out = []
-    for key, req in zip(keys, requests):
-        gen = results[key]
-        out.append(gen if gen.item_id == req.item_id else replace(gen, item_id=req.item_id))
-    return out
+    return [for_request(results[key], req) for key, req in zip(keys, requests)]
+
+
+def for_request(generation: Generation, request: Request) -> Generation:
+    """A (cached or shared) generation as the answer to ``request``: it carries the request's item id."""
+    return generation if generation.item_id == request.item_id else replace(generation, item_id=request.item_id)
 
 
 def _generate_streamed(engine: Engine, pending: list[tuple[str, Request]], cache: GenerationCache, fingerprint: dict,

@@ -103,6 +103,14 @@ register(
 )
 
 
+def use_families(families: Iterable[Family]) -> None:
+    """Lay ``families`` over the registry (a family of the same name is replaced), with no
+    restore: for a process that keeps them to its end (a Ray worker); a build uses
+    ``families_in_use``."""
+    for family in families:
+        FAMILIES[family.name] = family
+
+
 @contextlib.contextmanager
 def families_in_use(families: Optional[Iterable[Family]]) -> Iterator[None]:
     """Make ``families`` (a build recipe's: changed instructions, separators or rules, and new
@@ -113,8 +121,7 @@ def families_in_use(families: Optional[Iterable[Family]]) -> Iterator[None]:
         return
     saved = dict(FAMILIES)
     try:
-        for family in families:
-            FAMILIES[family.name] = family
+        use_families(families)
         yield
     finally:
         FAMILIES.clear()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .errors import OrandCarError
+from .families import DEFAULT_SEPARATOR  # between the question (with its options) and the family's instruction
 
 try:
     import tomllib  # the standard library's TOML reader, Python 3.11+
@@ -32,7 +33,6 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the same reader a
     import tomli as tomllib
 
 RECIPE_FORMAT = 1  # the ``format`` a recipe declares; a later, incompatible layout gets a new number
-DEFAULT_SEPARATOR = "\n"  # between the question (with its options) and the family's instruction
 SHIPPED_RECIPE = "orandcar.toml"  # recipes/orandcar.toml: the published dataset's recipe
 DEFAULTS_SOURCE = "(defaults)"  # the source of the recipe a build without a recipe file runs
 
@@ -127,6 +127,17 @@ class FamilySettings:
         return out
 
 
+def dataset_repo(dataset: dict) -> Optional[str]:
+    """The Hub repo a recipe's dataset section names (None where it names none)."""
+    return dataset.get("repo")
+
+
+def dataset_card_options(dataset: dict) -> dict:
+    """A recipe's dataset section without ``repo``: the keyword arguments of ``card.CardOptions``.
+    Also read back from a build report's recorded recipe (``card.rewrite_card``)."""
+    return {k: v for k, v in dataset.items() if k != "repo"}
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A checked recipe. ``families`` holds every family the build knows, the code's own with the
@@ -142,11 +153,11 @@ class Recipe:
 
     @property
     def repo(self) -> Optional[str]:
-        return self.dataset.get("repo")
+        return dataset_repo(self.dataset)
 
     def card_options(self) -> dict:
         """The dataset section without ``repo``: the keyword arguments of ``card.CardOptions``."""
-        return {k: v for k, v in self.dataset.items() if k != "repo"}
+        return dataset_card_options(self.dataset)
 
     def family_registry(self) -> tuple:
         """The families as ``families.Family`` records, for ``families.families_in_use``."""

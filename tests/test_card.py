@@ -38,8 +38,8 @@ from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.dataset.validate import read_card_yaml, validate_folder
 
 from .conftest import SAMPLES
+from .update_golden import GOLDEN
 
-GOLDEN = Path(__file__).parent / "golden" / "sample_card.md"
 UPDATE_GOLDEN = "python -m tests.update_golden"  # rewrites the golden card when a change is intended
 REPO = Path(__file__).resolve().parents[1]
 
@@ -363,3 +363,15 @@ def test_without_a_writer_summary_the_card_measures_the_shards(sample_build, sam
     for report in (old_report, wrong):
         with pytest.raises(AssertionError, match="read shard"):
             render_card(sample_copy, report)
+
+
+def test_the_acceptance_chart_is_linked_exactly_when_it_is_drawn():
+    # The card's link and write_card's image come from one test: a linked chart always has bytes.
+    from orandcar_builder.card.sections import acceptance_chart_png, has_acceptance_chart
+    from orandcar_builder.vocab import ACCEPTED, REJECTED
+
+    for families, shown in (({}, False), ({"vqa": {"qa": 0}}, False),
+                            ({"vqa": {"qa": 2, ACCEPTED: 1, REJECTED: 1}}, True)):
+        report = {"families": families}
+        assert has_acceptance_chart(report) is shown
+        assert (acceptance_chart_png(report) is not None) is shown

@@ -215,6 +215,17 @@ def test_repeated_or_blank_options_are_dropped_with_their_reason(question, answe
     assert result.reason == BAD_OPTIONS and why in result.problem
 
 
+def test_bad_options_carry_the_items_own_options_only():
+    # Given or lettered in the question: kept on the result; found in the prose: not the item's, None.
+    for question, options in (("Where?", ["market", "garden", "garden"]),
+                              ("Where?\nA. market\nB. garden\nC. garden", None)):
+        result = normalise_choices(question, "C", options)
+        assert (result.question, result.reference, result.options) == (question, "C", ("market", "garden", "garden"))
+    question = "Where? Options: market, garden, garden"
+    result = normalise_choices(question, "A", None)
+    assert (result.question, result.reference, result.options, result.action) == (question, "A", None, None)
+
+
 def test_repeated_options_drop_the_item_in_cleaning(tmp_path):
     from orandcar_builder.clean import clean
     from orandcar_builder.images import ImageRef

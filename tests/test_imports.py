@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
+from typing import Optional
 
 PACKAGE = "orandcar_builder"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
@@ -47,17 +48,17 @@ def _part(module: str) -> str:
     return names[1] if len(names) > 1 else "__init__"
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+def _module_name(path: Path, root: Optional[Path] = None) -> str:
+    rel = path.relative_to((root or ROOT).parent).with_suffix("")
     names = list(rel.parts)
     if names[-1] == "__init__":
         names = names[:-1]
     return ".".join(names)
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+def _imports(path: Path, root: Optional[Path] = None) -> list[tuple[int, str]]:
     """(line, absolute module) of every package import in ``path``, late imports included."""
-    module = _module_name(path)
+    module = _module_name(path, root)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
@@ -79,8 +80,22 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def _sources() -> list[Path]:
-    return sorted(p for p in ROOT.rglob("*.py") if "_shipped" not in p.parts)
+def _sources(root: Optional[Path] = None) -> list[Path]:
+    return sorted(p for p in (root or ROOT).rglob("*.py") if "_shipped" not in p.parts)
+
+
+def _violations(root: Path) -> list[str]:
+    """Every import in the package at ``root`` of its own level or a higher one, as "file:line: ..."."""
+    wrong = []
+    for path in _sources(root):
+        source = _part(_module_name(path, root))
+        for line, target in _imports(path, root):
+            dest = _part(target)
+            if dest == source or dest not in LEVEL:
+                continue
+            if LEVEL[dest] >= LEVEL[source]:
+                wrong.append(f"{path.relative_to(root.parent)}:{line}: {source} imports {target}")
+    return wrong
 
 
 def test_every_part_has_a_level():
@@ -89,15 +104,7 @@ def test_every_part_has_a_level():
 
 
 def test_imports_go_one_way():
-    wrong = []
-    for path in _sources():
-        source = _part(_module_name(path))
-        for line, target in _imports(path):
-            dest = _part(target)
-            if dest == source or dest not in LEVEL:
-                continue
-            if LEVEL[dest] >= LEVEL[source]:
-                wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {source} imports {target}")
+    wrong = _violations(ROOT)
     assert not wrong, "imports against the flow:\n" + "\n".join(wrong)
 
 
@@ -110,6 +117,11 @@ def test_the_checker_sees_a_backward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
     found = _imports(pkg / "verify" / "__init__.py")
     assert [t for _, t in found] == [f"{PACKAGE}.judge", f"{PACKAGE}.card"]
+    # ... and the level comparison reports both, but not a higher part importing a lower one.
+    (pkg / "judge").mkdir()
+    (pkg / "judge" / "__init__.py").write_text("from .. import verify\nfrom ..verify import f\n")
+    assert _violations(pkg) == [f"{PACKAGE}/verify/__init__.py:2: verify imports {PACKAGE}.judge",
+                                f"{PACKAGE}/verify/__init__.py:3: verify imports {PACKAGE}.card"]
 
 
 def test_the_architecture_page_lists_the_same_levels():

@@ -36,7 +36,9 @@ def _definition() -> dict:
 
 
 def test_vocab_tuples_are_made_of_their_names():
-    assert vocab.CONFIGS == (vocab.CONFIG_THINK, vocab.CONFIG_NOTHINK, vocab.CONFIG_REJECTED)
+    # the names, in this order, are the configs of the published loading definition
+    assert vocab.CONFIGS == (vocab.CONFIG_THINK, vocab.CONFIG_NOTHINK, vocab.CONFIG_REJECTED) == tuple(
+        c["config_name"] for c in _definition()["configs"])
     assert vocab.ROUTES == (vocab.ACCEPTED, vocab.REJECTED, vocab.FAILED)
     assert set(vocab.RECHECKED_REASONS) | set(vocab.COUNTED_REASONS) == set(vocab.REJECT_REASONS)
     assert not set(vocab.RECHECKED_REASONS) & set(vocab.COUNTED_REASONS)
@@ -102,10 +104,23 @@ def test_the_review_charts_colour_every_reject_reason_in_vocab_order():
     assert tuple(REASON_COLOURS) == vocab.REJECT_REASONS
 
 
+_ENUM_KEY = re.compile(r'"enum"\s*:')
+_ENUM_LIST = re.compile(r'"enum"\s*:\s*\[([^\]]*)\]')
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
 def test_schema_enums_in_the_json_text_are_vocab_strings():
-    """Belt and braces over ``_enums``: every string listed under an ``enum`` key anywhere in a
-    schema file is one of vocab's names."""
+    """Belt and braces over ``_enums``: the raw text of each schema file, not its parsed tree, is
+    scanned; every ``"enum"`` key holds a flat list, and every string in it is one of vocab's names."""
     known = set(vocab.CONFIGS) | set(vocab.ROUTES) | set(vocab.REJECT_REASONS) | set(vocab.FAIL_REASONS)
-    for path in SCHEMA_DIR.glob("*.json"):
-        for _, values in _enums(json.loads(path.read_text(encoding="utf-8"))):
-            assert set(values) <= known, (path.name, values)
+    lists = 0
+    for path in sorted(SCHEMA_DIR.glob("*.json")):
+        text = path.read_text(encoding="utf-8")
+        found = _ENUM_LIST.findall(text)
+        assert len(found) == len(_ENUM_KEY.findall(text)), (path.name, "an enum that is not a flat list")
+        assert len(found) == len(list(_enums(json.loads(text)))), path.name  # the walker misses none
+        for body in found:
+            values = [json.loads(quoted) for quoted in _JSON_STRING.findall(body)]
+            assert values and set(values) <= known, (path.name, values)
+        lists += len(found)
+    assert lists, "no enum found in the schema files: the scan looks at nothing"

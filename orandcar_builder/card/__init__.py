@@ -25,32 +25,21 @@ The modules, one job each:
 
 from __future__ import annotations
 
-from ..dataset.info import arrow_bytes, dataset_info, shard_paths
-from ..dataset.layout import EXAMPLES_DIR
+# What is imported from ``orandcar_builder.card`` (the build, the CLI, tests and benchmarks); the
+# rest is imported from the module that defines it.
+from ..dataset.info import dataset_info
 from .errors import CardError
-from .examples import (BLOCK_VALUE_MAX_CHARS, EXAMPLES_PER_CONFIG, QA_ITEMS_SHOWN, TABLE_VALUE_MAX_CHARS, Example,
-                       example_indices, examples, image_dimensions, image_extension, read_row)
-from .markdown import (NAME_MAX_CHARS, NOT_RECORDED, bounded, cell, code_blocks, code_span, fence, figure_tables,
-                       number, percent, size)
-from .options import (DEFAULT_GATED_FIELDS, DEFAULT_GATED_PROMPT, DEFAULT_REPO_ID, CardOptions, card_header,
-                      header_text, size_category)
-from .render import load_report, render_card, rewrite_card, template_dir, write_card
-from .rules import (CANDIDATES_BLOCK_PREFIX, PROJECT_PACKAGE, RULE_BLOCK_PREFIX, candidates_source,
-                    extraction_section, rule_entries, rule_source, third_party_packages)
-from .schema import ANSWER_NOTES, FIELD_NOTES, schema_tables
-from .sections import (ACCEPTANCE_CHART, SHORT_CONSTANT_CHARS, acceptance_chart_png, cleaning_section,
-                       engine_fingerprint, family_rows, family_rules, generation_facts, judge_section, rule_sections)
+from .examples import BLOCK_VALUE_MAX_CHARS, image_extension
+from .markdown import NOT_RECORDED, code_blocks, code_span, fence
+from .options import DEFAULT_REPO_ID, CardOptions
+from .render import render_card, rewrite_card, write_card
+from .rules import CANDIDATES_BLOCK_PREFIX, RULE_BLOCK_PREFIX
+from .sections import ACCEPTANCE_CHART, acceptance_chart_png
 from .sizes import card_sizes, config_sizes
 
 __all__ = [
-    "ACCEPTANCE_CHART", "ANSWER_NOTES", "BLOCK_VALUE_MAX_CHARS", "CANDIDATES_BLOCK_PREFIX", "CardError", "CardOptions",
-    "DEFAULT_GATED_FIELDS", "DEFAULT_GATED_PROMPT", "DEFAULT_REPO_ID", "EXAMPLES_DIR", "EXAMPLES_PER_CONFIG",
-    "Example", "FIELD_NOTES", "NAME_MAX_CHARS", "NOT_RECORDED", "PROJECT_PACKAGE", "QA_ITEMS_SHOWN",
-    "RULE_BLOCK_PREFIX", "SHORT_CONSTANT_CHARS", "TABLE_VALUE_MAX_CHARS", "acceptance_chart_png", "arrow_bytes",
-    "bounded", "candidates_source", "card_header", "card_sizes", "cell", "cleaning_section", "code_blocks",
-    "code_span", "config_sizes", "dataset_info", "engine_fingerprint", "example_indices", "examples",
-    "extraction_section", "family_rows", "family_rules", "fence", "figure_tables", "generation_facts",
-    "header_text", "image_dimensions", "image_extension", "judge_section", "load_report", "number", "percent",
-    "read_row", "render_card", "rewrite_card", "rule_entries", "rule_sections", "rule_source", "schema_tables",
-    "shard_paths", "size", "size_category", "template_dir", "third_party_packages", "write_card",
+    "ACCEPTANCE_CHART", "BLOCK_VALUE_MAX_CHARS", "CANDIDATES_BLOCK_PREFIX", "CardError", "CardOptions",
+    "DEFAULT_REPO_ID", "NOT_RECORDED", "RULE_BLOCK_PREFIX", "acceptance_chart_png", "card_sizes", "code_blocks",
+    "code_span", "config_sizes", "dataset_info", "fence", "image_extension", "render_card", "rewrite_card",
+    "write_card",
 ]

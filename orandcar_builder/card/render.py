@@ -14,6 +14,7 @@ import jinja2
 from ..dataset.layout import EXAMPLES_DIR, README
 from ..files import write_bytes_atomic, write_text_atomic
 from ..dataset.cardfile import CardFormatError, card_versions, split_card
+from ..recipe import dataset_card_options, dataset_repo
 from ..release import reproduce_context, versions_section, with_versions
 from ..shipped import shipped_dir
 from ..vocab import CONFIGS
@@ -24,7 +25,7 @@ from .options import DEFAULT_REPO_ID, CardOptions, header_text
 from .rules import candidates_source, extraction_section
 from .schema import schema_tables
 from .sections import (ACCEPTANCE_CHART, acceptance_chart_png, cleaning_section, engine_fingerprint, family_rows,
-                       generation_facts, judge_section, lookup, rule_sections)
+                       generation_facts, has_acceptance_chart, judge_section, lookup, rule_sections)
 from .sizes import card_sizes
 
 
@@ -74,8 +75,7 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
         "fence": fence,
         "versions_section": versions_section([]),  # filled by `orandcar push --tag`
         "reproduce": reproduce_context(report),
-        "acceptance_chart": ACCEPTANCE_CHART if any(
-            (c or {}).get("qa") for c in (report.get("families") or {}).values()) else None,
+        "acceptance_chart": ACCEPTANCE_CHART if has_acceptance_chart(report) else None,
     }
     return context, shown
 
@@ -125,9 +125,8 @@ def rewrite_card(folder: Path, report_path: Path, *, repo_id: Optional[str] = No
     if options_path is not None:
         options = CardOptions.from_yaml(options_path)
     else:
-        options = CardOptions.from_mapping({k: v for k, v in recipe_dataset.items() if k != "repo"},
-                                           source=f"{report_path}: recipe")
-    repo_id = repo_id or recipe_dataset.get("repo") or DEFAULT_REPO_ID
+        options = CardOptions.from_mapping(dataset_card_options(recipe_dataset), source=f"{report_path}: recipe")
+    repo_id = repo_id or dataset_repo(recipe_dataset) or DEFAULT_REPO_ID
     kept = _published_versions(folder / README)
     path = write_card(folder, report, repo_id=repo_id, options=options)
     if kept:  # the Versions section a tagged push wrote stays (the build report does not know it)

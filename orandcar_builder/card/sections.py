@@ -198,12 +198,26 @@ def cleaning_section(report: dict) -> dict:
     }
 
 
+def _chart_families(report: dict) -> Optional[list]:
+    """The per-family counts the acceptance chart draws, or None when no family has a QA item."""
+    from ..review.charts import family_counts_from_report
+
+    families = family_counts_from_report(report)
+    return families if any(f.total for f in families) else None
+
+
+def has_acceptance_chart(report: dict) -> bool:
+    """Whether the card of ``report`` shows the acceptance chart: exactly when
+    ``acceptance_chart_png`` draws one (some family has a QA item)."""
+    return _chart_families(report) is not None
+
+
 def acceptance_chart_png(report: dict) -> Optional[bytes]:
     """The acceptance-per-family chart of the build ``report`` as PNG bytes (the same report
     gives the same bytes), or None when no family has a QA item."""
-    from ..review.charts import acceptance_chart, family_counts_from_report
+    from ..review.charts import acceptance_chart
 
-    families = family_counts_from_report(report)
-    if not any(f.total for f in families):
+    families = _chart_families(report)
+    if families is None:
         return None
     return acceptance_chart(families, fmt="png")

@@ -271,10 +271,15 @@ def options_problem(options: Sequence[str]) -> Optional[str]:
     return None
 
 
-def _bad_options(question: str, reference, options: Sequence[str]) -> Optional["ChoiceResult"]:
+def _bad_options(question: str, reference, options: Sequence[str], *,
+                 keep_options: bool = True) -> Optional["ChoiceResult"]:
+    """The BAD_OPTIONS result when ``options`` cannot be offered (carrying them, unless
+    ``keep_options`` is false: options found in the prose are not the item's), else None."""
     problem = options_problem(options)
-    return None if problem is None else ChoiceResult(question, reference, tuple(options), problem=problem,
-                                                     reason=BAD_OPTIONS)
+    if problem is None:
+        return None
+    return ChoiceResult(question, reference, tuple(options) if keep_options else None, problem=problem,
+                        reason=BAD_OPTIONS)
 
 
 _BLOCK_LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+(\S.*?)\s*$", re.MULTILINE)
@@ -327,9 +332,9 @@ def normalise_choices(question: str, reference: Union[str, tuple[str, ...]], opt
     prose = parse_prose_options(question)
     if prose is None:
         return unchanged
-    bad = _bad_options(question, reference, prose.options)
+    bad = _bad_options(question, reference, prose.options, keep_options=False)
     if bad is not None:
-        return ChoiceResult(question, reference, None, problem=bad.problem, reason=BAD_OPTIONS)
+        return bad
     resolved = resolve_references(references, prose.options)
     if isinstance(resolved, str):
         return ChoiceResult(question, reference, None, problem=resolved)

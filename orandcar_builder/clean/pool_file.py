@@ -8,14 +8,13 @@ in line order). The returned report says how many went where and why, and is che
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
 from ..errors import OrandCarError
-from ..files import replaced_on_success
+from ..files import JsonLinesFile, replaced_on_success
 from ..images import ImagePolicy
 from ..pool.jsonl import SOURCE_FIELDS, encode_pool_line, read_pool
 from ..records import Admitted, Dropped, PoolItem
@@ -105,15 +104,14 @@ def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None,
     read_reasons: Counter = Counter()
     cleaned_drops: Counter = Counter()
     # Both files are renamed into place only when every line is written (out first, then dropped).
-    with replaced_on_success(dropped) as partial_dropped, replaced_on_success(out) as partial_out:
-        with open(partial_out, "w", encoding="utf-8", newline="\n") as out_fh, \
-                open(partial_dropped, "w", encoding="utf-8", newline="\n") as dropped_fh:
+    with JsonLinesFile(dropped, suffix=".partial") as dropped_file, replaced_on_success(out) as partial_out:
+        with open(partial_out, "w", encoding="utf-8", newline="\n") as out_fh:
             for record in clean_lines(pool, report, images=images, workers=workers):
                 if isinstance(record, Admitted):
                     out_fh.write(cleaned_line(record, pool_dir, out_dir) + "\n")
                     admitted += 1
                 else:
-                    dropped_fh.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+                    dropped_file.write(record.to_dict())
                     (cleaned_drops if record.reason in DROP_REASONS else read_reasons)[record.reason] += 1
 
     read_dropped = sum(read_reasons.values())

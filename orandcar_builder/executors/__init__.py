@@ -23,24 +23,26 @@ EXECUTORS: dict[str, str] = {
 }
 
 
+def _executor_class(name: str) -> type:
+    """The class registered as ``name``, imported now; an unknown name says which was meant."""
+    if name not in EXECUTORS:
+        raise UnknownNameError("executor", name, EXECUTORS)
+    module, cls_name = EXECUTORS[name].split(":")
+    return getattr(importlib.import_module(module), cls_name)
+
+
 def executor_for(name: str, config: Any) -> Executor:
     """The executor ``name`` for a build with settings ``config`` (``build.BuildConfig``): made by
     the class's ``from_config(config)`` where it has one (the settings it needs, e.g. Ray's
     address and replicas), else with no arguments. A newly registered executor needs no edit here."""
-    if name not in EXECUTORS:
-        raise UnknownNameError("executor", name, EXECUTORS)
-    module, cls_name = EXECUTORS[name].split(":")
-    cls = getattr(importlib.import_module(module), cls_name)
+    cls = _executor_class(name)
     from_config = getattr(cls, "from_config", None)
     return from_config(config) if from_config is not None else cls()
 
 
 def get_executor(name: str, **options: Any) -> Executor:
     """The executor called ``name``, made with ``options``; an unknown name says which was meant."""
-    if name not in EXECUTORS:
-        raise UnknownNameError("executor", name, EXECUTORS)
-    module, cls = EXECUTORS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**options)
+    return _executor_class(name)(**options)
 
 
 __all__ = ["DecidedChunk", "EXECUTORS", "EngineFactory", "Executor", "GenerationJob", "generate_through_cache",

@@ -7,7 +7,6 @@ raise), and share ``CachedAsks`` for what they ask and what the cache answers.""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable, Iterable, Optional, Sequence
 
 from ..cache import CacheStats, GenerationCache, generate_cached, request_keys
@@ -77,7 +76,3 @@ class CachedAsks:
         """The cached generations of ``keys`` (a key whose ask failed is missing)."""
         return self.cache.get_many(keys) if self.cache is not None else {}
 
-
-def for_request(generation: Generation, request: Request) -> Generation:
-    """A (cached or shared) generation as the answer to ``request``: it carries the request's item id."""
-    return generation if generation.item_id == request.item_id else replace(generation, item_id=request.item_id)

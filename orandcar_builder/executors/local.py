@@ -25,12 +25,12 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from ..cache import CommitBuffer, is_complete, request_keys
+from ..cache import CommitBuffer, for_request, is_complete, request_keys
 from ..engines.base import stream_of
 from ..parquetio import open_parquet
 from ..records import Admitted, Generation, Request
 from .base import DecidedChunk, GenerationJob
-from .generation import ASK, HIT, CachedAsks, for_request
+from .generation import ASK, HIT, CachedAsks
 from .steps import SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed, failed_row, make_request
 
 # Seconds between progress callbacks while streaming.

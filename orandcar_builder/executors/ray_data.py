@@ -37,14 +37,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..cache import engine_hash, generation_from_json, generation_to_json, is_complete, request_keys
+from ..cache import engine_hash, for_request, generation_from_json, generation_to_json, is_complete, request_keys
 from ..engines.base import EngineUnavailable, stream_of
 from ..errors import OrandCarError
 from ..images import ImageRef
 from ..parquetio import open_parquet
 from ..records import Generation, Request
 from .base import DecidedChunk, GenerationJob
-from .generation import ASK, HIT, CachedAsks, for_request
+from .generation import ASK, HIT, CachedAsks
 from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA
 from .steps import (SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed,
                     failed_row, make_request)
@@ -77,9 +77,9 @@ class GenerateAndDecide:
 
     def __init__(self, factory, expected_engine: str, families=None):
         if families is not None:  # a recipe's family settings: this worker composes the same prompts
-            from ..families import FAMILIES
+            from ..families import use_families
 
-            FAMILIES.update({family.name: family for family in families})
+            use_families(families)
         self.engine = factory.create()
         fingerprint = self.engine.fingerprint()
         if engine_hash(fingerprint) != expected_engine:

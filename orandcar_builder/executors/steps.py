@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Optional, Sequence
+from typing import Optional
 
 from ..cache import is_complete
 from ..engines.reasoning import answer_status
@@ -200,9 +200,3 @@ def decided_or_failed(admitted: Admitted, request: Request, generation: Generati
     except Exception as exc:
         row = failed_row(admitted, request, f"{type(exc).__name__}: {exc}")
         return {**row, "reason": DECISION_FAILED}
-
-
-def decide_rows(admitted: Sequence[Admitted], requests: Sequence[Request],
-                generations: Sequence[Generation]) -> list[dict]:
-    """The decision records of one chunk, in its order."""
-    return [decided_row(a, r, g) for a, r, g in zip(admitted, requests, generations)]

@@ -7,8 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from ..verify.candidates import strip_reasoning
-from .prompt import JUDGE_PROMPT_VERSION, JudgeItem, JudgeItemLike, as_judge_item
+from .prompt import JUDGE_PROMPT_VERSION, JudgeItem, JudgeItemLike, as_judge_item, candidate_text
 from .run import GenerateFn, judge
 from ..vocab import VERDICT_CORRECT
 from .verdict import VERDICT_PARSER_VERSION, JudgeVerdict
@@ -187,6 +186,6 @@ def accepted_items_from_decisions(path) -> list[JudgeItem]:
     items = []
     for row in table.to_pylist():
         if row["rule_passed"]:
-            candidate = strip_reasoning(row["final_answer"] or "").strip()
+            candidate = candidate_text(row["final_answer"] or "")
             items.append(JudgeItem(row["id"], row["question"], tuple(row["references"]), candidate, row["family"]))
     return items

@@ -85,7 +85,12 @@ def as_judge_item(item: JudgeItemLike) -> JudgeItem:
 def candidate_answer(generation: Generation) -> str:
     """The text the judge grades and, when promoted, the stored answer: the model's final answer
     with any leaked reasoning removed, stripped. Never includes the ``think`` part."""
-    return strip_reasoning(generation.final_answer).strip()
+    return candidate_text(generation.final_answer)
+
+
+def candidate_text(final_answer: str) -> str:
+    """``candidate_answer`` of a final answer given as text (e.g. read back from decisions.parquet)."""
+    return strip_reasoning(final_answer).strip()
 
 
 def judge_request(item: JudgeItemLike) -> Request:
