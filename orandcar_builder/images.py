@@ -243,19 +243,10 @@ def check_image(path: str, root: str, policy: ImagePolicy) -> "ImageRef | ImageE
         return exc
 
 
-def check_images(paths: list[str], root: str, policy: ImagePolicy) -> list[tuple]:
-    """``check_image`` of each path, in a form that crosses processes intact: ``("ok", ImageRef)``
-    or ``("error", message, reason)`` (a pickled ImageError would lose its reason)."""
-    out: list[tuple] = []
-    for path in paths:
-        result = check_image(path, root, policy)
-        out.append(("error", str(result), result.reason) if isinstance(result, ImageError) else ("ok", result))
-    return out
-
-
-def unpack_checked(packed: tuple) -> "ImageRef | ImageError":
-    """The result ``check_images`` packed."""
-    return packed[1] if packed[0] == "ok" else ImageError(packed[1], packed[2])
+def check_images(paths: list[str], root: str, policy: ImagePolicy) -> "list[ImageRef | ImageError]":
+    """``check_image`` of each path (``pool.prefetch`` runs it on worker processes: an ImageError
+    pickles with its ``reason``, which an exception keeps in its ``__dict__``)."""
+    return [check_image(path, root, policy) for path in paths]
 
 
 def exit_with_parent(parent: int, every_s: float = 0.5) -> None:

@@ -28,7 +28,7 @@ from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional
 
 from ..errors import OrandCarError
-from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_images, exit_with_parent, unpack_checked
+from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_images, exit_with_parent
 
 # Lines per task sent to a worker: enough to make a task's overhead small against its images.
 CHUNK_LINES = 16
@@ -148,8 +148,7 @@ class ImagePrefetch:
                     raise AdmitWorkerError(
                         f"an admission worker process ended abruptly (killed, or out of memory) while checking "
                         f"images such as {send[0]}: {exc}; build again, or with --admit-workers 1") from None
-                for path, packed in zip(send, checked):
-                    self.ready[path] = unpack_checked(packed)
+                self.ready.update(zip(send, checked))
             yield from chunk
             # The reader is past this chunk: a path no later chunk names is remembered by the
             # reader now (or was not needed), so its answer is let go.
