@@ -131,7 +131,7 @@ def within(path: str, root: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20, *, max_bytes: Optional[int] = None,
+def sha256_file(path: str | os.PathLike, *, max_bytes: Optional[int] = None,
                 timeout_s: Optional[float] = None) -> str:
     """sha256 of a regular file (of at most ``max_bytes``, read within ``timeout_s`` when given);
     OSError otherwise, as for a missing file."""

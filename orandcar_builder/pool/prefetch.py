@@ -85,8 +85,6 @@ class ImagePrefetch:
         self.depth = depth or TASKS_PER_WORKER * self.workers
         self.ready: dict[str, ImageRef | ImageError] = {}
         self.pending: dict[str, int] = {}  # path sent -> the last chunk that names it
-        self.sent = 0  # paths checked by the workers
-        self.inline = 0  # paths the reader had to check itself
         self._pool: Optional[ProcessPoolExecutor] = None
         self._next = 0
 
@@ -105,7 +103,6 @@ class ImagePrefetch:
         found = self.ready.get(path)
         if found is not None:
             return found
-        self.inline += 1
         return check_image(path, self.root, self.policy)
 
     def lines(self, lines: Iterable[tuple]) -> Iterator[tuple]:
@@ -133,7 +130,6 @@ class ImagePrefetch:
                     named.append(path)
                     send.append(path)
             future = self._pool.submit(check_images, send, self.root, self.policy) if send else None
-            self.sent += len(send)
             window.append((index, chunk, future, send, named))
             return True
 
