@@ -38,7 +38,7 @@ from ..parquetio import open_parquet
 from ..spill import SpillMap
 from ..verify import RULE_MODULES
 from ..vocab import CONFIG_REJECTED, CONFIGS, JUDGE_VERIFIER, SHARD_NAME, SPLIT
-from .cardfile import CardFormatError, recorded_families, split_card
+from .cardfile import CardFormatError, header_families, split_card
 from .columnar import Unsupported, any_item, compile_schema
 from .features import configs_block, features
 from .info import arrow_bytes, dataset_info
@@ -96,20 +96,22 @@ def _check_layout(folder: Path) -> tuple[list[str], list[str]]:
     return layout.published, problems
 
 
-def _check_readme(folder: Path) -> tuple[dict | None, list[str]]:
-    """(the card's YAML header, problems); the header is None when it cannot be read."""
+def _check_readme(folder: Path) -> tuple[dict | None, str, list[str]]:
+    """(the card's YAML header, its text, problems); the header is None (and the text empty) when
+    it cannot be read. The card is read once: the link and family checks take the text and header."""
     readme = folder / README
     if readme.is_symlink() or not readme.is_file():
-        return None, ["README.md: missing"]
+        return None, "", ["README.md: missing"]
     try:
-        header = read_card_yaml(readme)
+        text = readme.read_text(encoding="utf-8")
+        header = split_card(text, source=readme.name)[0]
     except (CardFormatError, UnicodeDecodeError) as exc:
-        return None, [str(exc) if isinstance(exc, CardFormatError) else f"README.md: {exc}"]
+        return None, "", [str(exc) if isinstance(exc, CardFormatError) else f"README.md: {exc}"]
     expected = configs_block()
     if header.get("configs") != expected:
-        return header, [f"README.md: configs block differs from loading_script/orandcar.yaml "
-                        f"(found {_short(header.get('configs'))})"]
-    return header, []
+        return header, text, [f"README.md: configs block differs from loading_script/orandcar.yaml "
+                              f"(found {_short(header.get('configs'))})"]
+    return header, text, []
 
 
 def _short(value, limit: int = 300) -> str:
@@ -117,12 +119,9 @@ def _short(value, limit: int = 300) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} chars)"
 
 
-def _check_links(folder: Path, published: list[str]) -> Iterator[str]:
-    """Every relative link of the card resolves to a published file, and every example image is linked."""
-    readme = folder / README
-    if readme.is_symlink() or not readme.is_file():
-        return
-    text = readme.read_text(encoding="utf-8", errors="replace")
+def _check_links(text: str, published: list[str]) -> Iterator[str]:
+    """Every relative link of the card (``text``) resolves to a published file, and every example
+    image is linked."""
     linked = set()
     for match in _LINK.finditer(text):
         target = (match.group(1) or match.group(2) or "").split("#", 1)[0].split("?", 1)[0]
@@ -325,17 +324,17 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     if folder.is_symlink() or not folder.is_dir():
         return [f"{folder}: not a folder"]
     published, problems = _check_layout(folder)
-    header, readme_problems = _check_readme(folder)
+    header, text, readme_problems = _check_readme(folder)
     problems.extend(readme_problems)
     if header is not None:
-        problems.extend(_check_links(folder, published))
+        problems.extend(_check_links(text, published))
     shards_by_config, arrow_sizes = {}, {}
     # "config/sha256" -> where the image's first row in that config is. One map for the folder:
     # past its threshold it holds a fixed Bloom filter and page cache, paid once, not per config.
     from ..families import families_in_use
 
     # a family the build's recipe added is known (the card records the recipe)
-    with families_in_use(recorded_families(folder) if header is not None else None), SpillMap() as seen_images:
+    with families_in_use(header_families(header) if header is not None else None), SpillMap() as seen_images:
         for config in CONFIGS:
             shards, name_problems = _check_shard_names(folder, config)
             shards_by_config[config] = shards
