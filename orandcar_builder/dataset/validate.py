@@ -192,14 +192,14 @@ def _check_dataset_info(header: dict, expected: list[dict]) -> Iterator[str]:
             yield f"README.md: dataset_info of {config}: unexpected key(s) {', '.join(map(str, extra))}"
 
 
-def _check_shard_names(folder: Path, config: str) -> tuple[list[Path], list[str]]:
-    """The config's shards (files named like one; others are reported by the layout check)."""
+def _check_shard_names(folder: Path, config: str, published: list[str]) -> tuple[list[Path], list[str]]:
+    """The config's shards: its files the layout scan published (regular files named like a shard,
+    in name order; others are reported by the layout check)."""
     problems = []
     directory = folder / config
     if directory.is_symlink() or not directory.is_dir():
         return [], [f"{config}: folder missing (README declares {config}/{SPLIT}-*)"]
-    shards = sorted(p for p in directory.iterdir() if SHARD_NAME.match(p.name) and p.is_file()
-                    and not p.is_symlink())
+    shards = [folder / path for path in published if path.startswith(f"{config}/")]
     if not shards:
         problems.append(f"{config}: no shard matches {config}/{SPLIT}-*")
     totals = set()
@@ -336,7 +336,7 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     # a family the build's recipe added is known (the card records the recipe)
     with families_in_use(header_families(header) if header is not None else None), SpillMap() as seen_images:
         for config in CONFIGS:
-            shards, name_problems = _check_shard_names(folder, config)
+            shards, name_problems = _check_shard_names(folder, config, published)
             shards_by_config[config] = shards
             problems.extend(name_problems)
             problems.extend(_check_rows(config, shards, seen_images, exhaustive, arrow_sizes))
