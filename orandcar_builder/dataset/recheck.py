@@ -213,10 +213,10 @@ def _rule_of(family: str, has_options: bool) -> tuple[str, str]:
         return "", str(exc)
 
 
-def _recheck_shard(folder: Path, config: str, path: Path) -> RecheckReport:
+def _recheck_shard(folder: Path, config: str, path: Path, families: Optional[tuple]) -> RecheckReport:
     """The report of one shard alone (the unit of work of ``recheck``), with the families the
-    build's recipe gave (as the card records them)."""
-    with families_in_use(recorded_families(folder)):
+    build's recipe gave (``families``, as the card records them: ``recorded_families``)."""
+    with families_in_use(families):
         return _recheck_shard_items(folder, config, path)
 
 
@@ -269,11 +269,13 @@ def recheck(folder: Path, workers: int = 1) -> RecheckReport:
     """
     folder = Path(folder)
     shards = find_shards(folder)
+    families = recorded_families(folder)  # read once; Family pickles, so it travels to the workers
     if workers > 1 and len(shards) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(shards))) as pool:
-            parts = list(pool.map(_recheck_shard, [folder] * len(shards), *zip(*shards)))
+            parts = list(pool.map(_recheck_shard, [folder] * len(shards), *zip(*shards),
+                                  [families] * len(shards)))
     else:
-        parts = [_recheck_shard(folder, config, path) for config, path in shards]
+        parts = [_recheck_shard(folder, config, path, families) for config, path in shards]
     report = RecheckReport(folder=folder)
     for part in parts:
         _merge(report, part)
