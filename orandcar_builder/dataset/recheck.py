@@ -38,6 +38,7 @@ from ..vocab import (ACCEPTED_CONFIGS, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_T
                      JUDGE_VERIFIER, RECHECKED_REASONS, SHARD_GLOB)
 from ..verify import verify
 from .cardfile import recorded_families
+from .info import shard_paths
 
 BATCH_ROWS = 4096
 QA_FIELDS = {
@@ -94,7 +95,7 @@ def find_shards(folder: Path) -> list[tuple[str, Path]]:
     """(config, shard path) for every shard of the known configs, in config then name order."""
     if not folder.is_dir():
         raise OrandCarError(f"{folder}: not a directory (give the folder holding the config folders)")
-    shards = [(config, path) for config in CONFIGS for path in sorted((folder / config).glob(SHARD_GLOB))]
+    shards = [(config, path) for config in CONFIGS for path in shard_paths(folder, config)]
     if not shards:
         raise OrandCarError(
             f"{folder}: no parquet shards found (expected {', '.join(c + '/' + SHARD_GLOB for c in CONFIGS)})")
