@@ -204,10 +204,10 @@ def check_gated(gated) -> str | bool:
     raise PushError(f"gated must be one of {', '.join(GATED_MODES)} or False, not {gated!r}")
 
 
-def check_ref_name(name: str | None, kind: str) -> str | None:
-    """``name`` if it is a usable branch or tag name (git's ref-name rules), else a PushError."""
+def check_ref_name(name: str | None, kind: str) -> None:
+    """A PushError unless ``name`` is None or a usable branch or tag name (git's ref-name rules)."""
     if name is None:
-        return None
+        return
     if (not isinstance(name, str) or not name or len(name) > 255 or _REF_FORBIDDEN.search(name)
             or name.startswith(("-", "/", ".")) or name.endswith(("/", ".", ".lock")) or name == "@"
             or any(part.startswith(".") or part.endswith(".lock") for part in name.split("/"))
@@ -217,7 +217,6 @@ def check_ref_name(name: str | None, kind: str) -> str | None:
             f"':', '?', '*', '[', '\\', '@{{', '//'; no leading '-', '/' or '.'; no trailing '/', '.' or "
             f"'.lock'; not under 'refs/')"
         )
-    return name
 
 
 def folder_files(folder: Path) -> list[str]:
@@ -400,11 +399,10 @@ class _TimeoutTransport(httpx2.BaseTransport):
 @contextlib.contextmanager
 def hub_timeout(timeout: float) -> Iterator[None]:
     """Every request of huggingface_hub's shared client inside the block gets ``timeout`` seconds
-    per connect, read and write (the client's own default is no limit); restored after."""
+    (positive: ``push`` checks it) per connect, read and write (the client's own default is no
+    limit); restored after."""
     import huggingface_hub.utils._http as hub_http
 
-    if not timeout or timeout <= 0:
-        raise PushError(f"timeout must be a positive number of seconds, not {timeout!r}")
     previous = hub_http._GLOBAL_CLIENT_FACTORY
 
     def factory() -> httpx2.Client:
