@@ -28,7 +28,7 @@ from typing import Optional
 
 from PIL import Image
 
-from .files import sha256_bytes  # noqa: F401  (importable from here too)
+from .files import sha256_bytes, within  # noqa: F401  (importable from here too)
 
 # Pillow's own default (about 89 megapixels); kept as a named constant so the card can cite it.
 MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
@@ -122,13 +122,6 @@ def read_image_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_IMA
         reason = {errno.EINVAL: IMAGE_NOT_REGULAR, errno.EFBIG: IMAGE_TOO_LARGE,
                   errno.ETIMEDOUT: IMAGE_READ_TIMEOUT}.get(exc.errno, IMAGE_UNDECODABLE)
         raise ImageError(f"{path}: cannot read image file ({exc.strerror or exc})", reason) from None
-
-
-def within(path: str, root: str) -> bool:
-    """Whether ``path`` (absolute) lies inside the folder ``root`` (links resolved in ``root``
-    by the caller: ``os.path.realpath``) once the links of ``path`` are resolved."""
-    real = os.path.realpath(path)
-    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def sha256_file(path: str | os.PathLike, *, max_bytes: Optional[int] = None,
