@@ -1,5 +1,5 @@
-"""File primitives every stage uses: a write that lands whole or not at all, file hashing and
-image signatures. Imports nothing from the package."""
+"""File primitives every stage uses: a write that lands whole or not at all, file hashing, image
+signatures and path containment. Imports nothing from the package."""
 
 from __future__ import annotations
 
@@ -92,6 +92,13 @@ def write_bytes_atomic(path: PathLike, data: bytes, suffix: str = ".partial") ->
 def write_text_atomic(path: PathLike, text: str, suffix: str = ".partial") -> None:
     with replaced_on_success(path, suffix) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def within(path: PathLike, root: str) -> bool:
+    """Whether ``path`` lies inside the folder ``root`` (links resolved in ``root``
+    by the caller: ``os.path.realpath``) once the links of ``path`` are resolved."""
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def sha256_bytes(data: bytes) -> str:

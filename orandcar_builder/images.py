@@ -28,7 +28,7 @@ from typing import Optional
 
 from PIL import Image
 
-from .files import sha256_bytes  # noqa: F401  (importable from here too)
+from .files import sha256_bytes, within  # noqa: F401  (importable from here too)
 
 # Pillow's own default (about 89 megapixels); kept as a named constant so the card can cite it.
 MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
@@ -124,14 +124,7 @@ def read_image_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_IMA
         raise ImageError(f"{path}: cannot read image file ({exc.strerror or exc})", reason) from None
 
 
-def within(path: str, root: str) -> bool:
-    """Whether ``path`` (absolute) lies inside the folder ``root`` (links resolved in ``root``
-    by the caller: ``os.path.realpath``) once the links of ``path`` are resolved."""
-    real = os.path.realpath(path)
-    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20, *, max_bytes: Optional[int] = None,
+def sha256_file(path: str | os.PathLike, *, max_bytes: Optional[int] = None,
                 timeout_s: Optional[float] = None) -> str:
     """sha256 of a regular file (of at most ``max_bytes``, read within ``timeout_s`` when given);
     OSError otherwise, as for a missing file."""
@@ -243,19 +236,10 @@ def check_image(path: str, root: str, policy: ImagePolicy) -> "ImageRef | ImageE
         return exc
 
 
-def check_images(paths: list[str], root: str, policy: ImagePolicy) -> list[tuple]:
-    """``check_image`` of each path, in a form that crosses processes intact: ``("ok", ImageRef)``
-    or ``("error", message, reason)`` (a pickled ImageError would lose its reason)."""
-    out: list[tuple] = []
-    for path in paths:
-        result = check_image(path, root, policy)
-        out.append(("error", str(result), result.reason) if isinstance(result, ImageError) else ("ok", result))
-    return out
-
-
-def unpack_checked(packed: tuple) -> "ImageRef | ImageError":
-    """The result ``check_images`` packed."""
-    return packed[1] if packed[0] == "ok" else ImageError(packed[1], packed[2])
+def check_images(paths: list[str], root: str, policy: ImagePolicy) -> "list[ImageRef | ImageError]":
+    """``check_image`` of each path (``pool.prefetch`` runs it on worker processes: an ImageError
+    pickles with its ``reason``, which an exception keeps in its ``__dict__``)."""
+    return [check_image(path, root, policy) for path in paths]
 
 
 def exit_with_parent(parent: int, every_s: float = 0.5) -> None:

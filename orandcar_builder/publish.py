@@ -204,10 +204,10 @@ def check_gated(gated) -> str | bool:
     raise PushError(f"gated must be one of {', '.join(GATED_MODES)} or False, not {gated!r}")
 
 
-def check_ref_name(name: str | None, kind: str) -> str | None:
-    """``name`` if it is a usable branch or tag name (git's ref-name rules), else a PushError."""
+def check_ref_name(name: str | None, kind: str) -> None:
+    """A PushError unless ``name`` is None or a usable branch or tag name (git's ref-name rules)."""
     if name is None:
-        return None
+        return
     if (not isinstance(name, str) or not name or len(name) > 255 or _REF_FORBIDDEN.search(name)
             or name.startswith(("-", "/", ".")) or name.endswith(("/", ".", ".lock")) or name == "@"
             or any(part.startswith(".") or part.endswith(".lock") for part in name.split("/"))
@@ -217,7 +217,6 @@ def check_ref_name(name: str | None, kind: str) -> str | None:
             f"':', '?', '*', '[', '\\', '@{{', '//'; no leading '-', '/' or '.'; no trailing '/', '.' or "
             f"'.lock'; not under 'refs/')"
         )
-    return name
 
 
 def folder_files(folder: Path) -> list[str]:
@@ -335,17 +334,20 @@ def format_push_result(result: PushResult) -> str:
 # -- steps that touch the folder or the Hub ------------------------------------------------------
 
 
-def _check_folder(folder: Path) -> None:
+def _check_folder(folder: Path) -> list[str]:
+    """The repo paths the push uploads (``folder_files``), once the folder holds nothing else and
+    validates. The card ``release_card`` rewrites stays a regular README.md: the list holds."""
     if folder.is_symlink() or not folder.is_dir():
         raise PushError(f"{folder}: not a folder (build the dataset first, then push its folder)")
-    unexpected = scan(folder).unexpected
-    if unexpected:
-        raise UnexpectedFilesError(folder, unexpected)
+    layout = scan(folder)
+    if layout.unexpected:
+        raise UnexpectedFilesError(folder, layout.unexpected)
     from .dataset.validate import validate_folder  # the validator reads the dataset schema; load it only when pushing
 
     problems = validate_folder(folder)
     if problems:
         raise InvalidFolderError(folder, problems)
+    return layout.published
 
 
 def _resolve_token(token: str | None) -> str:
@@ -364,8 +366,7 @@ def _local_text_file(item: LocalFile, text: str) -> LocalFile:
     return LocalFile(item.path, item.source, len(data), sha256_bytes(data), git)
 
 
-def _local_files(folder: Path, progress: bool) -> list[LocalFile]:
-    paths = folder_files(folder)
+def _local_files(folder: Path, paths: list[str], progress: bool) -> list[LocalFile]:
     sizes = {path: (folder / path).stat().st_size for path in paths}
     out = []
     with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="hashing", disable=not progress) as bar:
@@ -398,11 +399,10 @@ class _TimeoutTransport(httpx2.BaseTransport):
 @contextlib.contextmanager
 def hub_timeout(timeout: float) -> Iterator[None]:
     """Every request of huggingface_hub's shared client inside the block gets ``timeout`` seconds
-    per connect, read and write (the client's own default is no limit); restored after."""
+    (positive: ``push`` checks it) per connect, read and write (the client's own default is no
+    limit); restored after."""
     import huggingface_hub.utils._http as hub_http
 
-    if not timeout or timeout <= 0:
-        raise PushError(f"timeout must be a positive number of seconds, not {timeout!r}")
     previous = hub_http._GLOBAL_CLIENT_FACTORY
 
     def factory() -> httpx2.Client:
@@ -638,7 +638,7 @@ def push(
     if commit_max_files < 1 or commit_max_bytes < 1:
         raise PushError(f"commit bounds must be positive (files {commit_max_files}, bytes {commit_max_bytes})")
     branch = revision or DEFAULT_BRANCH
-    _check_folder(folder)
+    paths = _check_folder(folder)
     token = _resolve_token(token)
     api = HfApi(token=token, library_name="orandcar-builder")
     url = f"{api.endpoint}/datasets/{repo_id}"
@@ -649,7 +649,7 @@ def push(
         card_text, versions_note = release_card(folder, api, repo_id, remote, tag)
         if card_text is not None and not dry_run:
             write_text_atomic(folder / README, card_text)
-        local = _local_files(folder, progress)
+        local = _local_files(folder, paths, progress)
         if card_text is not None and dry_run:  # plan with the card the push would publish
             local = [_local_text_file(item, card_text) if item.path == README else item for item in local]
         uploads, unchanged, deletions = plan_changes(local, remote.files)

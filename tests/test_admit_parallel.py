@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from orandcar_builder.build import BuildError, build
 from orandcar_builder.cli import main
 from orandcar_builder.engines.base import EngineUnavailable
 from orandcar_builder.images import (IMAGE_MISSING, IMAGE_OUTSIDE_POOL, IMAGE_TOO_LARGE, ImageError, ImagePolicy,
-                                     ImageRef, check_images, unpack_checked)
+                                     ImageRef, check_images)
 from orandcar_builder.pool import jsonl as jsonl_module
 from orandcar_builder.pool import prefetch
 from orandcar_builder.pool.jsonl import read_pool
@@ -56,8 +57,8 @@ def _pool(root: Path) -> Path:
 
 def test_check_images_keeps_the_reason_across_processes(tmp_path):
     good = write_png(tmp_path / "a.png")
-    packed = check_images([str(good), str(tmp_path / "none.png"), "/etc/hostname"], str(tmp_path), ImagePolicy())
-    results = [unpack_checked(p) for p in packed]
+    results = check_images([str(good), str(tmp_path / "none.png"), "/etc/hostname"], str(tmp_path), ImagePolicy())
+    results = pickle.loads(pickle.dumps(results))  # as a worker process hands them back
     assert isinstance(results[0], ImageRef) and results[0].sha256 == hashlib.sha256(good.read_bytes()).hexdigest()
     assert isinstance(results[1], ImageError) and results[1].reason == IMAGE_MISSING
     assert isinstance(results[2], ImageError) and results[2].reason == IMAGE_OUTSIDE_POOL

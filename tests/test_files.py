@@ -80,3 +80,16 @@ def test_a_staged_file_is_removed_when_its_block_raises(tmp_path):
     with JsonLinesFile(target) as staged:
         staged.write({"a": 1})
     assert target.read_text() == '{"a": 1}\n'
+
+
+def test_within_resolves_links_and_respects_name_boundaries(tmp_path):
+    root = tmp_path / "pool"
+    (root / "img").mkdir(parents=True)
+    (tmp_path / "pool-other").mkdir()
+    (root / "out").symlink_to(tmp_path / "pool-other")
+    real_root = os.path.realpath(root)
+    assert files.within(str(root), real_root) and files.within(str(root / "img" / "a.png"), real_root)
+    assert files.within(root / "img", real_root)  # a Path too (dataset.output passes one)
+    assert not files.within(str(tmp_path / "pool-other" / "a.png"), real_root)  # a prefix, not a parent
+    assert not files.within(str(root / "out" / "a.png"), real_root)  # a link out of the folder
+    assert not files.within(str(root / "img" / ".." / ".." / "x.png"), real_root)

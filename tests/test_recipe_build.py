@@ -176,6 +176,7 @@ def test_a_family_added_by_a_recipe_alone(tmp_path, recorded):
     # validate and recheck, later and without the recipe, know the family from the card
     assert validate_folder(tmp_path / "Signs") == []
     assert recheck(tmp_path / "Signs").ok
+    assert recheck(tmp_path / "Signs", workers=2).ok  # the card's families reach the worker processes
     validated = CliRunner().invoke(main, ["validate", str(tmp_path / "Signs")])
     assert validated.exit_code == 0, validated.output
 

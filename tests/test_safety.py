@@ -556,7 +556,7 @@ def test_drop_reasons_are_the_same_in_every_run(tmp_path):
 @pytest.mark.parametrize("args, fragment", [
     (["push", "{out}", "--repo", "org/name", "--tag", "v 1"], "tag name 'v 1' is not a valid git ref name"),
     (["push", "{out}", "--repo", "org/name", "--revision", "a..b"], "branch name 'a..b' is not a valid git ref name"),
-    (["push", "{out}", "--repo", "org/name", "--timeout", "0"], "0"),
+    (["push", "{out}", "--repo", "org/name", "--timeout", "0"], "'--timeout': 0.0 is not in the range x>0"),
     (["validate", "{missing}"], "not a folder"),
 ])
 def test_cli_refusals_before_any_upload(built, tmp_path, monkeypatch, args, fragment):

@@ -64,12 +64,18 @@ def card_versions(header: dict) -> list[dict]:
 
 def recorded_families(folder) -> Optional[tuple]:
     """The families (``families.Family``) the build of dataset ``folder`` ran with, as its card
-    records them (``orandcar_build.recipe.families``), so ``validate`` and ``recheck`` know a
-    family a recipe added and decide with the rule the recipe gave; None when the card records none."""
+    records them (``header_families``); None when the card cannot be read or records none."""
     try:
         header, _ = split_card((Path(folder) / "README.md").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, CardFormatError):
         return None
+    return header_families(header)
+
+
+def header_families(header: dict) -> Optional[tuple]:
+    """The families (``families.Family``) a card header records (``orandcar_build.recipe.families``),
+    so ``validate`` and ``recheck`` know a family a recipe added and decide with the rule the recipe
+    gave; None when the header records none."""
     recipe = card_settings(header).get("recipe")
     families = recipe.get("families") if isinstance(recipe, dict) else None
     if not isinstance(families, dict):

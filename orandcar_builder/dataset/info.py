@@ -16,7 +16,6 @@ from typing import Any, Iterable, Optional
 
 from ..parquetio import open_parquet
 from ..vocab import CONFIGS, SHARD_GLOB, SPLIT
-from .features import features
 
 
 def shard_paths(folder: Path, config: str) -> list[Path]:
@@ -87,6 +86,7 @@ def dataset_info(sizes: dict[str, dict]) -> list[dict]:
     from datasets.info import DatasetInfosDict
     from huggingface_hub import DatasetCardData
 
+    from .features import features  # loads datasets too: only where the header is written
     infos = DatasetInfosDict({
         config: DatasetInfo(
             config_name=config,

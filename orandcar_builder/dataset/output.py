@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import OrandCarError
+from ..files import within
 from .layout import MARKER, scan, write_marker
 
 STAGE_SUFFIX = ".orandcar-new"
@@ -33,11 +34,6 @@ LOCK_FILE = ".lock"
 
 class OutputError(OrandCarError):
     """An output folder or work dir the build must not (or cannot) write to."""
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    path, folder = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
-    return path == folder or folder in path.parents
 
 
 def _listing(paths: list[str], limit: int = 10) -> str:
@@ -59,7 +55,7 @@ def check_work(work: Path, out: Optional[Path] = None) -> None:
         raise OutputError(f"{work}: the work dir is a broken symbolic link")
     if work.exists() and not work.is_dir():
         raise OutputError(f"{work}: the work dir is a file, not a folder; choose a folder with --work")
-    if out is not None and _inside(work, out):
+    if out is not None and within(work, os.path.realpath(out)):
         raise OutputError(f"{work}: the work dir lies inside the dataset folder {out}; its cache and manifest "
                           f"would be replaced by a rebuild (and pushed with it): choose a --work outside {out}")
 

@@ -38,6 +38,7 @@ from ..vocab import (ACCEPTED_CONFIGS, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_T
                      JUDGE_VERIFIER, RECHECKED_REASONS, SHARD_GLOB)
 from ..verify import verify
 from .cardfile import recorded_families
+from .info import shard_paths
 
 BATCH_ROWS = 4096
 QA_FIELDS = {
@@ -94,7 +95,7 @@ def find_shards(folder: Path) -> list[tuple[str, Path]]:
     """(config, shard path) for every shard of the known configs, in config then name order."""
     if not folder.is_dir():
         raise OrandCarError(f"{folder}: not a directory (give the folder holding the config folders)")
-    shards = [(config, path) for config in CONFIGS for path in sorted((folder / config).glob(SHARD_GLOB))]
+    shards = [(config, path) for config in CONFIGS for path in shard_paths(folder, config)]
     if not shards:
         raise OrandCarError(
             f"{folder}: no parquet shards found (expected {', '.join(c + '/' + SHARD_GLOB for c in CONFIGS)})")
@@ -213,10 +214,10 @@ def _rule_of(family: str, has_options: bool) -> tuple[str, str]:
         return "", str(exc)
 
 
-def _recheck_shard(folder: Path, config: str, path: Path) -> RecheckReport:
+def _recheck_shard(folder: Path, config: str, path: Path, families: Optional[tuple]) -> RecheckReport:
     """The report of one shard alone (the unit of work of ``recheck``), with the families the
-    build's recipe gave (as the card records them)."""
-    with families_in_use(recorded_families(folder)):
+    build's recipe gave (``families``, as the card records them: ``recorded_families``)."""
+    with families_in_use(families):
         return _recheck_shard_items(folder, config, path)
 
 
@@ -269,11 +270,13 @@ def recheck(folder: Path, workers: int = 1) -> RecheckReport:
     """
     folder = Path(folder)
     shards = find_shards(folder)
+    families = recorded_families(folder)  # read once; Family pickles, so it travels to the workers
     if workers > 1 and len(shards) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(shards))) as pool:
-            parts = list(pool.map(_recheck_shard, [folder] * len(shards), *zip(*shards)))
+            parts = list(pool.map(_recheck_shard, [folder] * len(shards), *zip(*shards),
+                                  [families] * len(shards)))
     else:
-        parts = [_recheck_shard(folder, config, path) for config, path in shards]
+        parts = [_recheck_shard(folder, config, path, families) for config, path in shards]
     report = RecheckReport(folder=folder)
     for part in parts:
         _merge(report, part)

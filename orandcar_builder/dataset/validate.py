@@ -38,7 +38,7 @@ from ..parquetio import open_parquet
 from ..spill import SpillMap
 from ..verify import RULE_MODULES
 from ..vocab import CONFIG_REJECTED, CONFIGS, JUDGE_VERIFIER, SHARD_NAME, SPLIT
-from .cardfile import CardFormatError, recorded_families, split_card
+from .cardfile import CardFormatError, header_families, split_card
 from .columnar import Unsupported, any_item, compile_schema
 from .features import configs_block, features
 from .info import arrow_bytes, dataset_info
@@ -96,20 +96,22 @@ def _check_layout(folder: Path) -> tuple[list[str], list[str]]:
     return layout.published, problems
 
 
-def _check_readme(folder: Path) -> tuple[dict | None, list[str]]:
-    """(the card's YAML header, problems); the header is None when it cannot be read."""
+def _check_readme(folder: Path) -> tuple[dict | None, str, list[str]]:
+    """(the card's YAML header, its text, problems); the header is None (and the text empty) when
+    it cannot be read. The card is read once: the link and family checks take the text and header."""
     readme = folder / README
     if readme.is_symlink() or not readme.is_file():
-        return None, ["README.md: missing"]
+        return None, "", ["README.md: missing"]
     try:
-        header = read_card_yaml(readme)
+        text = readme.read_text(encoding="utf-8")
+        header = split_card(text, source=readme.name)[0]
     except (CardFormatError, UnicodeDecodeError) as exc:
-        return None, [str(exc) if isinstance(exc, CardFormatError) else f"README.md: {exc}"]
+        return None, "", [str(exc) if isinstance(exc, CardFormatError) else f"README.md: {exc}"]
     expected = configs_block()
     if header.get("configs") != expected:
-        return header, [f"README.md: configs block differs from loading_script/orandcar.yaml "
-                        f"(found {_short(header.get('configs'))})"]
-    return header, []
+        return header, text, [f"README.md: configs block differs from loading_script/orandcar.yaml "
+                              f"(found {_short(header.get('configs'))})"]
+    return header, text, []
 
 
 def _short(value, limit: int = 300) -> str:
@@ -117,12 +119,9 @@ def _short(value, limit: int = 300) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} chars)"
 
 
-def _check_links(folder: Path, published: list[str]) -> Iterator[str]:
-    """Every relative link of the card resolves to a published file, and every example image is linked."""
-    readme = folder / README
-    if readme.is_symlink() or not readme.is_file():
-        return
-    text = readme.read_text(encoding="utf-8", errors="replace")
+def _check_links(text: str, published: list[str]) -> Iterator[str]:
+    """Every relative link of the card (``text``) resolves to a published file, and every example
+    image is linked."""
     linked = set()
     for match in _LINK.finditer(text):
         target = (match.group(1) or match.group(2) or "").split("#", 1)[0].split("?", 1)[0]
@@ -136,18 +135,18 @@ def _check_links(folder: Path, published: list[str]) -> Iterator[str]:
         yield f"{path}: example image the card does not link to (stale)"
 
 
-def _expected_info(shards_by_config: dict[str, list[Path]], arrow_sizes: dict[Path, int]) -> list[dict] | None:
+def _expected_info(shards_by_config: dict[str, list[Path]], measured: dict[Path, tuple[int, int]]) -> list[dict] | None:
     """The ``dataset_info`` the card must carry for these shards (``info.dataset_info``, which the
-    card writes), or None when a shard cannot be read (reported elsewhere). ``arrow_sizes`` holds
-    the Arrow size of each shard the row check read; only the others are read here."""
+    card writes), or None when a shard cannot be read (reported elsewhere). ``measured`` holds the
+    rows and Arrow size of each shard the row check read; only the others are read here."""
     sizes = {}
     for config in CONFIGS:
         shards = shards_by_config.get(config, [])
         try:
             sizes[config] = {
-                "rows": sum(pq.read_metadata(s).num_rows for s in shards),
+                "rows": sum(measured[s][0] if s in measured else pq.read_metadata(s).num_rows for s in shards),
                 "file_bytes": sum(s.stat().st_size for s in shards),
-                "arrow_bytes": sum(arrow_sizes[s] if s in arrow_sizes else arrow_bytes([s]) for s in shards),
+                "arrow_bytes": sum(measured[s][1] if s in measured else arrow_bytes([s]) for s in shards),
             }
         except Exception:
             return None
@@ -193,14 +192,14 @@ def _check_dataset_info(header: dict, expected: list[dict]) -> Iterator[str]:
             yield f"README.md: dataset_info of {config}: unexpected key(s) {', '.join(map(str, extra))}"
 
 
-def _check_shard_names(folder: Path, config: str) -> tuple[list[Path], list[str]]:
-    """The config's shards (files named like one; others are reported by the layout check)."""
+def _check_shard_names(folder: Path, config: str, published: list[str]) -> tuple[list[Path], list[str]]:
+    """The config's shards: its files the layout scan published (regular files named like a shard,
+    in name order; others are reported by the layout check)."""
     problems = []
     directory = folder / config
     if directory.is_symlink() or not directory.is_dir():
         return [], [f"{config}: folder missing (README declares {config}/{SPLIT}-*)"]
-    shards = sorted(p for p in directory.iterdir() if SHARD_NAME.match(p.name) and p.is_file()
-                    and not p.is_symlink())
+    shards = [folder / path for path in published if path.startswith(f"{config}/")]
     if not shards:
         problems.append(f"{config}: no shard matches {config}/{SPLIT}-*")
     totals = set()
@@ -214,12 +213,8 @@ def _check_shard_names(folder: Path, config: str) -> tuple[list[Path], list[str]
     return shards, problems
 
 
-def _check_schema(config: str, shard: Path, label: str) -> list[str]:
+def _check_schema(config: str, schema: pa.Schema, label: str) -> list[str]:
     expected = features(config)
-    try:
-        schema = pq.read_schema(shard)
-    except Exception as exc:
-        return [f"{label}: not a readable parquet file ({exc})"]
     problems = []
     if not schema.remove_metadata().equals(expected.arrow_schema.remove_metadata()):
         problems.append(f"{label}: arrow schema differs from the {config} features")
@@ -325,57 +320,63 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     if folder.is_symlink() or not folder.is_dir():
         return [f"{folder}: not a folder"]
     published, problems = _check_layout(folder)
-    header, readme_problems = _check_readme(folder)
+    header, text, readme_problems = _check_readme(folder)
     problems.extend(readme_problems)
     if header is not None:
-        problems.extend(_check_links(folder, published))
-    shards_by_config, arrow_sizes = {}, {}
+        problems.extend(_check_links(text, published))
+    shards_by_config, measured = {}, {}
     # "config/sha256" -> where the image's first row in that config is. One map for the folder:
     # past its threshold it holds a fixed Bloom filter and page cache, paid once, not per config.
     from ..families import families_in_use
 
     # a family the build's recipe added is known (the card records the recipe)
-    with families_in_use(recorded_families(folder) if header is not None else None), SpillMap() as seen_images:
+    with families_in_use(header_families(header) if header is not None else None), SpillMap() as seen_images:
         for config in CONFIGS:
-            shards, name_problems = _check_shard_names(folder, config)
+            shards, name_problems = _check_shard_names(folder, config, published)
             shards_by_config[config] = shards
             problems.extend(name_problems)
-            problems.extend(_check_rows(config, shards, seen_images, exhaustive, arrow_sizes))
+            problems.extend(_check_rows(config, shards, seen_images, exhaustive, measured))
     if header is not None:
-        expected = _expected_info(shards_by_config, arrow_sizes)
+        expected = _expected_info(shards_by_config, measured)
         if expected is not None:
             problems.extend(_check_dataset_info(header, expected))
     return problems
 
 
 def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhaustive: bool,
-                arrow_sizes: dict[Path, int]) -> Iterator[str]:
-    """Every problem in the rows of ``config``'s shards, in row order. Rows are read one row group
-    at a time, and each shard's Arrow size (``info.arrow_bytes``) is put in ``arrow_sizes`` on the
-    way, so the ``dataset_info`` check does not read the rows again."""
+                measured: dict[Path, tuple[int, int]]) -> Iterator[str]:
+    """Every problem in the rows of ``config``'s shards, in row order. Each shard's footer is read
+    once, for its schema and then its rows; rows are read one row group at a time, and each shard's
+    row count and Arrow size (``info.arrow_bytes``) are put in ``measured`` on the way, so the
+    ``dataset_info`` check does not read the shard again."""
     for shard in shards:
         label = f"{config}/{shard.name}"
-        schema_problems = _check_schema(config, shard, label)
+        try:
+            parquet = open_parquet(shard)
+            schema = parquet.schema_arrow
+        except Exception as exc:
+            yield f"{label}: not a readable parquet file ({exc})"
+            continue
+        schema_problems = _check_schema(config, schema, label)
         yield from schema_problems
         if schema_problems:
             continue
-        yield from _check_shard_rows(config, shard, label, seen_images, exhaustive, arrow_sizes)
+        yield from _check_shard_rows(config, parquet, shard, label, seen_images, exhaustive, measured)
 
 
-def _batches(parquet: pq.ParquetFile, shard: Path, arrow_sizes: dict[Path, int]) -> Iterator[pa.RecordBatch]:
+def _batches(parquet: pq.ParquetFile, shard: Path, measured: dict[Path, tuple[int, int]]) -> Iterator[pa.RecordBatch]:
     batch_rows, total = _batch_rows(parquet), 0
     for group in range(parquet.num_row_groups):
         table = parquet.read_row_group(group)
         total += table.nbytes
         yield from table.to_batches(max_chunksize=batch_rows)
-    arrow_sizes[shard] = total
+    measured[shard] = (parquet.metadata.num_rows, total)
 
 
-def _check_shard_rows(config: str, shard: Path, label: str, seen_images: SpillMap, exhaustive: bool,
-                      arrow_sizes: dict[Path, int]) -> Iterator[str]:
+def _check_shard_rows(config: str, parquet: pq.ParquetFile, shard: Path, label: str, seen_images: SpillMap,
+                      exhaustive: bool, measured: dict[Path, tuple[int, int]]) -> Iterator[str]:
     row_index = 0
-    parquet = open_parquet(shard)
-    for batch in _batches(parquet, shard, arrow_sizes):
+    for batch in _batches(parquet, shard, measured):
         suspects = np.ones(batch.num_rows, dtype=bool) if exhaustive else _suspect_rows(config, batch)
         for i, (sha, suspect) in enumerate(zip(batch.column("image_sha256").to_pylist(), suspects.tolist())):
             where = f"{label} row {row_index + i}"

@@ -28,7 +28,7 @@ from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional
 
 from ..errors import OrandCarError
-from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_images, exit_with_parent, unpack_checked
+from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_images, exit_with_parent
 
 # Lines per task sent to a worker: enough to make a task's overhead small against its images.
 CHUNK_LINES = 16
@@ -85,8 +85,6 @@ class ImagePrefetch:
         self.depth = depth or TASKS_PER_WORKER * self.workers
         self.ready: dict[str, ImageRef | ImageError] = {}
         self.pending: dict[str, int] = {}  # path sent -> the last chunk that names it
-        self.sent = 0  # paths checked by the workers
-        self.inline = 0  # paths the reader had to check itself
         self._pool: Optional[ProcessPoolExecutor] = None
         self._next = 0
 
@@ -105,7 +103,6 @@ class ImagePrefetch:
         found = self.ready.get(path)
         if found is not None:
             return found
-        self.inline += 1
         return check_image(path, self.root, self.policy)
 
     def lines(self, lines: Iterable[tuple]) -> Iterator[tuple]:
@@ -133,7 +130,6 @@ class ImagePrefetch:
                     named.append(path)
                     send.append(path)
             future = self._pool.submit(check_images, send, self.root, self.policy) if send else None
-            self.sent += len(send)
             window.append((index, chunk, future, send, named))
             return True
 
@@ -148,8 +144,7 @@ class ImagePrefetch:
                     raise AdmitWorkerError(
                         f"an admission worker process ended abruptly (killed, or out of memory) while checking "
                         f"images such as {send[0]}: {exc}; build again, or with --admit-workers 1") from None
-                for path, packed in zip(send, checked):
-                    self.ready[path] = unpack_checked(packed)
+                self.ready.update(zip(send, checked))
             yield from chunk
             # The reader is past this chunk: a path no later chunk names is remembered by the
             # reader now (or was not needed), so its answer is let go.
