@@ -14,7 +14,7 @@ from typing import Optional
 import yaml
 
 from ..errors import OrandCarError
-from ..families import FAMILIES, Family
+from ..families import DEFAULT_SEPARATOR, FAMILIES, Family
 
 BUILD_KEY = "orandcar_build"
 VERSIONS_KEY = "orandcar_versions"
@@ -86,6 +86,6 @@ def header_families(header: dict) -> Optional[tuple]:
             continue
         code = FAMILIES.get(name)
         out.append(Family(name=str(name), rule=settings["rule"], instruction=str(settings.get("instruction", "")),
-                          separator=str(settings.get("separator", "\n")),
+                          separator=str(settings.get("separator", DEFAULT_SEPARATOR)),
                           description=code.description if code else str(settings.get("description", ""))))
     return tuple(out) or None
