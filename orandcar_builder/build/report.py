@@ -88,7 +88,7 @@ def build_report(work, counts: Tally, summary: dict) -> dict:
         "cleaning": clean_report,
         "engine": engine.fingerprint(),
         "generation": generation_settings(engine, facts),
-        "judge": {k: v for k, v in judge_report.items() if not k.startswith("_")} if judge_report else None,
+        "judge": dict(judge_report) if judge_report else None,
     }
 
 

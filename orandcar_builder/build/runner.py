@@ -144,16 +144,14 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> BuildR
             timings[name] = timings.get(name, 0.0) + seconds
     timings["total"] = time.perf_counter() - t0
 
-    judge_report = work.judge_report
+    judge_stats = vars(work.judge_stats) if work.judge_stats is not None else None
     write_json(work.dir / "report.json", {
         **work.report, "timings_s": {k: round(v, 3) for k, v in timings.items()},
-        "cache": {"generate": vars(work.generation_stats), "judge": (judge_report or {}).get("_cache")},
+        "cache": {"generate": vars(work.generation_stats), "judge": judge_stats},
         "validation_problems": work.problems,
         # each stage's own report, in the order they ran (datatrove's per-step stats)
         "stages": [{"name": r.name, "timings_s": {k: round(v, 3) for k, v in r.timings.items()},
                     "counters": r.counters} for r in reports]})
-    if judge_report:
-        judge_report.pop("_cache", None)
     ran = work.ran
     write_json(work.dir / "manifest.json", {
         **manifest(config, out, work.engine, work.judge_engine, work.report["rules"], executor),

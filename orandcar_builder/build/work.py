@@ -76,6 +76,7 @@ class BuildWork:
     generation_stats: CacheStats = field(default_factory=CacheStats)  # generate
     facts: GenerationFacts = field(default_factory=GenerationFacts)  # generate
     judge_report: Optional[dict] = None  # judge
+    judge_stats: Optional[CacheStats] = None  # judge: its cache's counts (report.json's cache.judge)
     report: Optional[dict] = None  # write: the build's figures (the card renders from them)
     ran: Any = None  # write: the recipe this build ran (recipe.Recipe)
     problems: list = field(default_factory=list)  # validate
