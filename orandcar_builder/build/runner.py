@@ -128,7 +128,7 @@ def _executor(config: BuildConfig, objects: BuildObjects):
 def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> BuildResult:
     """The stages over ``out`` (the staged folder); work/report.json gathers their timings."""
     executor = _executor(config, objects)
-    work = BuildWork(config=config, objects=objects, out=out, dir=config.work, executor=executor)
+    work = BuildWork(config=config, objects=objects, out=out, executor=executor)
     work.admission = Admission(config.pool, work.dir, config.limit, work.clean_report, config.image_policy(),
                                config.workers())
     t0 = time.perf_counter()
