@@ -39,7 +39,7 @@ class BuildResult:
 
 
 # BuildObjects fields a caller may give to ``build`` as keywords; every other keyword is a setting.
-_OBJECTS = {"engine": "engine", "judge_engine": "judge_engine", "engine_factory": "engine_factory"}
+_OBJECTS = ("engine", "judge_engine", "engine_factory")
 
 
 def build(pool: Path, out: Path, *, work: Optional[Path] = None, **settings: Any) -> BuildResult:
@@ -51,7 +51,7 @@ def build(pool: Path, out: Path, *, work: Optional[Path] = None, **settings: Any
     ``recipe.resolve``), ...; ``engine``, ``judge_engine`` and ``engine_factory`` are objects
     (BuildObjects) used instead of the names.
     """
-    objects = {name: settings.pop(key) for key, name in _OBJECTS.items() if settings.get(key) is not None}
+    objects = {key: settings.pop(key) for key in _OBJECTS if settings.get(key) is not None}
     for key in _OBJECTS:
         settings.pop(key, None)
     executor = settings.get("executor")
@@ -63,7 +63,7 @@ def build(pool: Path, out: Path, *, work: Optional[Path] = None, **settings: Any
     unknown = sorted(set(settings) - set(BuildConfig.__dataclass_fields__) - {"pool", "out", "work"})
     if unknown:
         raise TypeError(f"build() got unknown setting(s): {', '.join(unknown)}")
-    for name in ("max_shard_bytes", "generation_batch", "engine_options", "judge_options"):
+    for name in ("max_shard_bytes", "generation_batch"):  # None: the default (BuildConfig takes None options as {})
         if name in settings and settings[name] is None:
             del settings[name]
     config = BuildConfig(pool=pool, out=out, work=work if work is not None else Path("work"), **settings)
