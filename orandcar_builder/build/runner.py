@@ -92,17 +92,15 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     try:
         work.mkdir(parents=True, exist_ok=True)
         with families_in_use(config.families), WorkLock(work), StagedOutput(target) as staged:
-            result = _run_stages(config, objects, staged.path)
+            result, manifest_data = _run_stages(config, objects, staged.path)
             if result.ok:
                 staged.publish()
+                # work/manifest.json was written before the swap, naming the staged folder (so a
+                # swap that fails leaves one); now it names the folder the dataset went to
+                write_json(work / "manifest.json", {**manifest_data, "out": str(out.resolve())})
             else:
                 result.staged = staged.path
             result.out = out
-            manifest_path = work / "manifest.json"
-            if result.ok and manifest_path.is_file():
-                data = json.loads(manifest_path.read_text(encoding="utf-8"))
-                data["out"] = str(out.resolve())
-                write_json(manifest_path, data)
             # work/report.html, of the folder as it now stands (the staged one when it was not swapped in)
             from ..review import review_after_build
 
@@ -125,8 +123,9 @@ def _executor(config: BuildConfig, objects: BuildObjects):
     return executor
 
 
-def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> BuildResult:
-    """The stages over ``out`` (the staged folder); work/report.json gathers their timings."""
+def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[BuildResult, dict]:
+    """The stages over ``out`` (the staged folder); work/report.json gathers their timings. Also
+    returns what it wrote to work/manifest.json (naming ``out``)."""
     executor = _executor(config, objects)
     work = BuildWork(config=config, objects=objects, out=out, executor=executor)
     work.admission = Admission(config.pool, work.dir, config.limit, work.clean_report, config.image_policy(),
@@ -153,12 +152,14 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> BuildR
         "stages": [{"name": r.name, "timings_s": {k: round(v, 3) for k, v in r.timings.items()},
                     "counters": r.counters} for r in reports]})
     ran = work.ran
-    write_json(work.dir / "manifest.json", {
+    manifest_data = {
         **manifest(config, out, work.engine, work.judge_engine, work.report["rules"], executor),
         "recipe": json.loads(json.dumps(ran.to_dict(), default=str)),
         "recipe_file": ran.source if config.recipe is not None else None,
-        "command": work.report["reproduce"]["command"]})
-    return BuildResult(out=out, work=work.dir, report=work.report, problems=work.problems, stages=reports)
+        "command": work.report["reproduce"]["command"]}
+    write_json(work.dir / "manifest.json", manifest_data)
+    return (BuildResult(out=out, work=work.dir, report=work.report, problems=work.problems, stages=reports),
+            manifest_data)
 
 
 def _failure_message(exc: BaseException, out: Path, work: Path) -> str:
