@@ -5,7 +5,6 @@ report. Every judge request goes through the build's cache (``executors.generate
 
 from __future__ import annotations
 
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -92,7 +91,9 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
             bar.refresh()
             return out
 
-        with WorkFiles(judged=ParquetFile(decisions.with_name(decisions.name + ".judged"), DECISION_SCHEMA)) as files:
+        # staged as decisions.parquet.judged and renamed over decisions.parquet when complete (after
+        # the last batch is read)
+        with WorkFiles(judged=ParquetFile(decisions, DECISION_SCHEMA, suffix=".judged")) as files:
             for batch in open_parquet(decisions).iter_batches(batch_size=chunk):
                 rows = batch.to_pylist()
                 to_judge: list[int] = []
@@ -118,7 +119,6 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
                     for key, value in counts.items():
                         total[key] += value
                 files.judged.write_rows(rows)
-        os.replace(files.judged.path, decisions)
 
         calibration = None
         if calibration_pool is not None:
