@@ -153,7 +153,7 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
                     "counters": r.counters} for r in reports]})
     ran = work.ran
     manifest_data = {
-        **manifest(config, out, work.engine, work.judge_engine, work.report["rules"], executor),
+        **manifest(config, out, work.report["engine"], work.judge_engine, work.report["rules"], executor),
         "recipe": json.loads(json.dumps(ran.to_dict(), default=str)),
         "recipe_file": ran.source if config.recipe is not None else None,
         "command": work.report["reproduce"]["command"]}
