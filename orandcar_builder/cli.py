@@ -315,7 +315,6 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
 
     from .build import BuildConfig, format_summary, run_build
     from .dataset.writer import DEFAULT_MAX_SHARD_BYTES
-    from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S
     from .publish import check_repo_id
     from .recipe import read_recipe, resolve
 
@@ -343,6 +342,7 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
         _fail("--calibrate needs a judge (--judge same, or a judge engine)")
     if executor == "local" and (ray_address or engine_replicas != 1 or gpus_per_replica):
         _fail("--ray-address, --engine-replicas and --gpus-per-replica need --executor ray")
+    images = _image_policy(max_image_bytes, image_read_timeout, allow_outside_paths)
     # The recipe (with the flags above applied over it) fills the config; the flags that only
     # the command line knows set the rest.
     config = BuildConfig(pool=pool, out=out, work=work, limit=limit,
@@ -350,9 +350,8 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
                          use_cache=not no_cache, export_generations=export_generations, executor=executor,
                          ray_address=ray_address, engine_replicas=engine_replicas,
                          gpus_per_replica=gpus_per_replica,
-                         max_image_bytes=max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
-                         image_read_timeout=image_read_timeout or DEFAULT_READ_TIMEOUT_S,
-                         allow_outside_paths=allow_outside_paths,
+                         max_image_bytes=images.max_bytes, image_read_timeout=images.read_timeout_s,
+                         allow_outside_paths=images.allow_outside_paths,
                          admit_workers=admit_workers).with_recipe(resolved)
     result = run_build(config)
     click.echo(format_summary(result))
