@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_build import answer_text, make_pool  # noqa: E402
+from synthetic import answer_text, make_pool  # noqa: E402
 
 from orandcar_builder.dataset.writer import DEFAULT_MAX_SHARD_BYTES  # noqa: E402
 
 
 class SyntheticEngine:
-    """Answers item ``q<k>`` with ``bench_build.answer_text(k)``; keeps nothing between calls."""
+    """Answers item ``q<k>`` with ``synthetic.answer_text(k)``; keeps nothing between calls."""
 
     kind = "synthetic"
     can_judge = False

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from bench_build import make_pool, warm_page_cache  # benchmarks/ is on sys.path when a script runs
+from synthetic import make_pool, warm_page_cache  # benchmarks/ is on sys.path when a script runs
 
 REPO = Path(__file__).resolve().parents[1]
 REPEAT = 3

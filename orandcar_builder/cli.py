@@ -315,7 +315,6 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
 
     from .build import BuildConfig, format_summary, run_build
     from .dataset.writer import DEFAULT_MAX_SHARD_BYTES
-    from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S
     from .publish import check_repo_id
     from .recipe import read_recipe, resolve
 
@@ -343,21 +342,18 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
         _fail("--calibrate needs a judge (--judge same, or a judge engine)")
     if executor == "local" and (ray_address or engine_replicas != 1 or gpus_per_replica):
         _fail("--ray-address, --engine-replicas and --gpus-per-replica need --executor ray")
-    try:
-        # The recipe (with the flags above applied over it) fills the config; the flags that only
-        # the command line knows set the rest.
-        config = BuildConfig(pool=pool, out=out, work=work, limit=limit,
-                             max_shard_bytes=max_shard_bytes or DEFAULT_MAX_SHARD_BYTES, progress=progress,
-                             use_cache=not no_cache, export_generations=export_generations, executor=executor,
-                             ray_address=ray_address, engine_replicas=engine_replicas,
-                             gpus_per_replica=gpus_per_replica,
-                             max_image_bytes=max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
-                             image_read_timeout=image_read_timeout or DEFAULT_READ_TIMEOUT_S,
-                             allow_outside_paths=allow_outside_paths,
-                             admit_workers=admit_workers).with_recipe(resolved)
-        result = run_build(config)
-    except OrandCarError as exc:
-        _fail(str(exc))
+    images = _image_policy(max_image_bytes, image_read_timeout, allow_outside_paths)
+    # The recipe (with the flags above applied over it) fills the config; the flags that only
+    # the command line knows set the rest.
+    config = BuildConfig(pool=pool, out=out, work=work, limit=limit,
+                         max_shard_bytes=max_shard_bytes or DEFAULT_MAX_SHARD_BYTES, progress=progress,
+                         use_cache=not no_cache, export_generations=export_generations, executor=executor,
+                         ray_address=ray_address, engine_replicas=engine_replicas,
+                         gpus_per_replica=gpus_per_replica,
+                         max_image_bytes=images.max_bytes, image_read_timeout=images.read_timeout_s,
+                         allow_outside_paths=images.allow_outside_paths,
+                         admit_workers=admit_workers).with_recipe(resolved)
+    result = run_build(config)
     click.echo(format_summary(result))
     sys.exit(0 if result.ok else 1)
 
@@ -405,10 +401,7 @@ def check_answer(family, answer, references, options):
     """
     from .verify.explain import explain, format_explanation
 
-    try:
-        result = explain(family, answer, list(references), list(options) or None)
-    except OrandCarError as exc:
-        _fail(str(exc))
+    result = explain(family, answer, list(references), list(options) or None)
     click.echo(format_explanation(result))
     sys.exit(0 if result["decision"]["passed"] else 1)
 
@@ -424,10 +417,7 @@ def recheck(folder, workers, limit):
     """
     from .dataset.recheck import format_recheck, recheck as run_recheck
 
-    try:
-        report = run_recheck(folder, workers=workers)
-    except OrandCarError as exc:
-        _fail(str(exc))
+    report = run_recheck(folder, workers=workers)
     click.echo(format_recheck(report, limit=limit or None))
     sys.exit(0 if report.ok else 1)
 
@@ -460,10 +450,7 @@ def import_cmd(fmt, source, out, family, dataset, split, question, origin, colum
         options["columns"] = dict(columns)
     if family_map:
         options["family_map"] = dict(family_map)
-    try:
-        report = import_source(fmt, source, out, **options)
-    except OrandCarError as exc:
-        _fail(str(exc))
+    report = import_source(fmt, source, out, **options)
     click.echo(format_import_report(report))
 
 
@@ -479,10 +466,7 @@ def clean_cmd(pool, out, max_image_bytes, image_read_timeout, allow_outside_path
 
     images = _image_policy(max_image_bytes, image_read_timeout, allow_outside_paths)
     workers = check_workers(admit_workers if admit_workers is not None else default_workers())
-    try:
-        report = clean_pool(pool, out, images=images, workers=workers)
-    except OrandCarError as exc:
-        _fail(str(exc))
+    report = clean_pool(pool, out, images=images, workers=workers)
     click.echo(json.dumps(report, indent=2, ensure_ascii=False))
 
 
@@ -503,13 +487,10 @@ def calibrate(work, n, judge_name, judge_replay, judge_option):
     decisions = work / "decisions.parquet"
     if not decisions.is_file():
         _fail(f"{decisions}: not found; run orandcar build with this work dir first")
-    try:
-        engine = create_engine(judge_name, **options)
-        items = judging.accepted_items_from_decisions(decisions)
-        with GenerationCache(work / "cache" / "generations.sqlite") as cache:
-            report = judging.calibrate(engine, items, n, generate=lambda e, r: generate_through_cache(e, r, cache))
-    except OrandCarError as exc:
-        _fail(str(exc))
+    engine = create_engine(judge_name, **options)
+    items = judging.accepted_items_from_decisions(decisions)
+    with GenerationCache(work / "cache" / "generations.sqlite") as cache:
+        report = judging.calibrate(engine, items, n, generate=lambda e, r: generate_through_cache(e, r, cache))
     write_text_atomic(work / "calibration.json", json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     click.echo(judging.format_calibration(report))
 
@@ -531,10 +512,7 @@ def card(folder, work, repo_id, options_path):
     from .card import rewrite_card
     from .dataset.validate import validate_folder
 
-    try:
-        path = rewrite_card(folder, work / "report.json", repo_id=repo_id, options_path=options_path)
-    except OrandCarError as exc:
-        _fail(str(exc))
+    path = rewrite_card(folder, work / "report.json", repo_id=repo_id, options_path=options_path)
     problems = validate_folder(folder)
     for problem in problems:
         click.echo(problem)
@@ -562,10 +540,7 @@ def report(out, work, target, per_kind):
     """
     from .review import write_review
 
-    try:
-        result = write_review(out, work, target, per_kind=per_kind)
-    except OrandCarError as exc:
-        _fail(str(exc))
+    result = write_review(out, work, target, per_kind=per_kind)
     click.echo(f"{result.path}: {result.bytes:,} bytes; {result.items:,} QA items, "
                f"{result.sampled:,} shown with their image")
 
@@ -593,11 +568,8 @@ def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, progr
     """
     from .publish import format_push_result, push as run_push
 
-    try:
-        result = run_push(folder, repo_id, revision=revision, tag=tag, gated=gated, private=private,
-                          dry_run=dry_run, progress=progress, timeout=timeout)
-    except OrandCarError as exc:
-        _fail(str(exc))
+    result = run_push(folder, repo_id, revision=revision, tag=tag, gated=gated, private=private,
+                      dry_run=dry_run, progress=progress, timeout=timeout)
     click.echo(format_push_result(result))
 
 

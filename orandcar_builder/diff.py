@@ -18,13 +18,12 @@ policy, recipe).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pyarrow.parquet as pq
 from huggingface_hub.errors import HfHubHTTPError
@@ -35,7 +34,6 @@ from .dataset.cardfile import card_settings, split_card
 from .vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIGS, REJECTED, SHARD_NAME
 
 ACCEPTED_CONFIG = CONFIG_NOTHINK  # holds every accepted QA item once (RS_think holds the same items)
-REJECTED_CONFIG = CONFIG_REJECTED
 COLUMNS = ("image_sha256", "qa", "clean_meta")
 SHOWN_CHARS = 200  # an answer kept for the list of flipped items is cut here
 FLIPS_SHOWN = 20  # flipped items the human output lists (--json lists all)
@@ -173,8 +171,7 @@ def _cut(text: Any) -> Any:
 def _rows(side: Side, config: str) -> Iterator[dict]:
     for name in side.shards.get(config, []):
         try:
-            with contextlib.ExitStack() as stack:
-                handle: BinaryIO = stack.enter_context(side.opener(name))
+            with side.opener(name) as handle:
                 parquet = pq.ParquetFile(handle)
                 missing = [c for c in COLUMNS if c not in parquet.schema_arrow.names]
                 if missing:
@@ -252,6 +249,11 @@ def settings_changes(old: dict, new: dict) -> list[dict]:
             if a.get(key) != b.get(key) and not (key.startswith("rules.") and (key not in a or key not in b))]
 
 
+def _share(n_accepted: int, n_total: int) -> Optional[float]:
+    """The accepted share, rounded to 6 decimals; None when there is no item."""
+    return round(n_accepted / n_total, 6) if n_total else None
+
+
 def _acceptance(accepted: dict, rejected: dict) -> dict:
     families: dict[str, dict] = {}
     for items, label in ((accepted, ACCEPTED), (rejected, REJECTED)):
@@ -261,7 +263,7 @@ def _acceptance(accepted: dict, rejected: dict) -> dict:
     for counts in families.values():
         total = counts[ACCEPTED] + counts[REJECTED]
         counts["qa"] = total
-        counts["share"] = round(counts[ACCEPTED] / total, 6) if total else None
+        counts["share"] = _share(counts[ACCEPTED], total)
     return families
 
 
@@ -293,16 +295,12 @@ class DatasetDiff:
         settings (top-level keys of ``orandcar_build``) that changed."""
         totals = self.totals()
         accepted = self.configs[ACCEPTED_CONFIG]["qa"]
-
-        def share(n_accepted: int, n_total: int) -> Optional[float]:
-            return round(n_accepted / n_total, 6) if n_total else None
-
         return {
             "qa": {"old": totals["old"], "new": totals["new"], "added": totals["added"],
                    "removed": totals["removed"], "changed": totals["changed"]},
             "flipped": {kind: len(items) for kind, items in self.flipped.items()},
-            "accepted_share": {"old": share(accepted["old"], totals["old"]),
-                               "new": share(accepted["new"], totals["new"])},
+            "accepted_share": {"old": _share(accepted["old"], totals["old"]),
+                               "new": _share(accepted["new"], totals["new"])},
             "settings_changed": sorted({change["key"].split(".")[0] for change in self.settings["changed"]}),
         }
 
@@ -336,7 +334,7 @@ def diff_sides(old: Side, new: Side) -> DatasetDiff:
     contents = {config: (read_config(old, config), read_config(new, config)) for config in CONFIGS}
     configs = {config: {"rows": _counts(a.rows, b.rows), "qa": _counts(a.items, b.items)}
                for config, (a, b) in contents.items()}
-    (old_acc, new_acc), (old_rej, new_rej) = contents[ACCEPTED_CONFIG], contents[REJECTED_CONFIG]
+    (old_acc, new_acc), (old_rej, new_rej) = contents[ACCEPTED_CONFIG], contents[CONFIG_REJECTED]
     old_acc, new_acc, old_rej, new_rej = old_acc.items, new_acc.items, old_rej.items, new_rej.items
 
     def flip(key: tuple, before: Item, after: Item) -> dict:

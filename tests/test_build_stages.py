@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orandcar_builder.build import BuildConfig, BuildError, BuildObjects, build, run_build
-from orandcar_builder.build.stages import stages_for
+from orandcar_builder.build.stages import overlaps, stages_for
 from orandcar_builder.executors import get_executor
 from orandcar_builder.recipe import parse_recipe, resolve
 
@@ -90,6 +90,9 @@ def test_the_stages_a_build_runs(tmp_path, overlap, judge, names):
     stages = stages_for(config, BuildObjects(), get_executor("local"))
     assert [stage.name for stage in stages] == names
     assert all(callable(stage.run) for stage in stages)
+    # with no admit stage, the generate stage is the one that admits (the two overlap)
+    generate = next(stage for stage in stages if stage.name == "generate")
+    assert generate.overlapped is overlap is overlaps(config, get_executor("local"))
 
 
 def test_run_build_reports_each_stage_and_report_json_gathers_their_timings(tmp_path):

@@ -19,7 +19,7 @@ from ..files import write_text_atomic
 from ..images import IMAGE_OUTSIDE_POOL
 from ..parquetio import open_parquet
 from ..pool.jsonl import SOURCE_OUTSIDE_POOL
-from ..recipe import DEFAULTS_SOURCE, Recipe
+from ..recipe import DEFAULTS_SOURCE, Recipe, options_of, resolve
 from ..verify import get_rule
 from ..vocab import ACCEPTED, FAILED, REJECTED
 from .config import BuildConfig
@@ -69,6 +69,7 @@ def build_report(work, counts: Tally, summary: dict) -> dict:
     clean_report, facts = work.clean_report, work.facts
     rules = {rule: get_rule(rule).VERSION for rule in sorted(counts.rules)}
     rules_by_family = {family: sorted(r) for family, r in sorted(counts.rules_by_family.items())}
+    fingerprint = engine.fingerprint()
     return {
         "pool": pool.name,
         "limit": limit,
@@ -86,15 +87,14 @@ def build_report(work, counts: Tally, summary: dict) -> dict:
         "rules_by_family": rules_by_family,
         "configs": summary,
         "cleaning": clean_report,
-        "engine": engine.fingerprint(),
-        "generation": generation_settings(engine, facts),
-        "judge": {k: v for k, v in judge_report.items() if not k.startswith("_")} if judge_report else None,
+        "engine": fingerprint,
+        "generation": generation_settings(engine, fingerprint, facts),
+        "judge": dict(judge_report) if judge_report else None,
     }
 
 
-def generation_settings(engine, facts: GenerationFacts) -> dict:
-    """How the answers were produced, for the card: from the engine's fingerprint and outputs."""
-    fp = engine.fingerprint()
+def generation_settings(engine, fp: dict, facts: GenerationFacts) -> dict:
+    """How the answers were produced, for the card: from the engine's fingerprint ``fp`` and outputs."""
     sampling = fp.get("sampling") or {}
     models = sorted(facts.models)
     revisions = sorted(facts.revisions)
@@ -110,23 +110,29 @@ def generation_settings(engine, facts: GenerationFacts) -> dict:
     }
 
 
-def manifest(config: BuildConfig, out: Path, engine, judge_engine, rules: dict, executor) -> dict:
-    import datasets
-    import huggingface_hub
-
+def manifest(config: BuildConfig, out: Path, engine_fingerprint: dict, judge_engine, rules: dict, executor) -> dict:
+    """work/manifest.json's own part: ``engine_fingerprint`` and ``rules`` as the build's report has them."""
     return {
         "orandcar_builder": __version__,
         "pool": str(config.pool.resolve()),
         "out": str(out.resolve()),
         "limit": config.limit,
         "max_shard_bytes": config.max_shard_bytes,
-        "engine": engine.fingerprint(),
+        "engine": engine_fingerprint,
         "judge_engine": judge_engine.fingerprint() if judge_engine is not None else None,
         "executor": executor.describe(),
         "rules": rules,
-        "versions": {"python": platform.python_version(), "datasets": datasets.__version__,
-                     "huggingface_hub": huggingface_hub.__version__, "pyarrow": pa.__version__},
+        "versions": {"python": platform.python_version(), **library_versions()},
     }
+
+
+def library_versions() -> dict:
+    """The versions of the libraries that shape the dataset's bytes (the manifest and the card record them)."""
+    import datasets
+    import huggingface_hub
+
+    return {"datasets": datasets.__version__, "huggingface_hub": huggingface_hub.__version__,
+            "pyarrow": pa.__version__}
 
 
 def recipe_ran(config: BuildConfig, engine, judge_engine, *, engine_given: bool = False,
@@ -135,8 +141,6 @@ def recipe_ran(config: BuildConfig, engine, judge_engine, *, engine_given: bool 
     setting the config holds differently put over it (engine, judge, calibration, repo and card
     options), so a BuildConfig made without a recipe file records and shows what it set. An engine
     object given instead of a name (``engine_given``/``judge_given``) is recorded by its kind."""
-    from ..recipe import options_of, resolve
-
     ran = config.recipe if config.recipe is not None else resolve(None)
     sections: dict = {}
     if not engine_given and (config.engine, dict(config.engine_options)) != (ran.engine["name"], options_of(ran.engine)):
@@ -183,9 +187,6 @@ def reproduce(config: BuildConfig, ran: Recipe) -> dict:
     versions that shape the bytes (the engine's own are in its fingerprint). The output folder is
     named after the repo (not after this build's -o), so the card does not depend on where it was
     written."""
-    import datasets
-    import huggingface_hub
-
     from ..card import DEFAULT_REPO_ID
 
     command = (f"orandcar build {config.pool.name} -o {(ran.repo or DEFAULT_REPO_ID).split('/')[-1]} "
@@ -199,8 +200,7 @@ def reproduce(config: BuildConfig, ran: Recipe) -> dict:
     return {
         "command": command,
         "recipe_file": ran.source != DEFAULTS_SOURCE,  # whether one was given (its name stays in the manifest)
-        "versions": {"orandcar-builder": __version__, "datasets": datasets.__version__,
-                     "huggingface_hub": huggingface_hub.__version__, "pyarrow": pa.__version__},
+        "versions": {"orandcar-builder": __version__, **library_versions()},
     }
 
 

@@ -39,7 +39,7 @@ class BuildResult:
 
 
 # BuildObjects fields a caller may give to ``build`` as keywords; every other keyword is a setting.
-_OBJECTS = {"engine": "engine", "judge_engine": "judge_engine", "engine_factory": "engine_factory"}
+_OBJECTS = ("engine", "judge_engine", "engine_factory")
 
 
 def build(pool: Path, out: Path, *, work: Optional[Path] = None, **settings: Any) -> BuildResult:
@@ -51,7 +51,7 @@ def build(pool: Path, out: Path, *, work: Optional[Path] = None, **settings: Any
     ``recipe.resolve``), ...; ``engine``, ``judge_engine`` and ``engine_factory`` are objects
     (BuildObjects) used instead of the names.
     """
-    objects = {name: settings.pop(key) for key, name in _OBJECTS.items() if settings.get(key) is not None}
+    objects = {key: settings.pop(key) for key in _OBJECTS if settings.get(key) is not None}
     for key in _OBJECTS:
         settings.pop(key, None)
     executor = settings.get("executor")
@@ -63,7 +63,7 @@ def build(pool: Path, out: Path, *, work: Optional[Path] = None, **settings: Any
     unknown = sorted(set(settings) - set(BuildConfig.__dataclass_fields__) - {"pool", "out", "work"})
     if unknown:
         raise TypeError(f"build() got unknown setting(s): {', '.join(unknown)}")
-    for name in ("max_shard_bytes", "generation_batch", "engine_options", "judge_options"):
+    for name in ("max_shard_bytes", "generation_batch"):  # None: the default (BuildConfig takes None options as {})
         if name in settings and settings[name] is None:
             del settings[name]
     config = BuildConfig(pool=pool, out=out, work=work if work is not None else Path("work"), **settings)
@@ -92,17 +92,15 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     try:
         work.mkdir(parents=True, exist_ok=True)
         with families_in_use(config.families), WorkLock(work), StagedOutput(target) as staged:
-            result = _run_stages(config, objects, staged.path)
+            result, manifest_data = _run_stages(config, objects, staged.path)
             if result.ok:
                 staged.publish()
+                # work/manifest.json was written before the swap, naming the staged folder (so a
+                # swap that fails leaves one); now it names the folder the dataset went to
+                write_json(work / "manifest.json", {**manifest_data, "out": str(out.resolve())})
             else:
                 result.staged = staged.path
             result.out = out
-            manifest_path = work / "manifest.json"
-            if result.ok and manifest_path.is_file():
-                data = json.loads(manifest_path.read_text(encoding="utf-8"))
-                data["out"] = str(out.resolve())
-                write_json(manifest_path, data)
             # work/report.html, of the folder as it now stands (the staged one when it was not swapped in)
             from ..review import review_after_build
 
@@ -125,10 +123,11 @@ def _executor(config: BuildConfig, objects: BuildObjects):
     return executor
 
 
-def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> BuildResult:
-    """The stages over ``out`` (the staged folder); work/report.json gathers their timings."""
+def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[BuildResult, dict]:
+    """The stages over ``out`` (the staged folder); work/report.json gathers their timings. Also
+    returns what it wrote to work/manifest.json (naming ``out``)."""
     executor = _executor(config, objects)
-    work = BuildWork(config=config, objects=objects, out=out, dir=config.work, executor=executor)
+    work = BuildWork(config=config, objects=objects, out=out, executor=executor)
     work.admission = Admission(config.pool, work.dir, config.limit, work.clean_report, config.image_policy(),
                                config.workers())
     t0 = time.perf_counter()
@@ -144,23 +143,23 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> BuildR
             timings[name] = timings.get(name, 0.0) + seconds
     timings["total"] = time.perf_counter() - t0
 
-    judge_report = work.judge_report
+    judge_stats = vars(work.judge_stats) if work.judge_stats is not None else None
     write_json(work.dir / "report.json", {
         **work.report, "timings_s": {k: round(v, 3) for k, v in timings.items()},
-        "cache": {"generate": vars(work.generation_stats), "judge": (judge_report or {}).get("_cache")},
+        "cache": {"generate": vars(work.generation_stats), "judge": judge_stats},
         "validation_problems": work.problems,
         # each stage's own report, in the order they ran (datatrove's per-step stats)
         "stages": [{"name": r.name, "timings_s": {k: round(v, 3) for k, v in r.timings.items()},
                     "counters": r.counters} for r in reports]})
-    if judge_report:
-        judge_report.pop("_cache", None)
     ran = work.ran
-    write_json(work.dir / "manifest.json", {
-        **manifest(config, out, work.engine, work.judge_engine, work.report["rules"], executor),
+    manifest_data = {
+        **manifest(config, out, work.report["engine"], work.judge_engine, work.report["rules"], executor),
         "recipe": json.loads(json.dumps(ran.to_dict(), default=str)),
         "recipe_file": ran.source if config.recipe is not None else None,
-        "command": work.report["reproduce"]["command"]})
-    return BuildResult(out=out, work=work.dir, report=work.report, problems=work.problems, stages=reports)
+        "command": work.report["reproduce"]["command"]}
+    write_json(work.dir / "manifest.json", manifest_data)
+    return (BuildResult(out=out, work=work.dir, report=work.report, problems=work.problems, stages=reports),
+            manifest_data)
 
 
 def _failure_message(exc: BaseException, out: Path, work: Path) -> str:

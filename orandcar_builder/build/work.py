@@ -60,13 +60,12 @@ class GenerationFacts:
 @dataclass
 class BuildWork:
     """The state the stages share. ``out`` is the folder the dataset is written to (the staged
-    folder beside the user's ``-o``); ``dir`` is the work dir. Fields below the paths are filled
-    in as the stages run; each says which stage sets it."""
+    folder beside the user's ``-o``); ``dir`` is the work dir (``config.work``). Fields below the
+    paths are filled in as the stages run; each says which stage sets it."""
 
     config: BuildConfig
     objects: BuildObjects
     out: Path
-    dir: Path
     clean_report: dict = field(default_factory=dict)  # admit: the cleaning's figures
     admission: Any = None  # admit.Admission: the admitted rows and the drops (set up by the runner)
     executor: Any = None  # executors.Executor (runner)
@@ -76,10 +75,15 @@ class BuildWork:
     generation_stats: CacheStats = field(default_factory=CacheStats)  # generate
     facts: GenerationFacts = field(default_factory=GenerationFacts)  # generate
     judge_report: Optional[dict] = None  # judge
+    judge_stats: Optional[CacheStats] = None  # judge: its cache's counts (report.json's cache.judge)
     report: Optional[dict] = None  # write: the build's figures (the card renders from them)
     ran: Any = None  # write: the recipe this build ran (recipe.Recipe)
     problems: list = field(default_factory=list)  # validate
     _closers: list = field(default_factory=list)
+
+    @property
+    def dir(self) -> Path:
+        return self.config.work
 
     @property
     def admitted(self) -> int:

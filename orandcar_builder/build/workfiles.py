@@ -15,10 +15,11 @@ from ..files import StagedFile
 
 
 class ParquetFile(StagedFile):
-    """Rows appended in chunks (one row group each) to a parquet file with a fixed schema."""
+    """Rows appended in chunks (one row group each) to a parquet file with a fixed schema, staged
+    under ``path`` + ``suffix``."""
 
-    def __init__(self, path: Path, schema: pa.Schema, *, chunk: int = CHUNK_SIZE):
-        super().__init__(path)
+    def __init__(self, path: Path, schema: pa.Schema, *, chunk: int = CHUNK_SIZE, suffix: str = ".tmp"):
+        super().__init__(path, suffix=suffix)
         self.schema, self.chunk = schema, chunk
         # No column statistics: nothing filters these work files, and the writer would hold every
         # row group's min/max strings (its footer) in memory until it closes.

@@ -5,7 +5,6 @@ report. Every judge request goes through the build's cache (``executors.generate
 
 from __future__ import annotations
 
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -29,8 +28,10 @@ class JudgeStage:
 
     def run(self, work: BuildWork) -> StageReport:
         with Timer() as timer:
+            work.judge_stats = CacheStats()
             work.judge_report = judge_pass(work.judge_engine, work.decisions, work.cache, work.config.calibrate,
-                                           work.config.progress, batch_size=work.config.generation_batch)
+                                           work.config.progress, batch_size=work.config.generation_batch,
+                                           stats=work.judge_stats)
         counters = {k: work.judge_report[k] for k in ("judged", "promoted", "unparseable")}
         return StageReport(self.name, {"judge": timer.seconds}, counters)
 
@@ -62,13 +63,15 @@ def judge_item(row: dict, generation: Generation) -> judging.JudgeItem:
 
 
 def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], calibrate: int,
-               progress: bool, chunk: int = CHUNK_SIZE, batch_size: int = GENERATION_BATCH) -> dict:
+               progress: bool, chunk: int = CHUNK_SIZE, batch_size: int = GENERATION_BATCH,
+               stats: Optional[CacheStats] = None) -> dict:
     """Second pass over rule rejects with a final answer, chunk by chunk: decisions.parquet is
     read and rewritten with the verdicts; optional calibration on rule accepts. Returns the
-    report's ``judge`` entry (its ``_cache`` key: the cache's counts, for report.json only)."""
+    report's ``judge`` entry; the cache's counts are added to ``stats`` (report.json's
+    ``cache.judge``)."""
     from tqdm import tqdm
 
-    stats = CacheStats()
+    stats = stats if stats is not None else CacheStats()
     labels: Counter = Counter()
     unparseable = 0
     overturns: dict[str, dict[str, int]] = {}
@@ -88,7 +91,9 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
             bar.refresh()
             return out
 
-        with WorkFiles(judged=ParquetFile(decisions.with_name(decisions.name + ".judged"), DECISION_SCHEMA)) as files:
+        # staged as decisions.parquet.judged and renamed over decisions.parquet when complete (after
+        # the last batch is read)
+        with WorkFiles(judged=ParquetFile(decisions, DECISION_SCHEMA, suffix=".judged")) as files:
             for batch in open_parquet(decisions).iter_batches(batch_size=chunk):
                 rows = batch.to_pylist()
                 to_judge: list[int] = []
@@ -114,7 +119,6 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
                     for key, value in counts.items():
                         total[key] += value
                 files.judged.write_rows(rows)
-        os.replace(files.judged.path, decisions)
 
         calibration = None
         if calibration_pool is not None:
@@ -128,5 +132,4 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
         "promoted": labels.get(VERDICT_CORRECT, 0),
         "overturns_by_family": dict(sorted(overturns.items())),
         "calibration": calibration,
-        "_cache": vars(stats),
     }
