@@ -18,7 +18,7 @@ from orandcar_builder.card import code_blocks
 from orandcar_builder.cli import main
 from orandcar_builder.dataset.validate import validate_folder
 from orandcar_builder.families import FAMILIES
-from orandcar_builder.recipe import parse_recipe, read_recipe, resolve, shipped_recipe_path, tomllib
+from orandcar_builder.recipe import parse_recipe, resolve, shipped_recipe_path, tomllib
 from orandcar_builder.dataset.cardfile import BUILD_KEY, split_card
 from orandcar_builder.dataset.recheck import recheck
 
@@ -194,15 +194,3 @@ def test_a_build_refuses_a_bad_recipe_with_one_error_line(tmp_path):
     bad_repo = CliRunner().invoke(main, ["build", str(SAMPLES / "pool.jsonl"), "-o", str(tmp_path / "out"),
                                          "--work", str(tmp_path / "w"), "--repo", "OrandCar"])
     assert bad_repo.exit_code == 2 and "repo id 'OrandCar' is not ORG/NAME" in bad_repo.output
-
-
-def test_the_shipped_recipe_is_the_one_in_the_repository():
-    """The copy an installed package carries (orandcar_builder/_shipped/, made by setup.py) is the
-    repository's recipes/orandcar.toml, and it is the one the package reads."""
-    import orandcar_builder
-
-    installed = Path(orandcar_builder.__file__).resolve().parent / "_shipped" / "recipes" / "orandcar.toml"
-    if not installed.is_file():
-        pytest.skip("no orandcar_builder/_shipped copy: a checkout (or editable install) reads recipes/ itself")
-    assert shipped_recipe_path() == installed
-    assert read_recipe(REPO / "recipes" / "orandcar.toml").to_dict() == read_recipe(installed).to_dict()

@@ -57,11 +57,14 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def test_the_wheel_carries_the_card_templates_the_loading_definition_and_the_recipe(wheel):
-    names = set(zipfile.ZipFile(wheel).namelist())
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
     for folder in ("dataset_card", "loading_script", "recipes"):
-        expected = {f"orandcar_builder/_shipped/{folder}/{p.relative_to(REPO / folder).as_posix()}"
+        expected = {f"orandcar_builder/_shipped/{folder}/{p.relative_to(REPO / folder).as_posix()}": p
                     for p in (REPO / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-        assert expected and expected <= names, sorted(expected - names)
+        assert expected and set(expected) <= names, sorted(set(expected) - names)
+        for name, source in expected.items():  # the copies are the repository's files, byte for byte
+            assert archive.read(name) == source.read_bytes(), name
     assert "orandcar_builder/dataset/schemas/rejected.json" in names
 
 
