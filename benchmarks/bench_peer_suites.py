@@ -129,13 +129,13 @@ def tabulate(cases: list[dict], decisions: list[dict]) -> list[dict]:
 
 
 def format_table(rows: list[dict]) -> str:
-    head = (f"{'suite':<12} {'kind':<7} {'cases':>6} {'agree':>7} {'excl. conv.':>12} {'lines':>6} "
+    head = (f"{'suite':<20} {'kind':<7} {'cases':>6} {'agree':>7} {'excl. conv.':>12} {'lines':>6} "
             f"{'we accept, peer rejects (conv.)':>32} {'we reject, peer accepts':>24}")
     lines = [head, "-" * len(head)]
     for r in rows:
         excl = "-" if r["agree_pct_excl_convention"] is None else f"{r['agree_pct_excl_convention']:.1f}%"
         wrong = f"{r['we_accept_peer_rejects']} ({r['we_accept_peer_rejects_convention']})"
-        lines.append(f"{r['suite']:<12} {r['kind']:<7} {r['cases']:>6} {r['agree_pct']:>6.1f}% {excl:>12} "
+        lines.append(f"{r['suite']:<20} {r['kind']:<7} {r['cases']:>6} {r['agree_pct']:>6.1f}% {excl:>12} "
                      f"{r['lines']:>6} {wrong:>32} {r['we_reject_peer_accepts']:>24}")
     return "\n".join(lines)
 

@@ -51,9 +51,9 @@ def test_math_cases_carry_no_options(cases):
     assert all(c["options"] is None for c in cases if c["kind"] == "math")
 
 
-def test_sources_name_a_commit_or_store_id(cases):
+def test_sources_name_a_commit_a_store_id_or_a_thread(cases):
     for c in cases:
-        assert "@" in c["source"] or "store id" in c["source"], c["where"]
+        assert "@" in c["source"] or "store id" in c["source"] or "#" in c["source"], c["where"]
 
 
 @pytest.mark.parametrize("line, message", [
