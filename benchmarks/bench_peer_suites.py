@@ -18,9 +18,9 @@ extracts, or none), so a *case* is one reply: it agrees when our decision equals
 every letter. A math case is one line. Per suite and kind the script prints the cases, the
 agreement, and the lines where we accept what the peer rejects (wrong accepts, the dangerous
 side; in brackets those of convention cases) and where we reject what the peer accepts;
-"excl. conv." leaves out the cases whose note says the peer's expectation is its own convention. It then lists every line where we accept and
-the peer rejects. ``--json`` writes the table, ``--cases`` every disagreeing line with our
-decision (candidate, text, extraction) for reading.
+"excl. conv." leaves out the cases whose note says the peer's expectation is its own convention.
+It then lists every line where we accept and the peer rejects. ``--json`` writes the table,
+``--cases`` every disagreeing line with our decision (candidate, text, extraction) for reading.
 
 The package is imported from ``PYTHONPATH``: run it with another tree first on the path to
 measure that tree's rules. The figures are in ``benchmarks/README.md``.
@@ -105,7 +105,8 @@ def tabulate(cases: list[dict], decisions: list[dict]) -> list[dict]:
         for key in ((first["suite"], first["kind"]), ("all", first["kind"])):
             row = rows.setdefault(key, {"suite": key[0], "kind": key[1], "cases": 0, "agree": 0, "lines": 0,
                                         "we_accept_peer_rejects": 0, "we_reject_peer_accepts": 0,
-                                        "we_accept_peer_rejects_convention": 0, "convention_cases": 0, "agree_excl_convention": 0})
+                                        "we_accept_peer_rejects_convention": 0, "convention_cases": 0,
+                                        "agree_excl_convention": 0})
             agree = all(decisions[i]["passed"] == cases[i]["peer_accepts"] for i in indexes)
             convention = any(is_convention(cases[i]) for i in indexes)
             row["cases"] += 1
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, nargs="+", help="case files (default: benchmarks/peer_cases/*.jsonl)")
     parser.add_argument("--json", type=Path, help="write the table as JSON here")
-    parser.add_argument("--cases", type=Path, help="write every disagreeing line, with our decision, as JSON lines here")
+    parser.add_argument("--cases", type=Path,
+                        help="write every disagreeing line, with our decision, as JSON lines here")
     args = parser.parse_args(argv)
     paths = args.data or sorted(CASES_DIR.glob("*.jsonl"))
     if not paths:
