@@ -27,8 +27,17 @@ STATEMENTS = [
     ("\\boxed{\\{1, 2\\}}", ("boxed", "\\{1, 2\\}")),
     ("The answer is \\boxed{5} and the answer is 6.", ("boxed", "5")),  # boxed outranks any statement
     ("\\boxed{unbalanced", None),
-    ("\\boxed{}", None),
+    ("\\boxed{}", ("boxed", "")),  # an empty last box boxes nothing: no earlier box, no other statement
     ("The answer is (C).\n\n\\boxed{C}", ("boxed", "C")),
+    ("ANSWER: A\n\nHmm, actually, ANSWER: B", ("answer_label_inline", "B")),  # the later correction
+    ("I pick B. Final answer: E", ("answer_label_inline", "E")),
+    ("After all that, final answer: (C).", ("answer_label_inline", "(C)")),
+    ("Answer: A, B", ("answer_label", "A, B")),  # a comma before a lone capital does not end the span
+    ("<answer>C</answer>", ("answer_tag", "C")),
+    ("It reads STOP.\n<answer>\n  (b)\n</answer>", ("answer_tag", "(b)")),
+    ("<answer></answer> The sign says STOP.", None),
+    ("Reasoning.\n\n$$(B)$$", ("last_line_letter", "B")),
+    ("Thinking.\nB\nD", ("last_line_letter", "B\nD")),  # two lone letters: the span holds both
     ("Therefore, the correct answer is (C) 60°.", ("answer_is", "(C) 60°")),
     ("The answer is (E).", ("answer_is", "(E)")),
     ("So the answer is 1", ("answer_is", "1")),
@@ -100,10 +109,11 @@ def test_at_least_sixty_shapes_and_every_statement_pattern():
 
 
 def test_the_statement_patterns_and_which_mark_their_span():
-    assert STATEMENT_PATTERNS == ("answer_is", "answer_label", "option_is", "option_correct", "answer_zh", "option_zh",
-                                  "option_correct_zh")
+    assert STATEMENT_PATTERNS == ("answer_is", "answer_label_inline", "answer_label", "answer_tag", "option_is",
+                                  "option_correct", "answer_zh", "option_zh", "option_correct_zh")
     # extract() takes group 1 as the span of a pattern with a group, the rest of the sentence otherwise
-    assert [name for name, pattern in STATEMENT_PAIRS if pattern.groups] == ["option_correct", "option_correct_zh"]
+    assert [name for name, pattern in STATEMENT_PAIRS if pattern.groups] == ["answer_tag", "option_correct",
+                                                                             "option_correct_zh"]
     assert all(pattern.groups <= 1 for _, pattern in STATEMENT_PAIRS)
 
 

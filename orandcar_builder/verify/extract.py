@@ -70,14 +70,18 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-EXTRACTION_VERSION = "1"
+EXTRACTION_VERSION = "2"
 ANSWER_QUALIFIERS = ("final", "correct", "right", "best", "most likely", "likely", "closest", "only", "exact",
                      "true", "integer", "numerical", "numeric", "short", "resulting")
 SPAN_TRIM = " \t\r\n*_:,.：，。"
+# A statement's span is at most this many characters: a longer "answer" is prose, and the bound
+# keeps every pattern linear in the reply (a model caught in a loop repeats "the answer is ").
+SPAN_LIMIT = 500
+_NOT_SPACE = re.compile(r"\S")
 SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？；]")
 # A comma followed by a word, or a word that opens a subordinate clause, ends a span outside
 # brackets: "no, there are not more buses" is "no"; "1982 with an income of $931,441" is "1982".
-CLAUSE_COMMA = re.compile(r"[,，]\s*(?=[^\W\d_])|\s+(?:because|since|with|which|where|while|given)(?![A-Za-z])",
+CLAUSE_COMMA = re.compile(r"[,，]\s*(?=[^\W\d_])(?![A-Z](?![A-Za-z]))|\s+(?:because|since|with|which|where|while|given)(?![A-Za-z])",
                           re.IGNORECASE)
 # Where a trailing clause starts in a conclusion: "is 1:2, which means there is one male" (one
 # that runs to the end of the sentence; ", which is a bus," is an aside, not the end).
@@ -91,6 +95,10 @@ ANSWER_IS = re.compile(
     r"(?<![A-Za-z])(?<!if )(?<!whether )(?:the|my|our)\s+(?:(?:" + "|".join(q.replace(" ", r"\s+") for q in ANSWER_QUALIFIERS)
     + r")\s+){0,3}answer\s*(?:\*\*|__)?\s+(?:is|would\s+be|should\s+be|will\s+be)(?![A-Za-z])\s*(?:\*\*|__)?\s*:?",
     re.IGNORECASE)
+# "... actually, ANSWER: B", "I pick B. Final answer: E": a label in mid-line, qualified or in capitals.
+ANSWER_LABEL_INLINE = re.compile(r"(?<![A-Za-z])(?:(?i:final|correct)\s+(?i:answer)|ANSWER)[ \t*_]*[:：]")
+# The answer tags reasoning models are asked to write: "<answer>C</answer>".
+ANSWER_TAG = re.compile(r"<answer>[ \t\r\n]*([^<]{0,500}?)[ \t\r\n]*</answer>", re.IGNORECASE)
 ANSWER_LABEL = re.compile(
     r"^[ \t>#*_-]*(?:(?:final|correct)\s+)?answer[ \t*_]*(?:[:：]|(?=[ \t*_]*$))", re.IGNORECASE | re.MULTILINE)
 OPTION_IS = re.compile(
@@ -103,8 +111,8 @@ OPTION_CORRECT = re.compile(
 ANSWER_ZH = re.compile(r"(?:最终|正确)?答案\s*(?:是|为|為|[:：])\s*[:：]?")
 OPTION_ZH = re.compile(r"(?:选项\s*(?:是|为|為)|故选|应选|應選)\s*[:：]?")
 OPTION_CORRECT_ZH = re.compile(r"选项\s*(\(?[A-Z]\)?)\s*(?:是|为|為)?\s*正确")
-LAST_LINE_LETTER = re.compile(r"[ \t*_(\[]*([A-Z])[ \t*_)\].]*")
-CONCLUSION_VERB = re.compile(r"(?<![A-Za-z])(?:is|are|was|were|equals|be)(?![A-Za-z])|[=≈＝]|为|是")
+LAST_LINE_LETTER = re.compile(r"[ \t*_(\[$]*([A-Z])[ \t*_)\].$]*")
+CONCLUSION_VERB = re.compile(r"(?<![A-Za-z])(?<!\bas )(?:is|are|was|were|equals|be)(?![A-Za-z])|[=≈＝]|为|是")
 # Closing courtesies a reply may end with after its conclusion; they are skipped to find it.
 COURTESY = re.compile(r"(?:i hope|hope this|let me know|is there anything|do you have|do you want|feel free|please let|"
                       r"if you have|thank you|thanks)(?![A-Za-z])", re.IGNORECASE)
@@ -115,14 +123,17 @@ HEDGES = ("about", "approximately", "around", "roughly", "nearly", "almost", "ex
 CONCLUDED_NUMBER = re.compile(
     r"(?:[\s*_$]|" + "|".join(HEDGES) + r")*"
     r"([-−]?\d+(?:,\d{3})*(?:\.\d+)?%?|" + "|".join(NUMBER_WORDS) + ")"
-    r"(?![\w.,:/^]\w|\w)", re.IGNORECASE)
+    r"(?![\w.,:/^]\w|\w)" + r"(?!\s*[-+*/×·÷^]\s*[\w(\\])", re.IGNORECASE)
 # A number as written, not part of a name, a power, a ratio or a fraction ("x2", "cm^2", "3:1").
-NUMBER = re.compile(r"(?<![\w.^_∠\\:/])[-−]?\d+(?:,\d{3})*(?:\.\d+)?%?(?!\w|[.,:/^]\d)")
+NUMBER = re.compile(r"(?<![\w.^_∠\\:/])[-−]?\d+(?:,\d{3})*(?:\.\d+)?%?(?!\w|[.,:/^]\d)(?!\s*[-+*/×·÷^]\s*[\w(\\])")
+# A bracketed group (an interval, a point, an aside): its numbers are not the clause's only number.
+BRACKETED = re.compile(r"[\[(][^\[\]()]*[\])]")
 # A sentence that denies or doubts is no conclusion ("It is not 5", "cannot be 2").
 NEGATION = re.compile(r"(?<![A-Za-z])(?:not|no|never|cannot|unable|impossible|unknown)(?![A-Za-z])|n't", re.IGNORECASE)
 # The statements, each (name, pattern); a pattern with a group marks the span itself (the letter of
 # "option (B) is correct"), one without introduces it (the rest of the sentence after it).
-STATEMENTS = (("answer_is", ANSWER_IS), ("answer_label", ANSWER_LABEL), ("option_is", OPTION_IS),
+STATEMENTS = (("answer_is", ANSWER_IS), ("answer_label_inline", ANSWER_LABEL_INLINE), ("answer_label", ANSWER_LABEL),
+              ("answer_tag", ANSWER_TAG), ("option_is", OPTION_IS),
               ("option_correct", OPTION_CORRECT), ("answer_zh", ANSWER_ZH), ("option_zh", OPTION_ZH),
               ("option_correct_zh", OPTION_CORRECT_ZH))
 STATEMENT_PATTERNS = tuple(name for name, _ in STATEMENTS)
@@ -133,6 +144,8 @@ EXAMPLES = (
     ("boxed", "Therefore, the correct answer is (C).\n\n\\boxed{\\text{C}}", "C"),
     ("answer_is", "So the final answer is (B) 120°.", "(B) 120°"),
     ("answer_label", "The triangle is isosceles.\n\n**Answer:** B", "B"),
+    ("answer_label_inline", "I pick C at first. Final answer: B", "B"),
+    ("answer_tag", "The sign reads STOP, which is option C.\n<answer>C</answer>", "C"),
     ("option_is", "Thus the correct option letter is D.", "D"),
     ("option_correct", "Option (C) is correct because the angle is 60°.", "(C)"),
     ("answer_zh", "所以，答案是 (C) 12。", "(C) 12"),
@@ -167,21 +180,40 @@ def trimmed(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def boxed_bounds(text: str) -> Optional[tuple[int, int]]:
+    """(start, end) of the whole last balanced ``\\boxed{..}`` / ``\\fbox{..}``, braces included.
+
+    One left-to-right pass with a stack of open boxes, so a reply of thousands of unclosed
+    ``\\boxed{`` takes time linear in its length."""
+    found, opened, depth = None, [], 0  # opened: (box start, depth of its content)
+    for match in re.finditer(f"({BOXED.pattern})|[{{}}]", text):  # re caches the compiled pattern
+        if match.group(1):  # a box opens
+            depth += 1
+            opened.append((match.start(), depth))
+        elif match.group() == "{":
+            depth += 1
+        elif depth:
+            if opened and opened[-1][1] == depth:
+                start = opened.pop()[0]
+                if found is None or start > found[0]:  # the box that starts last, as nested boxes go
+                    found = (start, match.end())
+            depth -= 1
+    return found
+
+
 def boxed_span(text: str) -> Optional[tuple[int, int]]:
-    """(start, end) of the content of the last balanced ``\\boxed{..}`` / ``\\fbox{..}``."""
-    found = None
-    for match in BOXED.finditer(text):
-        close = balanced_end(text, match.end())
-        if close is not None:
-            found = (match.end(), close)
-    if found is None:
+    """(start, end) of the content of the last balanced ``\\boxed{..}`` / ``\\fbox{..}``; an
+    empty last box gives an empty span (the reply boxed nothing: an earlier box is not its answer)."""
+    bounds = boxed_bounds(text)
+    if bounds is None:
         return None
-    start, end = found
+    start = BOXED.match(text, bounds[0]).end()
+    end = bounds[1] - 1
     inner = TEXT_WRAPPER.match(text, start)
     if inner and balanced_end(text, inner.end()) == end - 1:
         start, end = inner.end(), end - 1
     start, end = trimmed(text, start, end)
-    return (start, end) if start < end else None
+    return (start, end) if start < end else (start, start)
 
 
 def clause_end(text: str, start: int, end: int) -> int:
@@ -200,18 +232,21 @@ def clause_end(text: str, start: int, end: int) -> int:
 
 def sentence_span(text: str, start: int) -> Optional[tuple[int, int]]:
     """(start, end) of the span a statement ending at ``start`` introduces (see the module doc)."""
-    line_end = text.find("\n", start)
-    line_end = len(text) if line_end < 0 else line_end
+    line_end = text.find("\n", start, start + SPAN_LIMIT + 1)
+    line_end = min(len(text), start + SPAN_LIMIT + 1) if line_end < 0 else line_end
     s, e = trimmed(text, start, line_end)
     if s == e:  # nothing on the statement's line: the answer is the next non-empty line
-        rest = text[line_end:]
-        stripped = rest.lstrip()
-        if not stripped:
+        if line_end > start + SPAN_LIMIT:
             return None
-        s = line_end + len(rest) - len(stripped)
-        line_end = text.find("\n", s)
-        line_end = len(text) if line_end < 0 else line_end
+        following = _NOT_SPACE.search(text, line_end)
+        if following is None:
+            return None
+        s = following.start()
+        line_end = text.find("\n", s, s + SPAN_LIMIT + 1)
+        line_end = min(len(text), s + SPAN_LIMIT + 1) if line_end < 0 else line_end
     end_mark = SENTENCE_END.search(text, s, line_end)
+    if end_mark is None and line_end > s + SPAN_LIMIT:
+        return None  # no end within SPAN_LIMIT characters: prose, not a stated answer
     s, e = trimmed(text, s, clause_end(text, s, end_mark.start() if end_mark else line_end))
     if s == e or re.match(r"not(?![A-Za-z])", text[s:e], re.IGNORECASE):
         return None
@@ -231,7 +266,35 @@ def last_line_letter(text: str) -> Optional[tuple[int, int]]:
     elif len(lines) < 2:
         return None
     match = LAST_LINE_LETTER.fullmatch(text, start, end)
-    return (match.start(1), match.end(1)) if match else None
+    if not match:
+        return None
+    first = match.start(1)
+    for s, e in reversed(lines[:-1]):  # lone letters on the lines before: "B\nD" names two
+        before = LAST_LINE_LETTER.fullmatch(text, s, e)
+        if not before:
+            break
+        first = before.start(1)
+    return first, match.end(1)
+
+
+def _last_statement(text: str, after: int = 0) -> Optional[tuple[int, str, str]]:
+    """(start, pattern name, span) of the statement that starts last in ``text`` at or after
+    ``after``, the box aside; None when there is none."""
+    found = sorted(((match.start(), rank, name, pattern, match) for rank, (name, pattern) in enumerate(STATEMENTS)
+                    for match in pattern.finditer(text, after)), key=lambda f: (f[0], f[1]), reverse=True)
+    best = None  # (statement start, name, span); later patterns win ties
+    for start, _, name, pattern, match in found:  # from the last: the first with a span decides
+        if pattern.groups:
+            span = (match.start(1), match.end(1)) if match.end(1) > match.start(1) else None
+        else:
+            span = sentence_span(text, match.end())
+        if span is not None:
+            best = (start, name, text[span[0]:span[1]])
+            break
+    letter = last_line_letter(text)
+    if letter is not None and letter[0] >= after and (best is None or letter[0] >= best[0]):
+        best = (letter[0], "last_line_letter", text[letter[0]:letter[1]])
+    return best
 
 
 def extract(text: str) -> Optional[tuple[str, str]]:
@@ -239,18 +302,18 @@ def extract(text: str) -> Optional[tuple[str, str]]:
     box = boxed_span(text)
     if box is not None:
         return "boxed", text[box[0]:box[1]]
-    best = None  # (statement start, name, span)
-    for name, pattern in STATEMENTS:
-        for match in pattern.finditer(text):
-            if pattern.groups:
-                span = (match.start(1), match.end(1))
-            else:
-                span = sentence_span(text, match.end())
-            if span is not None and (best is None or match.start() >= best[0]):
-                best = (match.start(), name, text[span[0]:span[1]])
-    letter = last_line_letter(text)
-    if letter is not None and (best is None or letter[0] >= best[0]):
-        best = (letter[0], "last_line_letter", text[letter[0]:letter[1]])
+    best = _last_statement(text)
+    return (best[1], best[2]) if best else None
+
+
+def statement_after_box(text: str) -> Optional[tuple[str, str]]:
+    """(pattern name, span) of the last statement that follows the reply's last box ("\\boxed{x
+    = 18} ... Therefore, the final answer is (E)."), or None. A rule that reads both (``choice``)
+    lets it decide when the box names no answer, and finds no pick when they name two."""
+    bounds = boxed_bounds(text)
+    if bounds is None:
+        return None
+    best = _last_statement(text, bounds[1])
     return (best[1], best[2]) if best else None
 
 
@@ -273,27 +336,41 @@ def last_sentence(text: str) -> Optional[tuple[int, int]]:
 def main_clause(text: str, start: int, end: int) -> int:
     """Where the main clause of the sentence ``text[start:end]`` ends: before the first
     ``SUBORDINATE`` clause that runs to its end without another comma."""
+    last_comma = max(text.rfind(",", start, end), text.rfind("，", start, end))
     for cut in SUBORDINATE.finditer(text, start, end):
-        if not re.search(r"[,，]", text[cut.end():end]):
+        if cut.end() > last_comma:
             return cut.start()
     return end
 
 
-def concluding_clause(text: str) -> Optional[tuple[int, int]]:
+def _denies(text: str, start: int, end: int, question: str) -> bool:
+    """Whether ``text[start:end]`` holds a ``NEGATION`` that the question did not ask for: "could
+    NOT be folded" denies nothing when the question asks which pattern could not be folded (the
+    negation and the word after it, case aside, are in the question)."""
+    asked = " ".join(question.casefold().split())
+    for match in NEGATION.finditer(text, start, end):
+        phrase = " ".join(text[match.start():end].casefold().split()[:2])
+        if not asked or phrase not in asked:
+            return True
+    return False
+
+
+def concluding_clause(text: str, question: str = "") -> Optional[tuple[int, int]]:
     """(start, end) of the main clause of the last sentence of ``text`` (closing courtesies
-    skipped), or None when there is none or that sentence denies or doubts (``NEGATION``)."""
+    skipped), or None when there is none or that sentence denies or doubts (``NEGATION``, unless
+    copied from ``question``)."""
     found = last_sentence(text)
-    if found is None or NEGATION.search(text, *found):
+    if found is None or _denies(text, *found, question):
         return None
     return found[0], main_clause(text, *found)
 
 
-def conclusion(text: str) -> Optional[str]:
+def conclusion(text: str, question: str = "") -> Optional[str]:
     """What the last sentence of ``text`` (closing courtesies skipped) says a thing is: the words
     after its last "is", "are", "was", "were", "equals", "be", "=" or "≈", cut like a statement's
     span ("Therefore, the leaf is Linear." -> "Linear"); None when it has no such word or denies
     or doubts (``NEGATION``: "The area cannot be 12.")."""
-    found = concluding_clause(text)
+    found = concluding_clause(text, question)
     if found is None:
         return None
     start, end = found
@@ -304,7 +381,7 @@ def conclusion(text: str) -> Optional[str]:
     return text[span[0]:span[1]] if span else None
 
 
-def conclusion_number(text: str) -> Optional[str]:
+def conclusion_number(text: str, question: str = "") -> Optional[str]:
     """The number the main clause of the last sentence of ``text`` (closing courtesies skipped,
     subordinate clauses such as ", which means ..." cut off) concludes, or None:
 
@@ -315,7 +392,7 @@ def conclusion_number(text: str) -> Optional[str]:
     - nothing when the sentence denies or doubts (``NEGATION``: "It is not 5") or holds several
       numbers and none right after its verb ("reaches 2 at the point (1, 2)").
     """
-    found = concluding_clause(text)
+    found = concluding_clause(text, question)
     if found is None:
         return None
     start, end = found
@@ -323,8 +400,11 @@ def conclusion_number(text: str) -> Optional[str]:
         match = CONCLUDED_NUMBER.match(text, verb.end(), end)
         if match:
             return match.group(1)
-    numbers = list(NUMBER.finditer(text, start, end))
-    return numbers[0].group() if len(numbers) == 1 else None
+    clause = text[start:end]
+    outside = BRACKETED.sub(" ", clause)  # numbers inside brackets ("[0,1)", "(1, 2)") are numbers too
+    inside = [digit for group in BRACKETED.findall(clause) for digit in re.findall(r"\d+", group)]
+    numbers = list(NUMBER.finditer(outside))
+    return numbers[0].group() if len(numbers) == 1 and not inside else None
 
 
 def emphasised_number(text: str) -> Optional[str]:

@@ -53,11 +53,13 @@ import re
 import threading
 from typing import Optional, Sequence
 
+from ..vocab import NO_PICK, WRONG_PICK
+from . import latex
 from .extract import NUMBER_WORDS
 from .shape import SENTENCE_WORDS, is_sentence, shows_work
 
 NAME = "math"
-VERSION = "2"
+VERSION = "3"
 FINDS_VALUES = True  # finds a value inside a text: see verify/shape.py and candidates.py
 PARSING_TIMEOUT_SECONDS = 5
 COMPARISON_TIMEOUT_SECONDS = 5
@@ -76,17 +78,47 @@ _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:,\d{3})*)?(?:\.\d+)?(?:[eE][+-]?\d+)?
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _PLAIN_INTEGER = re.compile(r"-?[1-9][0-9]*|0")
 _FORMULA = frozenset(FORMULA_CHARACTERS)
+_OPERATION = re.compile(r"[\w)]\s*[-+*/^]\s*[\w(]")
 
 
 def is_formula(text: str) -> bool:
-    """Formula characters only, no word, not a plain number: "(1, 2)", "2x", "x = 2"."""
-    return (set(text) <= _FORMULA and not _WORD.search(text)
-            and _PLAIN_NUMBER.fullmatch(text) is None)
+    """Formula characters only, not a plain number, and no word ("(1, 2)", "2x", "x = 2") or an
+    operator between terms ("158 + LK": an expression with free symbols, not the number 158)."""
+    if not set(text) <= _FORMULA or _PLAIN_NUMBER.fullmatch(text) is not None:
+        return False
+    return not _WORD.search(text) or bool(_OPERATION.search(text))
+
+
+# A ratio of two numbers, "1:2" or "3 : 4", read as their quotient (math-verify reads its last number).
+RATIO_VALUE = re.compile(r"\s*([-+]?\d+(?:\.\d+)?)\s*:\s*([-+]?\d+(?:\.\d+)?)\s*")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+CHAIN_SIDES = 8  # an equality chain of more sides than this is left as it is
+
+
+def _numeric(side: str) -> bool:
+    """Whether a side of an equality is numbers and operators only (LaTeX commands aside)."""
+    bare = _COMMAND.sub(" ", side)
+    return any(ch.isdigit() for ch in bare) and not re.search(r"[A-Za-z]", bare)
+
+
+def value_text(text: str) -> str:
+    """The value ``text`` writes, as math-verify should compare it: a ratio of two numbers as
+    their quotient ("1:2" -> "\\frac{1}{2}": not 2); an equality chain of numbers whose sides
+    are all equal as its last side ("3 \\cdot 2 \\cdot 1 = 6" -> "6"); anything else unchanged."""
+    ratio = RATIO_VALUE.fullmatch(text)
+    if ratio:
+        return f"\\frac{{{ratio.group(1)}}}{{{ratio.group(2)}}}"
+    sides = latex.clean(text).split("=")
+    if 2 <= len(sides) <= CHAIN_SIDES and all(_numeric(side) for side in sides):
+        if all(equivalent(sides[-1].strip(), side.strip()) for side in sides[:-1]):
+            return sides[-1].strip()
+    return text
 
 
 def parsable(text: str) -> str:
-    """``text`` as math-verify should see it: bare LaTeX and bare formulas wrapped in ``$...$``."""
-    stripped = text.strip()
+    """``text`` as math-verify should see it: the shared LaTeX normalisation (``latex.clean``,
+    delimiters kept where there are any), then bare LaTeX and bare formulas wrapped in ``$...$``."""
+    stripped = latex.clean(text.strip(), delimiters=False)
     if any(d in stripped for d in MATH_DELIMITERS):
         return stripped
     if any(m in stripped for m in LATEX_MARKUP) or is_formula(stripped):
@@ -147,11 +179,21 @@ def number_word_value(text: str) -> str:
 
 def score(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> float:
     prediction = number_word_value(prediction)
-    searchable = not is_sentence(prediction) and not shows_work(prediction)
-    for ref in references:
-        if same_text(prediction, ref) or (searchable and equivalent(prediction, ref)):
-            return 1.0
-    return 0.0
+    if any(same_text(prediction, ref) for ref in references):
+        return 1.0
+    value = value_text(prediction)
+    if is_sentence(value) or shows_work(value):
+        return 0.0
+    return 1.0 if any(equivalent(value, value_text(ref)) for ref in references) else 0.0
+
+
+def reject_kind(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> str:
+    """Why ``prediction`` is rejected: ``NO_PICK`` when it is not searched for a value (a
+    sentence, a calculation) or math-verify reads nothing in it, else ``WRONG_PICK``."""
+    value = value_text(number_word_value(prediction))
+    if not value.strip() or is_sentence(value) or shows_work(value):
+        return NO_PICK
+    return WRONG_PICK if _parse(value, timeouts()[0]) else NO_PICK
 
 
 def passes(value: float) -> bool:
