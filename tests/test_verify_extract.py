@@ -26,7 +26,11 @@ STATEMENTS = [
     ("\\fbox{42}", ("boxed", "42")),
     ("\\boxed{\\{1, 2\\}}", ("boxed", "\\{1, 2\\}")),
     ("The answer is \\boxed{5} and the answer is 6.", ("boxed", "5")),  # boxed outranks any statement
-    ("\\boxed{unbalanced", None),
+    ("\\boxed{unbalanced", ("boxed", "")),  # a box never closed boxes nothing (a cut reply)
+    ("\\boxed{B \\boxed{C}}", ("boxed", "B \\boxed{C}")),  # the outermost box: it names two
+    ("<answer><answer>A</answer>B</answer>", ("answer_tag", "")),  # tags that do not pair tag nothing
+    ("The answer is B.</answer>", ("answer_tag", "")),
+    ("<answer>B</answer>\n<answer></answer>", ("answer_tag", "")),  # the last container decides, empty
     ("\\boxed{}", ("boxed", "")),  # an empty last box boxes nothing: no earlier box, no other statement
     ("The answer is (C).\n\n\\boxed{C}", ("boxed", "C")),
     ("ANSWER: A\n\nHmm, actually, ANSWER: B", ("answer_label_inline", "B")),  # the later correction
@@ -35,7 +39,7 @@ STATEMENTS = [
     ("Answer: A, B", ("answer_label", "A, B")),  # a comma before a lone capital does not end the span
     ("<answer>C</answer>", ("answer_tag", "C")),
     ("It reads STOP.\n<answer>\n  (b)\n</answer>", ("answer_tag", "(b)")),
-    ("<answer></answer> The sign says STOP.", None),
+    ("<answer></answer> The sign says STOP.", ("answer_tag", "")),
     ("Reasoning.\n\n$$(B)$$", ("last_line_letter", "B")),
     ("Thinking.\nB\nD", ("last_line_letter", "B\nD")),  # two lone letters: the span holds both
     ("Therefore, the correct answer is (C) 60°.", ("answer_is", "(C) 60°")),
@@ -105,15 +109,14 @@ def test_extract(reply, expected):
 def test_at_least_sixty_shapes_and_every_statement_pattern():
     assert len(STATEMENTS) >= 60
     found = {expected[0] for _, expected in STATEMENTS if expected}
-    assert found == {"boxed", "last_line_letter", *STATEMENT_PATTERNS}
+    assert found == {"boxed", "answer_tag", "last_line_letter", *STATEMENT_PATTERNS}
 
 
 def test_the_statement_patterns_and_which_mark_their_span():
-    assert STATEMENT_PATTERNS == ("answer_is", "answer_label_inline", "answer_label", "answer_tag", "option_is",
+    assert STATEMENT_PATTERNS == ("answer_is", "answer_label_inline", "answer_label", "option_is",
                                   "option_correct", "answer_zh", "option_zh", "option_correct_zh")
     # extract() takes group 1 as the span of a pattern with a group, the rest of the sentence otherwise
-    assert [name for name, pattern in STATEMENT_PAIRS if pattern.groups] == ["answer_tag", "option_correct",
-                                                                             "option_correct_zh"]
+    assert [name for name, pattern in STATEMENT_PAIRS if pattern.groups] == ["option_correct", "option_correct_zh"]
     assert all(pattern.groups <= 1 for _, pattern in STATEMENT_PAIRS)
 
 

@@ -32,8 +32,8 @@ from typing import Iterable, Optional, Sequence
 from ..errors import UnknownNameError
 from ..records import Decision
 from ..vocab import NO_PICK, SEVERAL_PICKS, WRONG_PICK
-from .candidates import AFTER_BOX_CANDIDATE, candidates, final_answer_candidates, strip_reasoning
-from .extract import EXTRACTION_VERSION
+from .candidates import candidates, final_answer_candidates, strip_reasoning
+from .extract import AFTER_CONTAINER, BEFORE_LETTER, EXTRACTION_VERSION
 
 # name -> module path; modules are imported on first use so a heavy dependency (math-verify)
 # costs nothing to builds that never use its rule.
@@ -121,15 +121,16 @@ def _decided(rule: ModuleType, label: str, text: str, extraction: str, refs: Seq
 
 
 def _read_together(rule: ModuleType, tries: list, opts: Optional[Sequence[str]]) -> list:
-    """The candidates to decide when a box is followed by another statement (rules with
-    ``picks``): the later one alone when the box names nothing, none when the two name different
-    answers (``SEVERAL_PICKS``: the reply contradicts itself), else the box alone."""
-    if len(tries) < 2 or tries[1][0] != AFTER_BOX_CANDIDATE:
+    """The candidates to decide when the deciding statement has a companion (rules with
+    ``picks``; see ``extract.companion``): none when the two name different answers
+    (``SEVERAL_PICKS``: the reply contradicts itself); the companion alone when it follows a
+    container that names nothing; else the deciding statement alone."""
+    if len(tries) < 2 or tries[1][0] not in (AFTER_CONTAINER, BEFORE_LETTER):
         return tries
-    boxed, later = rule.picks(tries[0][1], opts), rule.picks(tries[1][1], opts)
-    if boxed is None:
-        return tries[1:]
-    if later is not None and later != boxed:
+    first, other = rule.picks(tries[0][1], opts), rule.picks(tries[1][1], opts)
+    if first is None:
+        return tries[1:] if tries[1][0] == AFTER_CONTAINER else tries[:1]
+    if other is not None and other != first:
         return []
     return tries[:1]
 
@@ -155,9 +156,9 @@ def verify(
     refs, opts = check_inputs(answer, references, options)
     best: Optional[Decision] = None
     tries = final_answer_candidates(answer, getattr(rule, "FINDS_VALUES", False), question,
-                                    after_box=hasattr(rule, "picks"))
+                                    companions=hasattr(rule, "picks"))
     read = _read_together(rule, tries, opts) if hasattr(rule, "picks") else tries
-    if tries and not read:  # a box and a later statement that name different answers
+    if tries and not read:  # two statements that name different answers
         label, text, extraction = tries[0]
         return Decision(rule.NAME, rule.VERSION, label, text, 0.0, False, extraction, EXTRACTION_VERSION,
                         SEVERAL_PICKS)

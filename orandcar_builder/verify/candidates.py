@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import re
 
-from .extract import conclusion, conclusion_number, emphasised_number, extract, statement_after_box
+from .extract import companion, conclusion, conclusion_number, emphasised_number, extract
 
 STATEMENT_CANDIDATE = "statement"
-AFTER_BOX_CANDIDATE = "statement_after_box"
 # A reply that opens by restating the options ("A. Two birds" / "B. Three birds" ...) does not
 # answer on its first line: two lines in a row that start with an option label.
 _OPTION_LIST = re.compile(r"\A\s*\(?[A-Z][.)][ \t]+\S[^\n]*\n\s*\(?[A-Z][.)][ \t]+\S")
@@ -37,7 +36,7 @@ def strip_reasoning(text: str) -> str:
 
 
 def final_answer_candidates(answer: str, conclusions: bool = False, question: str = "",
-                            after_box: bool = False) -> list[tuple[str, str, str]]:
+                            companions: bool = False) -> list[tuple[str, str, str]]:
     """(candidate, text, extraction) for each text a rule is tried on, in order. When ``answer``
     carries an explicit statement: only ``("statement", span, pattern name)``. Otherwise the
     answer as a whole, its first line and its first paragraph, each stripped, with extraction
@@ -46,17 +45,17 @@ def final_answer_candidates(answer: str, conclusions: bool = False, question: st
     number it sets in bold (``emphasis``); a text equal to an earlier one is not repeated. An
     empty answer has no candidates. A reply that opens with the option list has no first-line or
     first-paragraph candidate. ``question`` (the text the model was asked) lets a conclusion
-    keep a negation the question asked for. With ``after_box`` (rules that read two statements
-    together: ``choice``), a statement that follows the last box comes second, as
-    ``statement_after_box``."""
+    keep a negation the question asked for. With ``companions`` (rules that read two statements
+    together: ``choice``), the statement ``extract.companion`` finds comes second, as
+    ``(relation, span, pattern)``: ``after_container`` or ``before_letter``."""
     full = strip_reasoning(answer).strip()
     if not full:
         return []
     statement = extract(full)
     if statement is not None:
         out = [(STATEMENT_CANDIDATE, statement[1], statement[0])]
-        later = statement_after_box(full) if after_box and statement[0] == "boxed" else None
-        return out + [(AFTER_BOX_CANDIDATE, later[1], later[0])] if later else out
+        other = companion(full) if companions else None
+        return out + [(other[0], other[2], other[1])] if other else out
     out = [("full", full, "")]
     tries = []
     if not _OPTION_LIST.match(full):

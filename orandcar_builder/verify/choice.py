@@ -73,10 +73,16 @@ PICKED = "picked"
 # named ("I think C", "option B", "A or B", "B, not C"); after any other word it is part of a
 # name ("Vitamin B", "the value of C", "point A").
 PICK_WORDS = ("is", "are", "be", "was", "answer", "option", "options", "choice", "letter", "pick", "choose",
-              "select", "think", "guess", "say", "so", "thus", "hence", "therefore", "then", "clearly",
-              "definitely", "probably", "likely", "correct", "final", "answers", "go", "with", "to", "as",
-              "or", "and", "not", "nor", "but", "than", "vs", "versus", "either", "neither", "both", "also",
-              "only", "just", "maybe", "perhaps", "like", "instead", "rather", "choices", "letters")
+              "select", "think", "say", "so", "thus", "hence", "therefore", "then", "clearly", "definitely",
+              "correct", "final", "answers", "go", "with", "to", "as", "or", "and", "not", "nor", "but",
+              "than", "vs", "versus", "either", "neither", "both", "also", "only", "just", "instead",
+              "rather", "choices", "letters")
+# After a hedge ("probably B", "maybe C") a letter is not a pick: the reply did not commit to it.
+# A capital "A" or "I" that opens the text and is followed by one of these is the article or the
+# pronoun ("A cat", "I think"), not a letter; followed by anything else ("A is correct") it is.
+LETTER_VERBS = ("is", "was", "would", "should", "seems", "because", "since", "and", "or", "as", "looks", "appears",
+                "fits", "matches", "best", "corresponds", "describes", "shows", "represents", "can", "could", "will",
+                "must", "has", "have", "it", "the", "being", "here", "only")
 DECORATED_LETTER = re.compile(r"\(([A-Z])\)|\*\*([A-Z])\*\*|(?<![A-Za-z])([A-Z])\)")
 # A reply that opens with its pick and gives the reason: "(A) because ...", "B) since ...".
 LEADING_PICK = re.compile(r"\s*(?:\*\*)?[(\[]?([A-Z])[)\].](?:\*\*)?\s*(?:[-–—:,]\s*)?(?:because|since)(?![A-Za-z])")
@@ -87,6 +93,7 @@ EXCLUSION = re.compile(r"(?<![A-Za-z])(?:except|excluding|other\s+than|besides|a
                        r"neither|nor)(?![A-Za-z])", re.IGNORECASE)
 # "x = 18", "y=3": a variable named before the value.
 VARIABLE_PREFIX = re.compile(r"^\s*[A-Za-z]\s*=\s*(?=\S)")
+OPTION_LINE = re.compile(r"\s*\(?([A-Z])[.):]\s*(.+?)\s*")
 PLAIN_VALUE = re.compile(r"[-+−]?\d+(?:[.,]\d+)*\s*%?")
 _MARKUP = re.compile(r"(?<=\d)[.,:](?=\d)|([" + re.escape(MARKUP) + "])")
 
@@ -98,9 +105,13 @@ def valid_letters(options: Optional[Sequence[str]]) -> str:
 def bare_letter(text: str, options: Optional[Sequence[str]] = None) -> Optional[str]:
     """The letter ``text`` is once ``DECORATION`` is stripped from its ends ("(b)." -> "B")."""
     core = text.strip(DECORATION)
-    if len(core) == 1 and core.isascii() and core.upper() in valid_letters(options):
-        return core.upper()
-    return None
+    if len(core) != 1 or not core.isascii() or core.upper() not in valid_letters(options):
+        return None
+    before, after = text[:text.index(core)].strip(), text[text.index(core) + 1:].strip()
+    for mark in "*_":  # emphasis marks must pair up: "_B_", "**B**"; "_B" is not a letter answer
+        if before.count(mark) != after.rstrip(".").count(mark):
+            return None
+    return core.upper()
 
 
 def _spaced(text: str) -> str:
@@ -243,6 +254,20 @@ def _leading_pick(text: str, options: Optional[Sequence[str]]) -> Optional[str]:
     return letter
 
 
+def _without_restated_options(text: str, options: Optional[Sequence[str]]) -> str:
+    """``text`` less its lines that open with an option label ("A. Two birds", "B) ..."), when
+    two or more do, with different letters: a reply that lists options names none of them by
+    listing them."""
+    letters = valid_letters(options)
+    lines = text.split("\n")
+    labelled = {i: m.group(1) for i, line in enumerate(lines)
+                if (m := OPTION_LINE.fullmatch(line)) and m.group(1) in letters}
+    restated = list(labelled)
+    if len(set(labelled.values())) < 2:
+        return text
+    return "\n".join(line for i, line in enumerate(lines) if i not in restated)
+
+
 def _named_letters(text: str, letters: str) -> set:
     """The capital letters ``text`` (already spaced) names: letters standing alone, less those that
     are part of a name ("Vitamin B", "the value of C": a letter right after a word that is not one
@@ -255,6 +280,10 @@ def _named_letters(text: str, letters: str) -> set:
         before = tokens[i - 1] if i else ""
         if len(before) > 1 and before.isalpha() and before.casefold() not in PICK_WORDS:
             continue
+        after = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if (i == 0 and token in ("A", "I") and len(after) > 1 and after.isalpha() and after.islower()
+                and after not in LETTER_VERBS):
+            continue  # "A cat": the article
         named.add(token)
     return named
 
@@ -296,6 +325,9 @@ def pick(answer: str, options: Optional[Sequence[str]] = None) -> tuple[Optional
     if is_sentence(answer, _option_words(options)):
         return None, NO_PICK
     answer = LOWER_LABEL.sub(lambda m: m.group(1) + m.group(2).upper(), answer)
+    answer = _without_restated_options(answer, options)
+    if not answer.strip():
+        return None, NO_PICK
     inside = _options_inside(answer, options) if options else []
     rest = _spaced(answer)
     for i in inside:  # a letter inside a named option's text ("sample A") is not a letter named
@@ -412,10 +444,13 @@ def reference_score(prediction, references, options=None):
         return [i for i, opt in enumerate(options or []) if key(text) != "" and same(text, opt)]
 
     def bare(text):
+        before, after = "", ""
         while text and text[0] in DECORATION:
-            text = text[1:]
+            before, text = before + text[0], text[1:]
         while text and text[-1] in DECORATION:
-            text = text[:-1]
+            after, text = text[-1] + after, text[:-1]
+        if any(before.count(mark) != after.replace(".", "").count(mark) for mark in "*_"):
+            return None
         if text in letters or text in [letter.lower() for letter in letters]:
             return text.upper()
         return None
@@ -449,8 +484,11 @@ def reference_score(prediction, references, options=None):
         named = set()
         for i, token in enumerate(tokens):
             previous = tokens[i - 1] if i > 0 else ""
-            if token in letters and not (len(previous) > 1 and previous.isalpha()
-                                         and previous.casefold() not in PICK_WORDS):
+            following = tokens[i + 1] if i + 1 < len(tokens) else ""
+            article = (i == 0 and token in ("A", "I") and len(following) > 1 and following.isalpha()
+                       and following.islower() and following not in LETTER_VERBS)
+            if token in letters and not article and not (len(previous) > 1 and previous.isalpha()
+                                                         and previous.casefold() not in PICK_WORDS):
                 named.add(token)
         for m in DECORATED_LETTER.finditer(original):
             letter = m.group(1) or m.group(2) or m.group(3)
@@ -494,6 +532,13 @@ def reference_score(prediction, references, options=None):
         if is_sentence(text, frozenset(option_words)):
             return None
         text = LOWER_LABEL.sub(lambda m: m.group(1) + m.group(2).upper(), text)
+        lines = text.split("\n")
+        labels = [(i, m.group(1)) for i, line in enumerate(lines)
+                  if (m := OPTION_LINE.fullmatch(line)) and m.group(1) in letters]
+        if len({letter for _, letter in labels}) >= 2:
+            text = "\n".join(line for i, line in enumerate(lines) if i not in {i for i, _ in labels})
+        if not text.strip():
+            return None
         inside = options_inside(text)
         rest = spaced(text)
         for i in inside:

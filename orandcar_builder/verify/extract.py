@@ -97,8 +97,8 @@ ANSWER_IS = re.compile(
     re.IGNORECASE)
 # "... actually, ANSWER: B", "I pick B. Final answer: E": a label in mid-line, qualified or in capitals.
 ANSWER_LABEL_INLINE = re.compile(r"(?<![A-Za-z])(?:(?i:final|correct)\s+(?i:answer)|ANSWER)[ \t*_]*[:：]")
-# The answer tags reasoning models are asked to write: "<answer>C</answer>".
-ANSWER_TAG = re.compile(r"<answer>[ \t\r\n]*([^<]{0,500}?)[ \t\r\n]*</answer>", re.IGNORECASE)
+# The answer tags reasoning models are asked to write: "<answer>C</answer>" (group 1: a closing tag).
+ANSWER_TAG_MARK = re.compile(r"<(/?)answer\s*>", re.IGNORECASE)
 ANSWER_LABEL = re.compile(
     r"^[ \t>#*_-]*(?:(?:final|correct)\s+)?answer[ \t*_]*(?:[:：]|(?=[ \t*_]*$))", re.IGNORECASE | re.MULTILINE)
 OPTION_IS = re.compile(
@@ -123,9 +123,9 @@ HEDGES = ("about", "approximately", "around", "roughly", "nearly", "almost", "ex
 CONCLUDED_NUMBER = re.compile(
     r"(?:[\s*_$]|" + "|".join(HEDGES) + r")*"
     r"([-−]?\d+(?:,\d{3})*(?:\.\d+)?%?|" + "|".join(NUMBER_WORDS) + ")"
-    r"(?![\w.,:/^]\w|\w)" + r"(?!\s*[-+*/×·÷^]\s*[\w(\\])", re.IGNORECASE)
+    r"(?![\w.,:/^]\w|\w)" + r"(?!\s*[-+*/×·÷^]\s*[\w(\\]|\s+\d+\s*/\s*\d)", re.IGNORECASE)
 # A number as written, not part of a name, a power, a ratio or a fraction ("x2", "cm^2", "3:1").
-NUMBER = re.compile(r"(?<![\w.^_∠\\:/])[-−]?\d+(?:,\d{3})*(?:\.\d+)?%?(?!\w|[.,:/^]\d)(?!\s*[-+*/×·÷^]\s*[\w(\\])")
+NUMBER = re.compile(r"(?<![\w.^_∠\\:/])[-−]?\d+(?:,\d{3})*(?:\.\d+)?%?(?!\w|[.,:/^]\d)(?!\s*[-+*/×·÷^]\s*[\w(\\]|\s+\d+\s*/\s*\d)")
 # A bracketed group (an interval, a point, an aside): its numbers are not the clause's only number.
 BRACKETED = re.compile(r"[\[(][^\[\]()]*[\])]")
 # A sentence that denies or doubts is no conclusion ("It is not 5", "cannot be 2").
@@ -133,11 +133,12 @@ NEGATION = re.compile(r"(?<![A-Za-z])(?:not|no|never|cannot|unable|impossible|un
 # The statements, each (name, pattern); a pattern with a group marks the span itself (the letter of
 # "option (B) is correct"), one without introduces it (the rest of the sentence after it).
 STATEMENTS = (("answer_is", ANSWER_IS), ("answer_label_inline", ANSWER_LABEL_INLINE), ("answer_label", ANSWER_LABEL),
-              ("answer_tag", ANSWER_TAG), ("option_is", OPTION_IS),
+              ("option_is", OPTION_IS),
               ("option_correct", OPTION_CORRECT), ("answer_zh", ANSWER_ZH), ("option_zh", OPTION_ZH),
               ("option_correct_zh", OPTION_CORRECT_ZH))
 STATEMENT_PATTERNS = tuple(name for name, _ in STATEMENTS)
-EXTRACTION_PATTERNS = ("boxed",) + STATEMENT_PATTERNS + ("last_line_letter", "conclusion", "conclusion_number",
+CONTAINERS = ("boxed", "answer_tag")  # what a reply puts its answer in; the last one decides
+EXTRACTION_PATTERNS = CONTAINERS + STATEMENT_PATTERNS + ("last_line_letter", "conclusion", "conclusion_number",
                                                           "emphasis")
 # One reply per pattern and what it extracts (the card shows them; a test checks each one).
 EXAMPLES = (
@@ -181,7 +182,9 @@ def trimmed(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 def boxed_bounds(text: str) -> Optional[tuple[int, int]]:
-    """(start, end) of the whole last balanced ``\\boxed{..}`` / ``\\fbox{..}``, braces included.
+    """(start, end) of the last outermost balanced ``\\boxed{..}`` / ``\\fbox{..}``, braces
+    included (a box inside another is part of the outer one's content: "\\boxed{B \\boxed{C}}"
+    boxes "B \\boxed{C}"); ``(start, start)`` when a box is opened and never closed.
 
     One left-to-right pass with a stack of open boxes, so a reply of thousands of unclosed
     ``\\boxed{`` takes time linear in its length."""
@@ -195,18 +198,23 @@ def boxed_bounds(text: str) -> Optional[tuple[int, int]]:
         elif depth:
             if opened and opened[-1][1] == depth:
                 start = opened.pop()[0]
-                if found is None or start > found[0]:  # the box that starts last, as nested boxes go
+                if not opened:  # an outermost box
                     found = (start, match.end())
             depth -= 1
+    if opened:  # an unclosed box: the reply was cut or is malformed, it boxes nothing
+        return opened[0][0], opened[0][0]
     return found
 
 
 def boxed_span(text: str) -> Optional[tuple[int, int]]:
     """(start, end) of the content of the last balanced ``\\boxed{..}`` / ``\\fbox{..}``; an
-    empty last box gives an empty span (the reply boxed nothing: an earlier box is not its answer)."""
+    empty last box, or one never closed, gives an empty span (the reply boxed nothing: an earlier
+    box is not its answer)."""
     bounds = boxed_bounds(text)
     if bounds is None:
         return None
+    if bounds[0] == bounds[1]:
+        return bounds
     start = BOXED.match(text, bounds[0]).end()
     end = bounds[1] - 1
     inner = TEXT_WRAPPER.match(text, start)
@@ -214,6 +222,28 @@ def boxed_span(text: str) -> Optional[tuple[int, int]]:
         start, end = inner.end(), end - 1
     start, end = trimmed(text, start, end)
     return (start, end) if start < end else (start, start)
+
+
+def answer_tag(text: str) -> Optional[tuple[int, int, int]]:
+    """(tag start, span start, span end) of the last ``<answer>..</answer>`` pair; the span is
+    empty when the tags do not pair up (nested, unclosed, a closing tag alone): such a reply
+    tags nothing. None when there is no tag."""
+    tags = list(ANSWER_TAG_MARK.finditer(text))
+    if not tags:
+        return None
+    depth, pair, opening = 0, None, None
+    for tag in tags:
+        depth += -1 if tag.group(1) else 1
+        if depth not in (0, 1):
+            break
+        if depth == 1:
+            opening = tag
+        else:
+            pair = (opening, tag)
+    if depth or pair is None:
+        return tags[0].start(), tags[0].start(), tags[0].start()
+    s, e = trimmed(text, pair[0].end(), pair[1].start())
+    return pair[0].start(), s, max(s, e)
 
 
 def clause_end(text: str, start: int, end: int) -> int:
@@ -277,11 +307,13 @@ def last_line_letter(text: str) -> Optional[tuple[int, int]]:
     return first, match.end(1)
 
 
-def _last_statement(text: str, after: int = 0) -> Optional[tuple[int, str, str]]:
-    """(start, pattern name, span) of the statement that starts last in ``text`` at or after
-    ``after``, the box aside; None when there is none."""
+def _last_statement(text: str, after: int = 0, before: Optional[int] = None,
+                    letters: bool = True) -> Optional[tuple[int, str, str]]:
+    """(start, pattern name, span) of the statement that starts last in ``text[after:before]``,
+    containers aside (the lone last-line letter too, with ``letters``); None when there is none."""
     found = sorted(((match.start(), rank, name, pattern, match) for rank, (name, pattern) in enumerate(STATEMENTS)
-                    for match in pattern.finditer(text, after)), key=lambda f: (f[0], f[1]), reverse=True)
+                    for match in pattern.finditer(text, after, len(text) if before is None else before)),
+                   key=lambda f: (f[0], f[1]), reverse=True)
     best = None  # (statement start, name, span); later patterns win ties
     for start, _, name, pattern, match in found:  # from the last: the first with a span decides
         if pattern.groups:
@@ -291,30 +323,57 @@ def _last_statement(text: str, after: int = 0) -> Optional[tuple[int, str, str]]
         if span is not None:
             best = (start, name, text[span[0]:span[1]])
             break
-    letter = last_line_letter(text)
+    letter = last_line_letter(text) if letters else None
     if letter is not None and letter[0] >= after and (best is None or letter[0] >= best[0]):
         best = (letter[0], "last_line_letter", text[letter[0]:letter[1]])
     return best
 
 
+def container(text: str) -> Optional[tuple[int, int, str, str]]:
+    """(start, end, name, span) of the reply's last container, the last outermost box or the last
+    answer tag pair, whichever ends last; None when it has neither."""
+    found = []
+    bounds = boxed_bounds(text)
+    if bounds is not None:
+        span = boxed_span(text)
+        found.append((bounds[0], bounds[1], "boxed", text[span[0]:span[1]]))
+    tag = answer_tag(text)
+    if tag is not None:
+        end = ANSWER_TAG_MARK.search(text, tag[2])
+        found.append((tag[0], end.end() if end else tag[2], "answer_tag", text[tag[1]:tag[2]]))
+    return max(found, key=lambda f: f[1]) if found else None
+
+
 def extract(text: str) -> Optional[tuple[str, str]]:
     """(pattern name, span) of the statement that decides ``text``, or None when it has none."""
-    box = boxed_span(text)
-    if box is not None:
-        return "boxed", text[box[0]:box[1]]
+    held = container(text)
+    if held is not None:
+        return held[2], held[3]
     best = _last_statement(text)
     return (best[1], best[2]) if best else None
 
 
-def statement_after_box(text: str) -> Optional[tuple[str, str]]:
-    """(pattern name, span) of the last statement that follows the reply's last box ("\\boxed{x
-    = 18} ... Therefore, the final answer is (E)."), or None. A rule that reads both (``choice``)
-    lets it decide when the box names no answer, and finds no pick when they name two."""
-    bounds = boxed_bounds(text)
-    if bounds is None:
+AFTER_CONTAINER, BEFORE_LETTER = "after_container", "before_letter"
+
+
+def companion(text: str) -> Optional[tuple[str, str, str]]:
+    """(relation, pattern name, span) of the statement a rule that reads two together (``choice``)
+    reads beside the deciding one, or None:
+
+    - ``after_container``: the last statement after the last container ("\\boxed{x = 18} ...
+      Therefore, the final answer is (E)."): it decides when the container names no answer;
+    - ``before_letter``: when a lone last-line letter decides, the last statement before it ("The
+      answer is B.\n(D)"): it never decides, but a different answer in it means the reply names two.
+    """
+    held = container(text)
+    if held is not None:
+        best = _last_statement(text, held[1])
+        return (AFTER_CONTAINER, best[1], best[2]) if best else None
+    best = _last_statement(text)
+    if best is None or best[1] != "last_line_letter":
         return None
-    best = _last_statement(text, bounds[1])
-    return (best[1], best[2]) if best else None
+    earlier = _last_statement(text, 0, best[0], letters=False)
+    return (BEFORE_LETTER, earlier[1], earlier[2]) if earlier else None
 
 
 def last_sentence(text: str) -> Optional[tuple[int, int]]:

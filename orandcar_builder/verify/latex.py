@@ -6,6 +6,8 @@ levels, each a list of named steps applied in order (``STEPS``, the card renders
 
 ``clean(text)`` keeps the text a formula math-verify can parse:
 
+- ``trailing_punctuation``: a period, comma or semicolon right before a closing delimiter goes
+  (``$2^{10}.$`` is ``$2^{10}$``: math-verify reads the first as 2);
 - ``delimiters``: math delimiters dropped (``$$``, ``$``, ``\\(``, ``\\)``, ``\\[``, ``\\]``); an
   escaped dollar (``\\$5``, a currency sign) is dropped with them;
 - ``sizing``: ``\\displaystyle``, ``\\textstyle``, ``\\left``, ``\\right`` and the ``\\big``
@@ -37,6 +39,7 @@ import functools
 import re
 
 NORMALISATION_VERSION = "1"
+_TRAILING_PUNCTUATION = re.compile(r"\s*[.,;]\s*(?=\$|\\\)|\\\])")
 
 _ESCAPED_DOLLAR = re.compile(r"\\\$")
 _DELIMITERS = re.compile(r"\\\$|\$\$|\$|\\\(|\\\)|\\\[|\\\]")
@@ -50,7 +53,7 @@ _SYMBOLS = (("^{\\circ}", "°"), ("^\\circ", "°"), ("\\circ", "°"), ("\\degree
             ("÷", "\\div "), ("√", "\\sqrt"), ("π", "\\pi "))
 # A brace pair around one token: a digit run, a letter, or a command ("{5}", "{x}", "{\\pi}").
 _SINGLE_BRACES = re.compile(r"\{\s*(\d+(?:\.\d+)?|[A-Za-z]|\\[A-Za-z]+|°)\s*\}")
-STEPS = ("delimiters", "sizing", "fractions", "spacing", "wrappers", "symbols", "single_braces", "no_space")
+STEPS = ("trailing_punctuation", "delimiters", "sizing", "fractions", "spacing", "wrappers", "symbols", "single_braces", "no_space")
 CONSTANTS = ("STEPS", "NORMALISATION_VERSION")
 
 
@@ -80,6 +83,7 @@ def clean(text: str, delimiters: bool = True) -> str:
     """``text`` with the ``clean`` steps applied (see the module docstring); with
     ``delimiters=False`` the math delimiters stay (math-verify finds ``$..$`` inside prose) and
     only an escaped dollar goes."""
+    text = _TRAILING_PUNCTUATION.sub("", text)
     text = _DELIMITERS.sub(" ", text) if delimiters else _ESCAPED_DOLLAR.sub("", text)
     text = _SIZING.sub("", text)
     text = _FRACTIONS.sub(r"\\frac", text)
