@@ -53,14 +53,15 @@ import re
 from typing import Optional, Sequence
 
 from ..vocab import NO_OPTION_MATCHED, NO_PICK, OPTION_LETTERS, SEVERAL_PICKS, WRONG_PICK
-from . import latex
+from .latex import clean_latex, has_latex, latex_key
+from .math_answer import equivalent, is_formula, value_text
 from .shape import SENTENCE_WORDS, is_sentence
 
 NAME = "choice"
 VERSION = "3"
 FINDS_VALUES = True  # finds a value inside a text: see verify/shape.py and candidates.py
 MARKUP = ".()[],:;!*#{}°（）【】，：；"  # turned into spaces before letters are looked for
-DECORATION = " \t\r\n*_()[]."  # stripped from both ends of a bare-letter answer
+DECORATION = " \t\r\n*_()[].'\"`“”‘’"  # stripped from both ends of a bare-letter answer
 LATEX_SYMBOLS = (("^{\\circ}", "°"), ("^\\circ", "°"), ("\\circ", "°"), ("\\%", "%"), ("\\sqrt", "√"))
 NUMBER_IN_TEXT = re.compile(r"\d+")
 LEADING_CLAUSE = re.compile(r"\s*([^,.;:!?\n]+?)\s*[,.;:!]\s+(?=\S)")
@@ -69,6 +70,10 @@ CONSTANTS = ("OPTION_LETTERS", "MARKUP", "DECORATION", "LATEX_SYMBOLS", "PROSE_W
              "NUMBER_IN_TEXT", "LEADING_CLAUSE", "PICK_WORDS", "LEADING_PICK", "EXCLUSION", "VARIABLE_PREFIX")
 
 PICKED = "picked"
+ARTICLE_OPENING = re.compile(r"\s*[AI][ \t]+([^\W\d_]{2,})")
+# Commands that wrap text: a letter after them is still a letter ("\boxed{C}" spaced is "\boxed C").
+TEXT_COMMANDS = ("\\boxed", "\\fbox", "\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\textit", "\\mathit")
+PAIRED_MARKS = (("*", "*"), ("_", "_"), ("'", "'"), ('"', '"'), ("`", "`"), ("“", "”"), ("‘", "’"))
 # A capital letter right after one of these words (words that pick, and connectives) is a letter
 # named ("I think C", "option B", "A or B", "B, not C"); after any other word it is part of a
 # name ("Vitamin B", "the value of C", "point A").
@@ -85,7 +90,13 @@ LETTER_VERBS = ("is", "was", "would", "should", "seems", "because", "since", "an
                 "must", "has", "have", "it", "the", "being", "here", "only")
 DECORATED_LETTER = re.compile(r"\(([A-Z])\)|\*\*([A-Z])\*\*|(?<![A-Za-z])([A-Z])\)")
 # A reply that opens with its pick and gives the reason: "(A) because ...", "B) since ...".
-LEADING_PICK = re.compile(r"\s*(?:\*\*)?[(\[]?([A-Z])[)\].](?:\*\*)?\s*(?:[-–—:,]\s*)?(?:because|since)(?![A-Za-z])")
+LEADING_PICK = re.compile(
+    r"\s*(?:\*\*)?(?:(?:\(|\[)([A-Za-z])[)\]]|([A-Za-z])[.):])(?:\*\*)?[ \t]+(?=\S)"
+    r"|\s*(?:\*\*)?[(\[]?([A-Za-z])[)\].]?(?:\*\*)?\s*(?:[-–—:,]\s*)?(?=(?:because|since)(?![A-Za-z]))")
+# Words that, right after an opening label, make it the subject of a sentence, not a pick.
+NOT_A_PICK_AFTER = ("is", "are", "was", "were", "seems", "seem", "can", "cannot", "could", "would", "should", "has",
+                    "have", "does", "doesn", "isn", "not", "and", "or", "nor", "but", "vs", "versus", "than", "also",
+                    "too", "might", "may", "must", "will", "won", "appears", "looks", ",")
 # A lower-case label opening a reply, "(b) the nucleus": read as the capital letter.
 LOWER_LABEL = re.compile(r"^(\s*(?:\*\*)?[(\[])([a-z])(?=[)\]])")
 # An answer that excludes what it names picks nothing: "All except E", "anything but B".
@@ -108,8 +119,8 @@ def bare_letter(text: str, options: Optional[Sequence[str]] = None) -> Optional[
     if len(core) != 1 or not core.isascii() or core.upper() not in valid_letters(options):
         return None
     before, after = text[:text.index(core)].strip(), text[text.index(core) + 1:].strip()
-    for mark in "*_":  # emphasis marks must pair up: "_B_", "**B**"; "_B" is not a letter answer
-        if before.count(mark) != after.rstrip(".").count(mark):
+    for opening, closing in PAIRED_MARKS:  # marks must pair up: "_B_", "**B**", "'B'"; "_B" is no letter answer
+        if before.count(opening) != after.count(closing):
             return None
     return core.upper()
 
@@ -133,10 +144,10 @@ def _option_words(options: Optional[Sequence[str]]) -> frozenset:
 
 def _same_value_text(text: str, option: str) -> bool:
     """Whether ``text`` and ``option`` are the same text: ``_text_key``, or, where either holds
-    LaTeX, the shared normalisation's ``latex.key`` ("\\frac{1}{4}" is "$\\frac{1}{4}$")."""
+    LaTeX, the shared normalisation's ``latex_key`` ("\\frac{1}{4}" is "$\\frac{1}{4}$")."""
     if _text_key(text) == _text_key(option):
         return True
-    return (latex.has_latex(text) or latex.has_latex(option)) and latex.key(text) == latex.key(option)
+    return (has_latex(text) or has_latex(option)) and latex_key(text) == latex_key(option)
 
 
 def _options_with_text(text: str, options: Optional[Sequence[str]]) -> list[int]:
@@ -153,19 +164,17 @@ def _option_with_text(text: str, options: Optional[Sequence[str]]) -> Optional[i
 def _residue_letters(text: str) -> frozenset:
     """The words of letters a value holds besides LaTeX commands and a leading "x =": its units
     and symbols ("8 kg" -> {"kg"}; "x = 18" and "3 \\cdot 2^{5}" -> none)."""
-    text = VARIABLE_PREFIX.sub("", latex.clean(text))
+    text = VARIABLE_PREFIX.sub("", clean_latex(text))
     return frozenset(word.casefold() for word in re.findall(r"[A-Za-z]+", re.sub(r"\\[A-Za-z]+", " ", text)))
 
 
 def is_value(text: str, options: Optional[Sequence[str]] = None) -> bool:
     """Whether ``text`` is a mathematical value (LaTeX markup, or a formula of digits and
     operators) rather than words, and names no option letter standing alone."""
-    from .math_answer import is_formula
-
     stripped = text.strip()
-    if not stripped or not any(ch.isdigit() for ch in stripped) and not latex.has_latex(stripped):
+    if not stripped or not any(ch.isdigit() for ch in stripped) and not has_latex(stripped):
         return False
-    if not latex.has_latex(stripped) and not is_formula(stripped) and not PLAIN_VALUE.fullmatch(stripped):
+    if not has_latex(stripped) and not is_formula(stripped) and not PLAIN_VALUE.fullmatch(stripped):
         return False
     words = re.sub(r"\\[A-Za-z]+", " ", stripped)
     letters = valid_letters(options)
@@ -174,17 +183,15 @@ def is_value(text: str, options: Optional[Sequence[str]] = None) -> bool:
 
 def _options_equal_in_value(text: str, options: Sequence[str]) -> list[int]:
     """The options that math-verify finds equal to the value ``text`` (``math_answer.equivalent``
-    on both sides' ``latex.clean``), among those with the same units and symbols
+    on both sides' ``clean_latex``), among those with the same units and symbols
     (``_residue_letters``): "96" equals "$3 \\cdot 2^{5}$"; "8 kg" is not "8 g"."""
-    from .math_answer import equivalent, value_text
-
     units = _residue_letters(text)
-    value = value_text(latex.clean(VARIABLE_PREFIX.sub("", text)))
+    value = value_text(clean_latex(VARIABLE_PREFIX.sub("", text)))
     hits = []
     for i, option in enumerate(options):
         if not is_value(option, options) or _residue_letters(option) != units:
             continue
-        if equivalent(value, value_text(latex.clean(option))):
+        if equivalent(value, value_text(clean_latex(option))):
             hits.append(i)
     return hits
 
@@ -236,22 +243,42 @@ def _leading_option(text: str, options: Optional[Sequence[str]]) -> Optional[int
 
 
 def _leading_pick(text: str, options: Optional[Sequence[str]]) -> Optional[str]:
-    """The letter of a reply that opens with a bracketed or labelled letter and gives its reason
-    (``LEADING_PICK``: "(A) because it reads text better", "B) since ..."), when the rest
-    names no other letter and no other option's text."""
+    """The letter of a reply that opens with a label ("(D) Four wheels are visible.", "**B.** The
+    object is a bus.", "b. the nucleus", "A because it reads text better"; ``LEADING_PICK``) and
+    goes on to say why, when what follows does not start as a verb or a connective would
+    (``NOT_A_PICK_AFTER``: "(A) is wrong") and names no other letter, no other option's text and
+    no number the letter's own option does not hold."""
     match = LEADING_PICK.match(text)
     if match is None:
         return None
-    letter = match.group(1)
+    letter = next(g for g in match.groups() if g).upper()
     letters = valid_letters(options)
     if letter not in letters:
         return None
     rest = text[match.end():]
-    if any(len(word) == 1 and word in letters and word != letter for word in _spaced(rest).split()):
+    first_word = re.match(r"\s*([^\W\d_]+|,)", rest)
+    if first_word and first_word.group(1).casefold() in NOT_A_PICK_AFTER:
+        return None
+    own = options[letters.index(letter)] if options else ""
+    rest_words = _blank(_spaced(rest), _spaced(own)) if own else _spaced(rest)
+    if _named_letters(rest_words, letters, _opens_with_article(rest)) - {letter}:
         return None
     if options and any(letters[i] != letter for i in _options_inside(rest, options)):
         return None
+    own_numbers = set(NUMBER_IN_TEXT.findall(_spaced(own)))
+    if own_numbers and not set(NUMBER_IN_TEXT.findall(rest_words)) <= own_numbers:
+        return None
     return letter
+
+
+def _without_option_texts(text: str, options: Optional[Sequence[str]]) -> str:
+    """``text`` (spaced) less every option text it holds as whole words: "(D) None of the above"
+    quotes an option, it excludes nothing."""
+    rest = _spaced(text)
+    for option in options or ():
+        if _findable(option):
+            rest = _blank(rest, _spaced(option))
+    return rest
 
 
 def _without_restated_options(text: str, options: Optional[Sequence[str]]) -> str:
@@ -268,10 +295,19 @@ def _without_restated_options(text: str, options: Optional[Sequence[str]]) -> st
     return "\n".join(line for i, line in enumerate(lines) if i not in restated)
 
 
-def _named_letters(text: str, letters: str) -> set:
+def _opens_with_article(text: str) -> bool:
+    """Whether ``text`` opens with the article "A" or the pronoun "I" before a word ("A cat", "I
+    think C"; not "A (yes)", "A is correct")."""
+    match = ARTICLE_OPENING.match(text)
+    return bool(match) and match.group(1).islower() and match.group(1) not in LETTER_VERBS
+
+
+def _named_letters(text: str, letters: str, article: bool = False) -> set:
     """The capital letters ``text`` (already spaced) names: letters standing alone, less those that
     are part of a name ("Vitamin B", "the value of C": a letter right after a word that is not one
-    of ``PICK_WORDS``), unless the original shows them as picks, bracketed or in bold."""
+    of ``PICK_WORDS``, or after a LaTeX command: "\\Delta E") and an opening "A" or "I" that is
+    the article or the pronoun ("A cat", "I think C"), unless the original shows them as picks,
+    bracketed or in bold."""
     tokens = text.split()
     named = set()
     for i, token in enumerate(tokens):
@@ -280,9 +316,9 @@ def _named_letters(text: str, letters: str) -> set:
         before = tokens[i - 1] if i else ""
         if len(before) > 1 and before.isalpha() and before.casefold() not in PICK_WORDS:
             continue
-        after = tokens[i + 1] if i + 1 < len(tokens) else ""
-        if (i == 0 and token in ("A", "I") and len(after) > 1 and after.isalpha() and after.islower()
-                and after not in LETTER_VERBS):
+        if before.startswith("\\") and before not in TEXT_COMMANDS:  # "\Delta E": a symbol of a formula
+            continue
+        if i == 0 and article:
             continue  # "A cat": the article
         named.add(token)
     return named
@@ -314,10 +350,13 @@ def pick(answer: str, options: Optional[Sequence[str]] = None) -> tuple[Optional
         if len(values) == 1:
             return letters[values[0]], PICKED
         return None, SEVERAL_PICKS if values else NO_OPTION_MATCHED
+    answer = _without_restated_options(answer, options)
+    if not answer.strip():
+        return None, NO_PICK
     lead = _leading_option(answer, options)
     if lead is not None:
         return letters[lead], PICKED
-    if EXCLUSION.search(answer):
+    if EXCLUSION.search(_without_option_texts(answer, options)):
         return None, NO_PICK  # "All except E", "neither B nor C": a letter it excludes is no pick
     lead_letter = _leading_pick(answer, options)
     if lead_letter is not None:
@@ -325,14 +364,12 @@ def pick(answer: str, options: Optional[Sequence[str]] = None) -> tuple[Optional
     if is_sentence(answer, _option_words(options)):
         return None, NO_PICK
     answer = LOWER_LABEL.sub(lambda m: m.group(1) + m.group(2).upper(), answer)
-    answer = _without_restated_options(answer, options)
-    if not answer.strip():
-        return None, NO_PICK
     inside = _options_inside(answer, options) if options else []
     rest = _spaced(answer)
     for i in inside:  # a letter inside a named option's text ("sample A") is not a letter named
         rest = _blank(rest, _spaced(options[i]))
-    named = _named_letters(rest, letters) | (_decorated_letters(answer, letters) & set(rest.split()))
+    named = (_named_letters(rest, letters, _opens_with_article(answer))
+             | (_decorated_letters(answer, letters) & set(rest.split())))
     if not named:
         if len(inside) == 1:
             return letters[inside[0]], PICKED
@@ -401,10 +438,6 @@ def detail(prediction: str, references: Sequence[str], options: Optional[Sequenc
 
 
 def reference_score(prediction, references, options=None):
-    import re as regex
-
-    from .math_answer import equivalent, is_formula, value_text
-
     letters = list(OPTION_LETTERS[: len(options)] if options else OPTION_LETTERS)
 
     def spaced(text):
@@ -420,11 +453,8 @@ def reference_score(prediction, references, options=None):
     def key(text):
         return spaced(text).casefold()
 
-    def has_latex(text):
-        return any(mark in text for mark in "\\$^_{")
-
     def same(text, opt):
-        return key(text) == key(opt) or ((has_latex(text) or has_latex(opt)) and latex.key(text) == latex.key(opt))
+        return key(text) == key(opt) or ((has_latex(text) or has_latex(opt)) and latex_key(text) == latex_key(opt))
 
     def contains(text, words):
         return f" {words} " in f" {text} "
@@ -449,28 +479,28 @@ def reference_score(prediction, references, options=None):
             before, text = before + text[0], text[1:]
         while text and text[-1] in DECORATION:
             after, text = text[-1] + after, text[:-1]
-        if any(before.count(mark) != after.replace(".", "").count(mark) for mark in "*_"):
+        if any(before.count(opening) != after.count(closing) for opening, closing in PAIRED_MARKS):
             return None
         if text in letters or text in [letter.lower() for letter in letters]:
             return text.upper()
         return None
 
     def unit_words(text):
-        text = regex.sub(r"^\s*[A-Za-z]\s*=\s*(?=\S)", "", latex.clean(text))
-        return {w.casefold() for w in regex.findall(r"[A-Za-z]+", regex.sub(r"\\[A-Za-z]+", " ", text))}
+        text = re.sub(r"^\s*[A-Za-z]\s*=\s*(?=\S)", "", clean_latex(text))
+        return {w.casefold() for w in re.findall(r"[A-Za-z]+", re.sub(r"\\[A-Za-z]+", " ", text))}
 
     def a_value(text):
         text = text.strip()
         if not text or (not any(c.isdigit() for c in text) and not has_latex(text)):
             return False
-        if not has_latex(text) and not is_formula(text) and not regex.fullmatch(r"[-+−]?\d+(?:[.,]\d+)*\s*%?", text):
+        if not has_latex(text) and not is_formula(text) and not re.fullmatch(r"[-+−]?\d+(?:[.,]\d+)*\s*%?", text):
             return False
-        return not any(len(w) == 1 and w in letters for w in spaced(regex.sub(r"\\[A-Za-z]+", " ", text)).split())
+        return not any(len(w) == 1 and w in letters for w in spaced(re.sub(r"\\[A-Za-z]+", " ", text)).split())
 
     def equal_in_value(text):
-        value = value_text(latex.clean(regex.sub(r"^\s*[A-Za-z]\s*=\s*(?=\S)", "", text)))
+        value = value_text(clean_latex(re.sub(r"^\s*[A-Za-z]\s*=\s*(?=\S)", "", text)))
         return [i for i, opt in enumerate(options) if a_value(opt) and unit_words(opt) == unit_words(text)
-                and equivalent(value, value_text(latex.clean(opt)))]
+                and equivalent(value, value_text(clean_latex(opt)))]
 
     def options_inside(text):
         found = [i for i, opt in enumerate(options or [])
@@ -479,16 +509,18 @@ def reference_score(prediction, references, options=None):
                 if not any(key(options[j]) != key(options[i]) and contains(key(options[j]), key(options[i]))
                            for j in found)]
 
-    def letters_named(rest, original):
+    def opens_with_article(text):
+        found = re.match(r"\s*[AI][ \t]+([^\W\d_]{2,})", text)
+        return bool(found) and found.group(1).islower() and found.group(1) not in LETTER_VERBS
+
+    def letters_named(rest, original, article=False):
         tokens = rest.split()
         named = set()
         for i, token in enumerate(tokens):
             previous = tokens[i - 1] if i > 0 else ""
-            following = tokens[i + 1] if i + 1 < len(tokens) else ""
-            article = (i == 0 and token in ("A", "I") and len(following) > 1 and following.isalpha()
-                       and following.islower() and following not in LETTER_VERBS)
-            if token in letters and not article and not (len(previous) > 1 and previous.isalpha()
-                                                         and previous.casefold() not in PICK_WORDS):
+            after_word = len(previous) > 1 and previous.isalpha() and previous.casefold() not in PICK_WORDS
+            symbol = previous.startswith("\\") and previous not in TEXT_COMMANDS
+            if token in letters and not (i == 0 and article) and not after_word and not symbol:
                 named.add(token)
         for m in DECORATED_LETTER.finditer(original):
             letter = m.group(1) or m.group(2) or m.group(3)
@@ -511,27 +543,6 @@ def reference_score(prediction, references, options=None):
         if options and a_value(text):
             values = equal_in_value(text)
             return letters[values[0]] if len(values) == 1 else None
-        clause = LEADING_CLAUSE.match(text)
-        if options and clause and len(options_equal_to(clause.group(1))) == 1 and len(key(clause.group(1))) > 1:
-            lead = letters[options_equal_to(clause.group(1))[0]]
-            after = text[clause.end():]
-            if (not any(word in letters for word in spaced(after).split())
-                    and not any(letters[i] != lead and contains(key(after), key(opt)) for i, opt in enumerate(options))):
-                return lead
-        if EXCLUSION.search(text):
-            return None
-        opening = LEADING_PICK.match(text)
-        if opening and opening.group(1) in letters:
-            after = text[opening.end():]
-            if (not any(w in letters and w != opening.group(1) for w in spaced(after).split())
-                    and not (options and any(letters[i] != opening.group(1) for i in options_inside(after)))):
-                return opening.group(1)
-        option_words = set()
-        for opt in options or []:
-            option_words.update(key(opt).split())
-        if is_sentence(text, frozenset(option_words)):
-            return None
-        text = LOWER_LABEL.sub(lambda m: m.group(1) + m.group(2).upper(), text)
         lines = text.split("\n")
         labels = [(i, m.group(1)) for i, line in enumerate(lines)
                   if (m := OPTION_LINE.fullmatch(line)) and m.group(1) in letters]
@@ -539,11 +550,43 @@ def reference_score(prediction, references, options=None):
             text = "\n".join(line for i, line in enumerate(lines) if i not in {i for i, _ in labels})
         if not text.strip():
             return None
+        clause = LEADING_CLAUSE.match(text)
+        if options and clause and len(options_equal_to(clause.group(1))) == 1 and len(key(clause.group(1))) > 1:
+            lead = letters[options_equal_to(clause.group(1))[0]]
+            after = text[clause.end():]
+            if (not any(word in letters for word in spaced(after).split())
+                    and not any(letters[i] != lead and contains(key(after), key(opt)) for i, opt in enumerate(options))):
+                return lead
+        quoted_removed = spaced(text)
+        for opt in options or []:
+            if len(key(opt)) > 1 and key(opt) not in PROSE_WORDS:
+                quoted_removed = without(quoted_removed, spaced(opt))
+        if EXCLUSION.search(quoted_removed):
+            return None
+        opening = LEADING_PICK.match(text)
+        if opening:
+            pick = [g for g in opening.groups() if g][0].upper()
+            after = text[opening.end():]
+            first = re.match(r"\s*([^\W\d_]+|,)", after)
+            own = options[letters.index(pick)] if options and pick in letters else ""
+            after_words = without(spaced(after), spaced(own)) if own else spaced(after)
+            own_numbers = set(NUMBER_IN_TEXT.findall(spaced(own)))
+            if (pick in letters and not (first and first.group(1).casefold() in NOT_A_PICK_AFTER)
+                    and not (letters_named(after_words, "", opens_with_article(after)) - {pick})
+                    and not (options and any(letters[i] != pick for i in options_inside(after)))
+                    and not (own_numbers and any(n not in own_numbers for n in NUMBER_IN_TEXT.findall(after_words)))):
+                return pick
+        option_words = set()
+        for opt in options or []:
+            option_words.update(key(opt).split())
+        if is_sentence(text, frozenset(option_words)):
+            return None
+        text = LOWER_LABEL.sub(lambda m: m.group(1) + m.group(2).upper(), text)
         inside = options_inside(text)
         rest = spaced(text)
         for i in inside:
             rest = without(rest, spaced(options[i]))
-        named = letters_named(rest, text)
+        named = letters_named(rest, text, opens_with_article(text))
         if not named:
             return letters[inside[0]] if len(inside) == 1 else None
         if len(named) > 1:

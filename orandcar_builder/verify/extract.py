@@ -96,11 +96,26 @@ ANSWER_IS = re.compile(
     + r")\s+){0,3}answer\s*(?:\*\*|__)?\s+(?:is|would\s+be|should\s+be|will\s+be)(?![A-Za-z])\s*(?:\*\*|__)?\s*:?",
     re.IGNORECASE)
 # "... actually, ANSWER: B", "I pick B. Final answer: E": a label in mid-line, qualified or in capitals.
-ANSWER_LABEL_INLINE = re.compile(r"(?<![A-Za-z])(?:(?i:final|correct)\s+(?i:answer)|ANSWER)[ \t*_]*[:：]")
+ANSWER_LABEL_INLINE = re.compile(
+    r"(?<![A-Za-z])(?:(?i:final|correct)\s+(?i:answer)|ANSWER|(?<=[.!?]\s)Answer)[ \t*_]*[:：]")
 # The answer tags reasoning models are asked to write: "<answer>C</answer>" (group 1: a closing tag).
 ANSWER_TAG_MARK = re.compile(r"<(/?)answer\s*>", re.IGNORECASE)
 ANSWER_LABEL = re.compile(
-    r"^[ \t>#*_-]*(?:(?:final|correct)\s+)?answer[ \t*_]*(?:[:：]|(?=[ \t*_]*$))", re.IGNORECASE | re.MULTILINE)
+    r"^[ \t>#*_-]*(?:(?:final|correct)\s+)?(?:answer|conclusion)[ \t*_]*(?:[:：]|(?=[ \t*_]*$))",
+    re.IGNORECASE | re.MULTILINE)
+# "I choose C", "so I pick (B) because ...", "I will go with b.": the letter, followed by an end.
+I_PICK = re.compile(
+    r"(?<![A-Za-z])I(?:\s+(?:will|would|'ll))?\s+(?:choose|pick|select|go\s+with)\s+(?:option\s+|choice\s+)?"
+    r"[(\[*`'\"“]*([A-Za-z])[)\]*`'\"”]*(?=\s*(?:$|[.,;:!]|because|since|as|and)(?![A-Za-z]))")
+# "(B) is correct", "(C) is the right answer": a bracketed letter said to be right.
+LETTER_CORRECT = re.compile(
+    r"(?:(?<![A-Za-z])(?<![Oo]ption )(?<![Cc]hoice )\(([A-Za-z])\)|(?:^|(?<=[.!?:]\s))[*_]*([A-Za-z])[*_]*)\s+(?:is|seems|appears)\s+(?:to\s+be\s+)?"
+    r"(?:the\s+)?(?:correct|right)(?![A-Za-z])", re.MULTILINE)
+# "Therefore, (B).", "Thus C.": a conclusive adverb and a lone letter as the whole sentence.
+THEREFORE_LETTER = re.compile(r"(?<![A-Za-z])(?:Therefore|Thus|Hence|So)[,:]?\s+\(?([A-Z])\)?(?=[.!]|\s*$)")
+# The letter, then at most a copula ("Bです", "b입니다"), then no more letters: "B猫" is no letter.
+ANSWER_JA = re.compile(r"(?:答え|正解)\s*(?:は|:|：)\s*[:：]?\s*[(（]?([A-Za-z])[)）]?(?=(?:です|だ)?(?![^\W\d_]))")
+ANSWER_KO = re.compile(r"(?:정답|답)\s*(?:은|는)?\s*[:：]?\s*[(（]?([A-Za-z])[)）]?(?=(?:입니다|이다|이에요|예요)?(?![^\W\d_]))")
 OPTION_IS = re.compile(
     r"(?<![A-Za-z])(?:(?:correct|right|best|final)\s+(?:option|choice)(?:\s+letter)?|(?:option|choice)\s+letter)"
     r"\s+(?:is|would\s+be)(?![A-Za-z])\s*:?", re.IGNORECASE)
@@ -109,7 +124,8 @@ OPTION_CORRECT = re.compile(
     r"(?![A-Za-z])",
     re.IGNORECASE)
 ANSWER_ZH = re.compile(r"(?:最终|正确)?答案\s*(?:是|为|為|[:：])\s*[:：]?")
-OPTION_ZH = re.compile(r"(?:选项\s*(?:是|为|為)|故选|应选|應選)\s*[:：]?")
+OPTION_ZH = re.compile(r"(?:选项\s*(?:是|为|為)|故选|应选|應選|(?:^|(?<=[，。,.\s]))选(?=\s*[A-Za-z](?![A-Za-z])))\s*[:：]?",
+                       re.MULTILINE)
 OPTION_CORRECT_ZH = re.compile(r"选项\s*(\(?[A-Z]\)?)\s*(?:是|为|為)?\s*正确")
 LAST_LINE_LETTER = re.compile(r"[ \t*_(\[$]*([A-Z])[ \t*_)\].$]*")
 CONCLUSION_VERB = re.compile(r"(?<![A-Za-z])(?<!\bas )(?:is|are|was|were|equals|be)(?![A-Za-z])|[=≈＝]|为|是")
@@ -133,9 +149,10 @@ NEGATION = re.compile(r"(?<![A-Za-z])(?:not|no|never|cannot|unable|impossible|un
 # The statements, each (name, pattern); a pattern with a group marks the span itself (the letter of
 # "option (B) is correct"), one without introduces it (the rest of the sentence after it).
 STATEMENTS = (("answer_is", ANSWER_IS), ("answer_label_inline", ANSWER_LABEL_INLINE), ("answer_label", ANSWER_LABEL),
+              ("i_pick", I_PICK), ("letter_correct", LETTER_CORRECT), ("therefore_letter", THEREFORE_LETTER),
               ("option_is", OPTION_IS),
               ("option_correct", OPTION_CORRECT), ("answer_zh", ANSWER_ZH), ("option_zh", OPTION_ZH),
-              ("option_correct_zh", OPTION_CORRECT_ZH))
+              ("option_correct_zh", OPTION_CORRECT_ZH), ("answer_ja", ANSWER_JA), ("answer_ko", ANSWER_KO))
 STATEMENT_PATTERNS = tuple(name for name, _ in STATEMENTS)
 CONTAINERS = ("boxed", "answer_tag")  # what a reply puts its answer in; the last one decides
 EXTRACTION_PATTERNS = CONTAINERS + STATEMENT_PATTERNS + ("last_line_letter", "conclusion", "conclusion_number",
@@ -143,15 +160,20 @@ EXTRACTION_PATTERNS = CONTAINERS + STATEMENT_PATTERNS + ("last_line_letter", "co
 # One reply per pattern and what it extracts (the card shows them; a test checks each one).
 EXAMPLES = (
     ("boxed", "Therefore, the correct answer is (C).\n\n\\boxed{\\text{C}}", "C"),
-    ("answer_is", "So the final answer is (B) 120°.", "(B) 120°"),
-    ("answer_label", "The triangle is isosceles.\n\n**Answer:** B", "B"),
-    ("answer_label_inline", "I pick C at first. Final answer: B", "B"),
     ("answer_tag", "The sign reads STOP, which is option C.\n<answer>C</answer>", "C"),
+    ("answer_is", "So the final answer is (B) 120°.", "(B) 120°"),
+    ("answer_label_inline", "I pick C at first. Final answer: B", "B"),
+    ("answer_label", "The triangle is isosceles.\n\n**Answer:** B", "B"),
+    ("i_pick", "The lamp is behind the sofa, so I choose C. The letters in the figure are labels.", "C"),
+    ("letter_correct", "First I thought (A). But wait: (B) is correct.", "B"),
+    ("therefore_letter", "Therefore, (D). Note that (A) is a common trap, as is (B).", "D"),
     ("option_is", "Thus the correct option letter is D.", "D"),
     ("option_correct", "Option (C) is correct because the angle is 60°.", "(C)"),
     ("answer_zh", "所以，答案是 (C) 12。", "(C) 12"),
     ("option_zh", "因此，∠FAE的度数为52.5°，选项为C。", "C"),
     ("option_correct_zh", "所以选项B是正确答案。", "B"),
+    ("answer_ja", "答えはBです。", "B"),
+    ("answer_ko", "정답은 b입니다.", "b"),
     ("last_line_letter", "The tower seen from above is a square.\n\n(A)", "A"),
     ("conclusion", "The leaf is long and narrow.\nTherefore, the shape is Linear.", "Linear"),
     ("conclusion_number", "4 kg * $2 = $8\n\nChase will spend $8.\n\nI hope this helps!", "8"),
@@ -285,7 +307,9 @@ def sentence_span(text: str, start: int) -> Optional[tuple[int, int]]:
 
 def last_line_letter(text: str) -> Optional[tuple[int, int]]:
     """(start, end) of the letter when the last sentence of a reply of two or more sentences or
-    lines stands alone as one ("... not larger than the car. B", "...\n\n(C)")."""
+    lines stands alone as one ("... not larger than the car. B", "...\n\n(C)"), or the last
+    clause of its last sentence does (``_last_clause_letter``); when the lines before the last
+    are lone letters too ("B\nD"), the span holds them all."""
     lines = [(m.start(), m.end()) for m in re.finditer(r"[^\n]+", text) if m.group().strip()]
     if not lines:
         return None
@@ -294,10 +318,10 @@ def last_line_letter(text: str) -> Optional[tuple[int, int]]:
     if ends:
         start = ends[-1]
     elif len(lines) < 2:
-        return None
+        return _last_clause_letter(text, start, end)
     match = LAST_LINE_LETTER.fullmatch(text, start, end)
     if not match:
-        return None
+        return _last_clause_letter(text, start, end)
     first = match.start(1)
     for s, e in reversed(lines[:-1]):  # lone letters on the lines before: "B\nD" names two
         before = LAST_LINE_LETTER.fullmatch(text, s, e)
@@ -305,6 +329,19 @@ def last_line_letter(text: str) -> Optional[tuple[int, int]]:
             break
         first = before.start(1)
     return first, match.end(1)
+
+
+def _last_clause_letter(text: str, start: int, end: int) -> Optional[tuple[int, int]]:
+    """(start, end) of the letter when the last clause of the sentence ``text[start:end]``, after
+    a comma or semicolon, is one letter and the clause before names none ("After checking the
+    diagram, C.", "The count is four; D"; not "The points are A, B, C")."""
+    cut = max(text.rfind(",", start, end), text.rfind(";", start, end))
+    if cut < 0:
+        return None
+    match = LAST_LINE_LETTER.fullmatch(text, cut + 1, end)
+    if not match or re.search(r"(?<![A-Za-z'])[A-Z](?![A-Za-z'])", text[start:cut]):
+        return None
+    return match.start(1), match.end(1)
 
 
 def _last_statement(text: str, after: int = 0, before: Optional[int] = None,
@@ -317,7 +354,8 @@ def _last_statement(text: str, after: int = 0, before: Optional[int] = None,
     best = None  # (statement start, name, span); later patterns win ties
     for start, _, name, pattern, match in found:  # from the last: the first with a span decides
         if pattern.groups:
-            span = (match.start(1), match.end(1)) if match.end(1) > match.start(1) else None
+            group = next(g for g in range(1, pattern.groups + 1) if match.start(g) >= 0)
+            span = (match.start(group), match.end(group)) if match.end(group) > match.start(group) else None
         else:
             span = sentence_span(text, match.end())
         if span is not None:
@@ -341,7 +379,11 @@ def container(text: str) -> Optional[tuple[int, int, str, str]]:
     if tag is not None:
         end = ANSWER_TAG_MARK.search(text, tag[2])
         found.append((tag[0], end.end() if end else tag[2], "answer_tag", text[tag[1]:tag[2]]))
-    return max(found, key=lambda f: f[1]) if found else None
+    if not found:
+        return None
+    start, end, name, span = max(found, key=lambda f: f[1])
+    inner = _last_statement(span, letters=False)  # "<answer>The answer is c.</answer>" holds "c"
+    return start, end, name, inner[2] if inner else span
 
 
 def extract(text: str) -> Optional[tuple[str, str]]:

@@ -4,7 +4,7 @@ Option texts and replies write the same value in many ways: ``$\\frac{1}{4}$`` a
 ``\\dfrac14``, ``$\\displaystyle 45^\\circ$`` and ``45°``, ``8\\,\\mathrm{kg}`` and ``8 kg``. Two
 levels, each a list of named steps applied in order (``STEPS``, the card renders them):
 
-``clean(text)`` keeps the text a formula math-verify can parse:
+``clean_latex(text)`` keeps the text a formula math-verify can parse:
 
 - ``trailing_punctuation``: a period, comma or semicolon right before a closing delimiter goes
   (``$2^{10}.$`` is ``$2^{10}$``: math-verify reads the first as 2);
@@ -23,13 +23,13 @@ levels, each a list of named steps applied in order (``STEPS``, the card renders
   ``⋅`` are ``\\cdot``, ``÷`` is ``\\div``, ``√`` is ``\\sqrt``, ``π`` is ``\\pi``;
 - white space collapsed.
 
-``key(text)`` is for comparing texts: ``clean``, then
+``latex_key(text)`` is for comparing texts: ``clean``, then
 
 - ``single_braces``: braces around a single token dropped (``2^{5}`` is ``2^5``,
   ``\\frac{1}{4}`` is ``\\frac14``, ``{x}`` is ``x``), repeatedly;
 - ``no_space``: every white space removed; letters case-folded.
 
-Two texts with the same ``key`` write the same value; the converse is math-verify's job.
+Two texts with the same ``latex_key`` write the same value; the converse is math-verify's job.
 ``NORMALISATION_VERSION`` changes whenever a key changes.
 """
 
@@ -79,7 +79,7 @@ def _unwrap(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def clean(text: str, delimiters: bool = True) -> str:
+def clean_latex(text: str, delimiters: bool = True) -> str:
     """``text`` with the ``clean`` steps applied (see the module docstring); with
     ``delimiters=False`` the math delimiters stay (math-verify finds ``$..$`` inside prose) and
     only an escaped dollar goes."""
@@ -96,9 +96,9 @@ def clean(text: str, delimiters: bool = True) -> str:
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def key(text: str) -> str:
-    """``clean(text)`` with single-token braces and all white space removed, case-folded."""
-    text = clean(text)
+def latex_key(text: str) -> str:
+    """``clean_latex(text)`` with single-token braces and all white space removed, case-folded."""
+    text = clean_latex(text)
     for _ in range(8):  # nested single tokens: "{{5}}"
         reduced = _SINGLE_BRACES.sub(r"\1", text)
         if reduced == text:

@@ -54,7 +54,7 @@ import threading
 from typing import Optional, Sequence
 
 from ..vocab import NO_PICK, WRONG_PICK
-from . import latex
+from .latex import clean_latex, latex_key
 from .extract import NUMBER_WORDS
 from .shape import SENTENCE_WORDS, is_sentence, shows_work
 
@@ -128,7 +128,7 @@ def value_text(text: str) -> str:
             return ""
         total = abs(whole) * denominator + numerator
         return f"{'-' if mixed.group(1).startswith('-') else ''}\\frac{{{total}}}{{{denominator}}}"
-    sides = latex.clean(text).split("=")
+    sides = clean_latex(text).split("=")
     if 2 <= len(sides) <= CHAIN_SIDES and all(_numeric(side) for side in sides):
         if all(equivalent(sides[-1].strip(), side.strip()) for side in sides[:-1]):
             return sides[-1].strip()
@@ -138,7 +138,7 @@ def value_text(text: str) -> str:
 def parsable(text: str) -> str:
     """``text`` as math-verify should see it: the shared LaTeX normalisation (``latex.clean``,
     delimiters kept where there are any), then bare LaTeX and bare formulas wrapped in ``$...$``."""
-    stripped = latex.clean(text.strip(), delimiters=False)
+    stripped = clean_latex(text.strip(), delimiters=False)
     if any(d in stripped for d in MATH_DELIMITERS):
         return stripped
     if any(m in stripped for m in LATEX_MARKUP) or is_formula(stripped):
@@ -178,7 +178,7 @@ def _equivalent(prediction: str, reference: str, parsing_timeout: Optional[int],
     from math_verify import verify
 
     if ELLIPSIS.search(prediction) or ELLIPSIS.search(reference):
-        return latex.key(prediction) == latex.key(reference)
+        return latex_key(prediction) == latex_key(reference)
     gold = _parse(reference, parsing_timeout)
     answer = _parse(prediction, parsing_timeout)
     if not gold or not answer:
@@ -265,7 +265,7 @@ def reference_score(prediction, references, options=None):
         prediction = str(NUMBER_WORDS.index(prediction.strip(" *_.").casefold()))
 
     def wrap(text):
-        text = latex.clean(text.strip(), delimiters=False)
+        text = clean_latex(text.strip(), delimiters=False)
         if any(d in text for d in MATH_DELIMITERS):
             return text
         has_markup = any(m in text for m in LATEX_MARKUP)
@@ -277,7 +277,7 @@ def reference_score(prediction, references, options=None):
 
     def same_value(a, b):
         if ELLIPSIS.search(a) or ELLIPSIS.search(b):
-            return latex.key(a) == latex.key(b)
+            return latex_key(a) == latex_key(b)
         a, b = a.strip(), b.strip()
         if a != b and re.fullmatch(r"-?[1-9][0-9]*|0", a) and re.fullmatch(r"-?[1-9][0-9]*|0", b):
             return False
