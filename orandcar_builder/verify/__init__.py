@@ -33,7 +33,7 @@ from ..errors import UnknownNameError
 from ..records import Decision
 from ..vocab import NO_PICK, SEVERAL_PICKS, WRONG_PICK
 from .candidates import candidates, final_answer_candidates, strip_reasoning
-from .extract import AFTER_CONTAINER, BEFORE_LETTER, EXTRACTION_VERSION
+from .extract import AFTER_CONTAINER, BEFORE_LETTER, EXTRACTION_VERSION, OTHER_CONTAINER
 
 # name -> module path; modules are imported on first use so a heavy dependency (math-verify)
 # costs nothing to builds that never use its rule.
@@ -125,7 +125,7 @@ def _read_together(rule: ModuleType, tries: list, opts: Optional[Sequence[str]])
     ``picks``; see ``extract.companion``): none when the two name different answers
     (``SEVERAL_PICKS``: the reply contradicts itself); the companion alone when it follows a
     container that names nothing; else the deciding statement alone."""
-    if len(tries) < 2 or tries[1][0] not in (AFTER_CONTAINER, BEFORE_LETTER):
+    if len(tries) < 2 or tries[1][0] not in (AFTER_CONTAINER, BEFORE_LETTER, OTHER_CONTAINER):
         return tries
     first, other = rule.picks(tries[0][1], opts), rule.picks(tries[1][1], opts)
     if first is None:

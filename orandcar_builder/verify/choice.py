@@ -342,6 +342,8 @@ def pick(answer: str, options: Optional[Sequence[str]] = None) -> tuple[Optional
     if index is not None and bare is not None and letters[index] != bare:
         return None, SEVERAL_PICKS
     if index is not None:
+        if options and is_value(answer, options) and set(_options_equal_in_value(answer, options)) - {index}:
+            return None, SEVERAL_PICKS  # "\\frac{1}{2}" when the options hold both 1/2 and 0.5
         return letters[index], PICKED
     if bare is not None:
         return bare, PICKED
@@ -537,6 +539,8 @@ def reference_score(prediction, references, options=None):
         if by_text is not None and by_letter is not None and by_text != by_letter:
             return None
         if by_text is not None:
+            if options and a_value(text) and any(letters[i] != by_text for i in equal_in_value(text)):
+                return None
             return by_text
         if by_letter is not None:
             return by_letter

@@ -382,8 +382,28 @@ def container(text: str) -> Optional[tuple[int, int, str, str]]:
     if not found:
         return None
     start, end, name, span = max(found, key=lambda f: f[1])
+    span = _inner_statement(span)
+    return start, end, name, span
+
+
+def _inner_statement(span: str) -> str:
     inner = _last_statement(span, letters=False)  # "<answer>The answer is c.</answer>" holds "c"
-    return start, end, name, inner[2] if inner else span
+    return inner[2] if inner else span
+
+
+def other_container(text: str) -> Optional[tuple[str, str]]:
+    """(name, span) of the container of the other kind that the reply also holds, before its last
+    container ("\\boxed{D} ... <answer>b</answer>"), or None."""
+    held = container(text)
+    if held is None:
+        return None
+    if held[2] == "answer_tag":
+        if boxed_bounds(text[:held[0]]) is None:
+            return None
+        span = boxed_span(text[:held[0]])
+        return "boxed", _inner_statement(text[span[0]:span[1]])
+    tag = answer_tag(text[:held[0]])
+    return ("answer_tag", _inner_statement(text[tag[1]:tag[2]])) if tag else None
 
 
 def extract(text: str) -> Optional[tuple[str, str]]:
@@ -395,7 +415,7 @@ def extract(text: str) -> Optional[tuple[str, str]]:
     return (best[1], best[2]) if best else None
 
 
-AFTER_CONTAINER, BEFORE_LETTER = "after_container", "before_letter"
+AFTER_CONTAINER, BEFORE_LETTER, OTHER_CONTAINER = "after_container", "before_letter", "other_container"
 
 
 def companion(text: str) -> Optional[tuple[str, str, str]]:
@@ -405,10 +425,15 @@ def companion(text: str) -> Optional[tuple[str, str, str]]:
     - ``after_container``: the last statement after the last container ("\\boxed{x = 18} ...
       Therefore, the final answer is (E)."): it decides when the container names no answer;
     - ``before_letter``: when a lone last-line letter decides, the last statement before it ("The
-      answer is B.\n(D)"): it never decides, but a different answer in it means the reply names two.
+      answer is B.\n(D)"): it never decides, but a different answer in it means the reply names two;
+    - ``other_container``: a container of the other kind before the last one ("\\boxed{D} ...
+      <answer>b</answer>"), read as ``before_letter`` is (it comes first when there is one).
     """
     held = container(text)
     if held is not None:
+        other = other_container(text)
+        if other is not None:
+            return OTHER_CONTAINER, other[0], other[1]
         best = _last_statement(text, held[1])
         return (AFTER_CONTAINER, best[1], best[2]) if best else None
     best = _last_statement(text)
