@@ -49,6 +49,7 @@ Score 1.0 or 0.0; the rule passes at 1.0.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import threading
 from typing import Optional, Sequence
@@ -153,10 +154,21 @@ def timeouts() -> tuple[Optional[int], Optional[int]]:
     return None, None  # signal.alarm raises outside the main thread
 
 
+def _quiet_math_verify() -> None:
+    """math-verify logs "Timeout during parsing: <the whole input>" (the model's text, however long)
+    through its own loggers; nothing of a reply may reach the terminal or a log, so those records
+    stop there (a timeout is still a failed parse, decided as such)."""
+    logger = logging.getLogger("math_verify")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+
+
 @functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
 def _parse(text: str, parsing_timeout: Optional[int]) -> tuple:
     from math_verify import parse  # imported on first use: it pulls in sympy
 
+    _quiet_math_verify()
     return tuple(parse(parsable(text), parsing_timeout=parsing_timeout))
 
 
