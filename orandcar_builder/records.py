@@ -117,6 +117,7 @@ class Decision:
     passed: bool
     extraction: str = ""  # the final-answer pattern whose statement decided ("boxed", ...); "" when none applied
     extraction_version: str = ""  # verify.extract.EXTRACTION_VERSION of the extraction that ran
+    reject_kind: str = ""  # for a rejection, one of vocab.REJECT_KINDS (no pick, wrong pick, ...); "" when passed
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,9 @@ _DECISION_FIELDS = [
     # none applied) and verify.extract.EXTRACTION_VERSION; ``decided_text`` is the text the rule
     # passed or scored best on (a substring of ``final_answer``).
     ("extraction", pa.string()), ("extraction_version", pa.string()), ("decided_text", pa.string()),
+    # For a rejection, what kind it is (vocab.REJECT_KINDS): the model's wrong pick, or nothing
+    # the rule could read as one; null for an accepted item and for an older work dir.
+    ("reject_kind", pa.string()),
 ]
 _VERDICT_FIELDS = [("verdict", pa.string()), ("verdict_raw", pa.string())]
 # work/decisions.parquet: one record per QA item, the outcome (OUTCOME_FIELDS), the generation,

@@ -47,6 +47,15 @@ REJECT_REASONS = (WRONG_ANSWER, UNSURE, TRUNCATED, NO_ANSWER)
 RECHECKED_REASONS = (WRONG_ANSWER, UNSURE)  # a rule decided these: ``recheck`` recomputes them
 COUNTED_REASONS = (TRUNCATED, NO_ANSWER)  # decided by the reply's shape alone: counted, not recomputed
 
+# --- what kind of rejection a rule's decision is (``reject_kind`` in work/decisions.parquet) ----
+# Work-dir only: the published ``reason`` keeps its values. They tell the model's errors (a pick
+# that is wrong) from the rule's limits (nothing it could read as a pick).
+NO_PICK = "no_pick"  # the rule found nothing it reads as an answer (a sentence, an empty box, a letter out of range)
+WRONG_PICK = "wrong_pick"  # it found one answer, and that answer is not the reference
+SEVERAL_PICKS = "several_picks"  # it found two or more different answers ("A or B", a value equal to two options)
+NO_OPTION_MATCHED = "no_option_matched"  # a value that equals no option's text or value (``choice``)
+REJECT_KINDS = (NO_PICK, WRONG_PICK, SEVERAL_PICKS, NO_OPTION_MATCHED)
+
 # --- why an item failed (``reason`` of a failed QA item; the error text goes to ``error``) -----
 GENERATION_FAILED = "generation_failed"
 DECISION_FAILED = "decision_failed"

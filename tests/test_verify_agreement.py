@@ -97,11 +97,23 @@ def _relaxed(rng):
 
 
 _OPTION_TEXTS = ["cat", "dog", "red fox", "fox", "A cat", "B", "stop", "go", "I", "the answer", "cat"]
+# Option texts that are values (LaTeX, units, numbers), and replies that write values.
+_VALUE_OPTIONS = ["$\\frac{1}{4}$", "$\\frac{1}{2}$", "$8-4\\sqrt{2}$", "$3 \\cdot 2^{5}$", "8 kg", "8 g", "$65°$",
+                  "75", "25", "43.75", "$\\displaystyle 45^\\circ$", "\\text{B}", "a+b", "1:2", "0.5", "$2^{5}$"]
+_VALUES = ["\\frac{1}{4}", "\\dfrac14", "96", "8\\,\\mathrm{kg}", "65^\\circ", "43.75", "\\frac{a+b}{2}", "1: 2",
+           "x = 96", "0.25", "$32$", "45°", "All except B", "(b) 8 kg", "A cat", "_B", "**B**", "probably B",
+           "Vitamin B", "A. 8 kg\nB. 8 g", "(A) because 8 kg"]
 _LETTER_DRESS = ["{}", "({})", "{}.", "**{}**", "[{}]", "The answer is {}", "Answer: **{}**", "{}) {}", "{} or {}",
                  "I think {}", "{}, not {}", " {} ", "{}\n\nbecause", "option {}", "{}".lower()]
 
 
 def _choice(rng):
+    if rng.random() < 0.3:
+        options = rng.sample(_VALUE_OPTIONS, rng.randint(2, 5))
+        prediction = rng.choice(_VALUES + options)
+        if rng.random() < 0.3:
+            prediction = _mutate(rng, prediction, "AB ${}\\.,:")
+        return prediction, [rng.choice("ABCD")], options
     options = rng.sample(_OPTION_TEXTS, rng.randint(2, 6)) if rng.random() < 0.85 else None
     letters = "ABCDEFGH"
     form = rng.random()
@@ -121,13 +133,23 @@ def _choice(rng):
     return prediction, [reference], options
 
 
-_MATH = ["\\frac{1}{2}", "0.5", "1/2", "$\\frac{1}{2}$", "2x", "x2", "(1, 2)", "[1, 2]", "3", "3.0", "x = 3", "\\sqrt{2}",
+_MATH = ["1:2", "1: 2", "2", "1:1", "1", "3 \\cdot 2 \\cdot 1 = 6", "6", "3 \\cdot 2 = 7", "11 5/6", "11 6/6", "4 0/0",
+         "11\n5/6", "1+\\frac{1}{\\mathrm{e}}", "$2^{10}.$", "\\$16386.17", "16386.17", "158 + LK", "158",
+         "\\frac{1}{2^{99}}", "\\frac{1}{2^{98}}", "1, 3, \\ldots, 2n-1", "\\frac{1}{2}", "0.5", "1/2", "$\\frac{1}{2}$", "2x", "x2", "(1, 2)", "[1, 2]", "3", "3.0", "x = 3", "\\sqrt{2}",
          "1.414214", "50\\%", "50%", "A", "B", "10 cm", "\\frac{L}{n}", "\\frac{L}{n-1}", "\\frac{l}{n}", "12 and 13", "13",
          "yes", "\\boxed{3}", "1,000", "1000", "1e3", "45^\\circ", "45", "\\pi", "3.14159", "-3", "\\{1, 2\\}",
          "100000000000000000001", "100000000000000000000", "05", "5", "-0", "0"]
 
 
+_MATH_PAIRS = [("1:1", "1"), ("1:2", "0.5"), ("1: 2", "2"), ("3 \\cdot 2 \\cdot 1 = 6", "6"), ("11 5/6", "71/6"),
+               ("11 6/6", "12"), ("\\$16386.17", "16386.17"), ("$2^{10}.$", "1024"), ("0.5", "\\frac{1}{2}"),
+               ("\\frac{1}{2^{98}}", "\\frac{1}{2^{99}}"), ("x = 3", "3"), ("3.0", "3"), ("50%", "0.5")]
+
+
 def _math(rng):
+    if rng.random() < 0.3:
+        prediction, reference = rng.choice(_MATH_PAIRS)
+        return (prediction, [reference], None) if rng.random() < 0.5 else (reference, [prediction], None)
     prediction = rng.choice(_MATH)
     if rng.random() < 0.2:
         prediction = " " + prediction.replace(" ", "  ") + " "

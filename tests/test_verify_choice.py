@@ -41,7 +41,8 @@ def test_extract_letter(answer, letter):
 
 def test_without_options_every_letter_counts():
     assert choice.extract_letter("The answer is E") == "E"
-    assert choice.extract_letter("I think C") is None  # "I" is a letter too: give the options
+    assert choice.extract_letter("I think C") == "C"  # "I" opening the text before a word is the pronoun
+    assert choice.extract_letter("I or C") is None  # ... but a letter before a connective
     assert choice.extract_letter("I think C", OPTIONS) == "C"
 
 

@@ -16,6 +16,7 @@ def test_every_candidate_is_listed_and_the_decision_is_verifys():
     assert result["decision"] == {
         "rule": "vqa", "rule_version": decision.rule_version, "candidate": "first_line", "text": "Two dogs.",
         "score": decision.score, "passed": True, "extraction": "", "extraction_version": EXTRACTION_VERSION,
+        "reject_kind": "",
     }
     assert result["extraction"] == {"version": EXTRACTION_VERSION, "pattern": "", "span": None}
 
@@ -24,10 +25,10 @@ def test_format_explanation_exact_text():
     result = explain("multiple_choice", "B\n\nIt barks.", ["B"], ["cat", "dog"])
     assert format_explanation(result) == "\n".join([
         "family:     multiple_choice",
-        "rule:       choice (version 2)",
+        "rule:       choice (version 3)",
         "references: 'B'",
         "options:    A. cat  B. dog",
-        "extraction: no explicit final-answer statement (version 1)",
+        "extraction: no explicit final-answer statement (version 2)",
         "  full              PASS   score 1.0000  'B\\n\\nIt barks.'",
         "                    extracted B; reference B",
         "  first_line        PASS   score 1.0000  'B'",
@@ -39,10 +40,10 @@ def test_format_explanation_exact_text():
 def test_format_explanation_shows_the_statement_and_its_pattern():
     answer = "The area of the rectangle ABEF is 4 x 2 = 8 cm^2.\nSo the ratio is 0.6.\n\n\\boxed{0.6}"
     result = explain("math", answer, ["8"], None)
-    assert result["extraction"] == {"version": "1", "pattern": "boxed", "span": "0.6"}
+    assert result["extraction"] == {"version": "2", "pattern": "boxed", "span": "0.6"}
     assert [c["candidate"] for c in result["candidates"]] == ["statement"]
     text = format_explanation(result)
-    assert "extraction: boxed -> '0.6' (version 1); the statement alone is checked" in text
+    assert "extraction: boxed -> '0.6' (version 2); the statement alone is checked" in text
     assert text.endswith("decision:   REJECT (candidate statement, pattern boxed, score 0.0000)")
 
 

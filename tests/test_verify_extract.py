@@ -26,9 +26,38 @@ STATEMENTS = [
     ("\\fbox{42}", ("boxed", "42")),
     ("\\boxed{\\{1, 2\\}}", ("boxed", "\\{1, 2\\}")),
     ("The answer is \\boxed{5} and the answer is 6.", ("boxed", "5")),  # boxed outranks any statement
-    ("\\boxed{unbalanced", None),
-    ("\\boxed{}", None),
+    ("\\boxed{unbalanced", ("boxed", "")),  # a box never closed boxes nothing (a cut reply)
+    ("\\boxed{B \\boxed{C}}", ("boxed", "B \\boxed{C}")),  # the outermost box: it names two
+    ("<answer><answer>A</answer>B</answer>", ("answer_tag", "")),  # tags that do not pair tag nothing
+    ("The answer is B.</answer>", ("answer_tag", "")),
+    ("<answer>B</answer>\n<answer></answer>", ("answer_tag", "")),  # the last container decides, empty
+    ("\\boxed{}", ("boxed", "")),  # an empty last box boxes nothing: no earlier box, no other statement
     ("The answer is (C).\n\n\\boxed{C}", ("boxed", "C")),
+    ("ANSWER: A\n\nHmm, actually, ANSWER: B", ("answer_label_inline", "B")),  # the later correction
+    ("I pick B. Final answer: E", ("answer_label_inline", "E")),
+    ("After all that, final answer: (C).", ("answer_label_inline", "(C)")),
+    ("Answer: A, B", ("answer_label", "A, B")),  # a comma before a lone capital does not end the span
+    ("<answer>C</answer>", ("answer_tag", "C")),
+    ("It reads STOP.\n<answer>\n  (b)\n</answer>", ("answer_tag", "(b)")),
+    ("<answer></answer> The sign says STOP.", ("answer_tag", "")),
+    ("Reasoning.\n\n$$(B)$$", ("last_line_letter", "B")),
+    ("Thinking.\nB\nD", ("last_line_letter", "B\nD")),  # two lone letters: the span holds both
+    ("After checking the diagram, C.", ("last_line_letter", "C")),  # the last clause is one letter
+    ("The count is four; D", ("last_line_letter", "D")),
+    ("The points are A, B, C", None),  # a list of letters is no pick
+    ("So I choose C because the arrow points left.", ("i_pick", "C")),
+    ("I will go with (b).", ("i_pick", "b")),
+    ("I choose a different approach here.", None),  # "a" followed by a word: the article
+    ("First I think (A). But wait, reconsidering: (B) is correct.", ("letter_correct", "B")),
+    ("A seems correct given the reflection.", ("letter_correct", "A")),
+    ("Option (B) is correct.", ("option_correct", "(B)")),  # not letter_correct: the option pattern's own shape
+    ("Therefore, (B). Note (A) is a common trap, as is (D).", ("therefore_letter", "B")),
+    ("答えは：D", ("answer_ja", "D")),
+    ("정답은: C", ("answer_ko", "C")),
+    ("답: a", ("answer_ko", "a")),
+    ("选D，因为它与图片一致。", ("option_zh", "D")),
+    ("Conclusion: (B). Eliminated: (A), (C), (D).", ("answer_label", "(B)")),
+    ("<answer>The answer is c.</answer>", ("answer_tag", "c")),  # a statement inside a container
     ("Therefore, the correct answer is (C) 60°.", ("answer_is", "(C) 60°")),
     ("The answer is (E).", ("answer_is", "(E)")),
     ("So the answer is 1", ("answer_is", "1")),
@@ -96,15 +125,18 @@ def test_extract(reply, expected):
 def test_at_least_sixty_shapes_and_every_statement_pattern():
     assert len(STATEMENTS) >= 60
     found = {expected[0] for _, expected in STATEMENTS if expected}
-    assert found == {"boxed", "last_line_letter", *STATEMENT_PATTERNS}
+    assert found == {"boxed", "answer_tag", "last_line_letter", *STATEMENT_PATTERNS}
 
 
 def test_the_statement_patterns_and_which_mark_their_span():
-    assert STATEMENT_PATTERNS == ("answer_is", "answer_label", "option_is", "option_correct", "answer_zh", "option_zh",
-                                  "option_correct_zh")
-    # extract() takes group 1 as the span of a pattern with a group, the rest of the sentence otherwise
-    assert [name for name, pattern in STATEMENT_PAIRS if pattern.groups] == ["option_correct", "option_correct_zh"]
-    assert all(pattern.groups <= 1 for _, pattern in STATEMENT_PAIRS)
+    assert STATEMENT_PATTERNS == ("answer_is", "answer_label_inline", "answer_label", "i_pick", "letter_correct",
+                                  "therefore_letter", "option_is", "option_correct", "answer_zh", "option_zh",
+                                  "option_correct_zh", "answer_ja", "answer_ko")
+    # extract() takes the group that matched as the span of a pattern with groups, the rest of the
+    # sentence otherwise
+    assert [name for name, pattern in STATEMENT_PAIRS if pattern.groups] == [
+        "i_pick", "letter_correct", "therefore_letter", "option_correct", "option_correct_zh", "answer_ja", "answer_ko"]
+    assert all(pattern.groups <= 2 for _, pattern in STATEMENT_PAIRS)
 
 
 @pytest.mark.parametrize("name, reply, span", EXAMPLES)

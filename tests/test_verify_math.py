@@ -12,7 +12,7 @@ from orandcar_builder.verify import math_answer, verify
     [
         ("\\frac{1}{2}", "$\\frac{1}{2}$"),
         ("x^2", "$x^2$"),
-        ("3×4", "$3×4$"),
+        ("3×4", "$3\\times 4$"),  # the shared LaTeX normalisation writes × as \\times
         ("$\\frac{1}{2}$", "$\\frac{1}{2}$"),  # already delimited
         ("\\boxed{5}", "\\boxed{5}"),
         ("(1, 2)", "$(1, 2)$"),  # a bare formula: otherwise read as its last number

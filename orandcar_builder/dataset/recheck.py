@@ -42,9 +42,9 @@ from .info import shard_paths
 
 BATCH_ROWS = 4096
 QA_FIELDS = {
-    CONFIG_THINK: ("answer", "org_answer", "verifier"),
-    CONFIG_NOTHINK: ("answer", "org_answer", "verifier"),
-    CONFIG_REJECTED: ("answer", "wrong_vlm", "reason"),
+    CONFIG_THINK: ("question", "answer", "org_answer", "verifier"),
+    CONFIG_NOTHINK: ("question", "answer", "org_answer", "verifier"),
+    CONFIG_REJECTED: ("question", "answer", "wrong_vlm", "reason"),
 }
 
 
@@ -178,6 +178,7 @@ def _describe(decision) -> str:
 def _check(config: str, item: _Item, rule: str) -> tuple[str, Optional[str]]:
     """('agree' | 'judge' | 'counted:<reason>' | 'disagree', detail) for one QA item."""
     fields = item.fields
+    question = fields.get("question") or ""
     stored_reference = fields["answer"] if config == CONFIG_REJECTED else fields["org_answer"]
     references = item.references or [stored_reference or ""]
     if stored_reference != references[0]:
@@ -189,11 +190,11 @@ def _check(config: str, item: _Item, rule: str) -> tuple[str, Optional[str]]:
             return f"counted:{reason}", None
         if reason not in RECHECKED_REASONS:
             return "disagree", f"unknown reason {reason!r} (known: {', '.join(RECHECKED_REASONS + COUNTED_REASONS)})"
-        decision = verify(rule, fields["wrong_vlm"] or "", references, item.options)
+        decision = verify(rule, fields["wrong_vlm"] or "", references, item.options, question=question)
         if decision.passed:
             return "disagree", f"rejected as {reason} but {rule} passes wrong_vlm ({_describe(decision)})"
         return "agree", None
-    decision = verify(rule, fields["answer"] or "", references, item.options)
+    decision = verify(rule, fields["answer"] or "", references, item.options, question=question)
     if fields["verifier"] == JUDGE_VERIFIER:
         if decision.passed:
             return "disagree", f"promoted by the judge but {rule} already passes it ({_describe(decision)})"

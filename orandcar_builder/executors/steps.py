@@ -102,7 +102,8 @@ def outcome_of(admitted: Admitted, request: Request, generation: Generation) -> 
     status = answer_status(strip_reasoning(answer), generation.finish_reason)
     if status != ANSWER_OK:
         return Outcome(route=REJECTED, wrong_vlm=answer, reason=status, **common), None
-    decision = verify(rule_for(item.family, item.options), answer, item.references, item.options)
+    decision = verify(rule_for(item.family, item.options), answer, item.references, item.options,
+                      question=request.question)
     if decision.passed:
         return Outcome(route=ACCEPTED, think=generation.think, accepted_text=decision.text,
                        verifier=decision.rule, **common), decision
@@ -139,6 +140,7 @@ def decision_row(outcome: Outcome, generation: Generation, decision: Optional[De
         "extraction": decision.extraction if decision else None,
         "extraction_version": decision.extraction_version if decision else None,
         "decided_text": decision.text if decision else None,
+        "reject_kind": (decision.reject_kind or None) if decision else None,
         "verdict": verdict.label if verdict else None,
         "verdict_raw": verdict.raw if verdict else None,
         "error": None,
@@ -170,7 +172,8 @@ def decision_from_row(row: dict) -> Optional[Decision]:
         return None
     return Decision(rule=row["rule"], rule_version=row["rule_version"], candidate=row["candidate"],
                     text=row.get("decided_text") or "", score=row["score"], passed=row["rule_passed"],
-                    extraction=row.get("extraction") or "", extraction_version=row.get("extraction_version") or "")
+                    extraction=row.get("extraction") or "", extraction_version=row.get("extraction_version") or "",
+                    reject_kind=row.get("reject_kind") or "")
 
 
 def with_verdict(row: dict, verdict: Verdict) -> dict:

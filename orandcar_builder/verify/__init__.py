@@ -31,8 +31,9 @@ from typing import Iterable, Optional, Sequence
 
 from ..errors import UnknownNameError
 from ..records import Decision
+from ..vocab import NO_PICK, SEVERAL_PICKS, WRONG_PICK
 from .candidates import candidates, final_answer_candidates, strip_reasoning
-from .extract import EXTRACTION_VERSION
+from .extract import AFTER_CONTAINER, BEFORE_LETTER, EXTRACTION_VERSION, OTHER_CONTAINER
 
 # name -> module path; modules are imported on first use so a heavy dependency (math-verify)
 # costs nothing to builds that never use its rule.
@@ -104,31 +105,71 @@ def check_inputs(answer: object, references: object, options: object) -> tuple[l
     return refs, (opts or None)
 
 
+def reject_kind(rule: ModuleType, text: str, references: Sequence[str], options: Optional[Sequence[str]]) -> str:
+    """The ``vocab.REJECT_KINDS`` name of a rejected candidate: the rule's own ``reject_kind``
+    where it has one, else ``NO_PICK`` for an empty text and ``WRONG_PICK`` for any other."""
+    if hasattr(rule, "reject_kind"):
+        return rule.reject_kind(text, references, options)
+    return WRONG_PICK if text.strip() else NO_PICK
+
+
+def _decided(rule: ModuleType, label: str, text: str, extraction: str, refs: Sequence[str],
+             opts: Optional[Sequence[str]]) -> Decision:
+    s, passed = decide(rule, text, refs, opts)
+    kind = "" if passed else reject_kind(rule, text, refs, opts)
+    return Decision(rule.NAME, rule.VERSION, label, text, s, passed, extraction, EXTRACTION_VERSION, kind)
+
+
+def _read_together(rule: ModuleType, tries: list, opts: Optional[Sequence[str]]) -> list:
+    """The candidates to decide when the deciding statement has a companion (rules with
+    ``picks``; see ``extract.companion``): none when the two name different answers
+    (``SEVERAL_PICKS``: the reply contradicts itself); the companion alone when it follows a
+    container that names nothing; else the deciding statement alone."""
+    if len(tries) < 2 or tries[1][0] not in (AFTER_CONTAINER, BEFORE_LETTER, OTHER_CONTAINER):
+        return tries
+    first, other = rule.picks(tries[0][1], opts), rule.picks(tries[1][1], opts)
+    if first is None:
+        return tries[1:] if tries[1][0] == AFTER_CONTAINER else tries[:1]
+    if other is not None and other != first:
+        return []
+    return tries[:1]
+
+
 def verify(
     rule_name: str,
     answer: str,
     references: Sequence[str],
     options: Optional[Sequence[str]] = None,
+    question: str = "",
 ) -> Decision:
     """Decide ``answer`` against ``references`` with the named rule.
 
-    An explicit final-answer statement, when the answer has one, is the only candidate; otherwise
-    candidates are tried in order (full answer, first line, first paragraph); the first that
-    passes decides. When none passes, the best-scoring candidate is recorded (earliest on ties).
-    Empty ``options`` count as none.
+    An explicit final-answer statement, when the answer has one, is the only candidate (for a
+    rule with ``picks``, a statement after the last box is read with it: ``_read_together``);
+    otherwise candidates are tried in order (full answer, first line, first paragraph, and for the
+    rules that find values, the conclusions); the first that passes decides. When none passes,
+    the best-scoring candidate is recorded (earliest on ties), with the kind of its rejection.
+    Empty ``options`` count as none. ``question``, the text the model was asked, lets a
+    conclusion keep a negation the question asked for.
     """
     rule = get_rule(rule_name)
     refs, opts = check_inputs(answer, references, options)
     best: Optional[Decision] = None
-    for label, text, extraction in final_answer_candidates(answer, getattr(rule, "FINDS_VALUES", False)):
-        s, passed = decide(rule, text, refs, opts)
-        decision = Decision(rule.NAME, rule.VERSION, label, text, s, passed, extraction, EXTRACTION_VERSION)
+    tries = final_answer_candidates(answer, getattr(rule, "FINDS_VALUES", False), question,
+                                    companions=hasattr(rule, "picks"))
+    read = _read_together(rule, tries, opts) if hasattr(rule, "picks") else tries
+    if tries and not read:  # two statements that name different answers
+        label, text, extraction = tries[0]
+        return Decision(rule.NAME, rule.VERSION, label, text, 0.0, False, extraction, EXTRACTION_VERSION,
+                        SEVERAL_PICKS)
+    for label, text, extraction in read:
+        decision = _decided(rule, label, text, extraction, refs, opts)
         if decision.passed:
             return decision
-        if best is None or s > best.score:
+        if best is None or decision.score > best.score:
             best = decision
     if best is None:  # empty answer: nothing to try
-        best = Decision(rule.NAME, rule.VERSION, "full", "", 0.0, False, "", EXTRACTION_VERSION)
+        best = Decision(rule.NAME, rule.VERSION, "full", "", 0.0, False, "", EXTRACTION_VERSION, NO_PICK)
     return best
 
 

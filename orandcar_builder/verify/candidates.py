@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import re
 
-from .extract import conclusion, conclusion_number, emphasised_number, extract
+from .extract import companion, conclusion, conclusion_number, emphasised_number, extract
 
 STATEMENT_CANDIDATE = "statement"
+# A reply that opens by restating the options ("A. Two birds" / "B. Three birds" ...) does not
+# answer on its first line: two lines in a row that start with an option label.
+_OPTION_LIST = re.compile(r"\A\s*\(?[A-Z][.)][ \t]+\S[^\n]*\n\s*\(?[A-Z][.)][ \t]+\S")
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 
@@ -32,28 +35,37 @@ def strip_reasoning(text: str) -> str:
     return text
 
 
-def final_answer_candidates(answer: str, conclusions: bool = False) -> list[tuple[str, str, str]]:
+def final_answer_candidates(answer: str, conclusions: bool = False, question: str = "",
+                            companions: bool = False) -> list[tuple[str, str, str]]:
     """(candidate, text, extraction) for each text a rule is tried on, in order. When ``answer``
     carries an explicit statement: only ``("statement", span, pattern name)``. Otherwise the
     answer as a whole, its first line and its first paragraph, each stripped, with extraction
     ``""``, then, when ``conclusions`` is set (rules that find values inside a text: ``math``,
     ``choice``), what its last sentence concludes (``conclusion``, ``conclusion_number``) and the
     number it sets in bold (``emphasis``); a text equal to an earlier one is not repeated. An
-    empty answer has no candidates."""
+    empty answer has no candidates. A reply that opens with the option list has no first-line or
+    first-paragraph candidate. ``question`` (the text the model was asked) lets a conclusion
+    keep a negation the question asked for. With ``companions`` (rules that read two statements
+    together: ``choice``), the statement ``extract.companion`` finds comes second, as
+    ``(relation, span, pattern)``: ``after_container`` or ``before_letter``."""
     full = strip_reasoning(answer).strip()
     if not full:
         return []
     statement = extract(full)
     if statement is not None:
-        return [(STATEMENT_CANDIDATE, statement[1], statement[0])]
+        out = [(STATEMENT_CANDIDATE, statement[1], statement[0])]
+        other = companion(full) if companions else None
+        return out + [(other[0], other[2], other[1])] if other else out
     out = [("full", full, "")]
-    first_line = full.split("\n", 1)[0].strip()
-    first_paragraph = _PARAGRAPH_BREAK.split(full, 1)[0].strip()
+    tries = []
+    if not _OPTION_LIST.match(full):
+        tries = [("first_line", full.split("\n", 1)[0].strip(), ""),
+                 ("first_paragraph", _PARAGRAPH_BREAK.split(full, 1)[0].strip(), "")]
     seen = {full}
-    tries = [("first_line", first_line, ""), ("first_paragraph", first_paragraph, "")]
     if conclusions:
-        tries += [(name, find(full) or "", name) for name, find in (
-            ("conclusion", conclusion), ("conclusion_number", conclusion_number), ("emphasis", emphasised_number))]
+        tries += [(name, find(full, question) or "", name) for name, find in (
+            ("conclusion", conclusion), ("conclusion_number", conclusion_number))]
+        tries.append(("emphasis", emphasised_number(full) or "", "emphasis"))
     for label, text, extraction in tries:
         if text and text not in seen:
             out.append((label, text, extraction))
@@ -61,6 +73,6 @@ def final_answer_candidates(answer: str, conclusions: bool = False) -> list[tupl
     return out
 
 
-def candidates(answer: str, conclusions: bool = False) -> list[tuple[str, str]]:
+def candidates(answer: str, conclusions: bool = False, question: str = "") -> list[tuple[str, str]]:
     """The (candidate, text) pairs of ``answer`` (see ``final_answer_candidates``)."""
-    return [(label, text) for label, text, _ in final_answer_candidates(answer, conclusions)]
+    return [(label, text) for label, text, _ in final_answer_candidates(answer, conclusions, question)]

@@ -70,14 +70,18 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-EXTRACTION_VERSION = "1"
+EXTRACTION_VERSION = "2"
 ANSWER_QUALIFIERS = ("final", "correct", "right", "best", "most likely", "likely", "closest", "only", "exact",
                      "true", "integer", "numerical", "numeric", "short", "resulting")
 SPAN_TRIM = " \t\r\n*_:,.：，。"
+# A statement's span is at most this many characters: a longer "answer" is prose, and the bound
+# keeps every pattern linear in the reply (a model caught in a loop repeats "the answer is ").
+SPAN_LIMIT = 500
+_NOT_SPACE = re.compile(r"\S")
 SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？；]")
 # A comma followed by a word, or a word that opens a subordinate clause, ends a span outside
 # brackets: "no, there are not more buses" is "no"; "1982 with an income of $931,441" is "1982".
-CLAUSE_COMMA = re.compile(r"[,，]\s*(?=[^\W\d_])|\s+(?:because|since|with|which|where|while|given)(?![A-Za-z])",
+CLAUSE_COMMA = re.compile(r"[,，]\s*(?=[^\W\d_])(?![A-Z](?![A-Za-z]))|\s+(?:because|since|with|which|where|while|given)(?![A-Za-z])",
                           re.IGNORECASE)
 # Where a trailing clause starts in a conclusion: "is 1:2, which means there is one male" (one
 # that runs to the end of the sentence; ", which is a bus," is an aside, not the end).
@@ -91,8 +95,27 @@ ANSWER_IS = re.compile(
     r"(?<![A-Za-z])(?<!if )(?<!whether )(?:the|my|our)\s+(?:(?:" + "|".join(q.replace(" ", r"\s+") for q in ANSWER_QUALIFIERS)
     + r")\s+){0,3}answer\s*(?:\*\*|__)?\s+(?:is|would\s+be|should\s+be|will\s+be)(?![A-Za-z])\s*(?:\*\*|__)?\s*:?",
     re.IGNORECASE)
+# "... actually, ANSWER: B", "I pick B. Final answer: E": a label in mid-line, qualified or in capitals.
+ANSWER_LABEL_INLINE = re.compile(
+    r"(?<![A-Za-z])(?:(?i:final|correct)\s+(?i:answer)|ANSWER|(?<=[.!?]\s)Answer)[ \t*_]*[:：]")
+# The answer tags reasoning models are asked to write: "<answer>C</answer>" (group 1: a closing tag).
+ANSWER_TAG_MARK = re.compile(r"<(/?)answer\s*>", re.IGNORECASE)
 ANSWER_LABEL = re.compile(
-    r"^[ \t>#*_-]*(?:(?:final|correct)\s+)?answer[ \t*_]*(?:[:：]|(?=[ \t*_]*$))", re.IGNORECASE | re.MULTILINE)
+    r"^[ \t>#*_-]*(?:(?:final|correct)\s+)?(?:answer|conclusion)[ \t*_]*(?:[:：]|(?=[ \t*_]*$))",
+    re.IGNORECASE | re.MULTILINE)
+# "I choose C", "so I pick (B) because ...", "I will go with b.": the letter, followed by an end.
+I_PICK = re.compile(
+    r"(?<![A-Za-z])I(?:\s+(?:will|would|'ll))?\s+(?:choose|pick|select|go\s+with)\s+(?:option\s+|choice\s+)?"
+    r"[(\[*`'\"“]*([A-Za-z])[)\]*`'\"”]*(?=\s*(?:$|[.,;:!]|because|since|as|and)(?![A-Za-z]))")
+# "(B) is correct", "(C) is the right answer": a bracketed letter said to be right.
+LETTER_CORRECT = re.compile(
+    r"(?:(?<![A-Za-z])(?<![Oo]ption )(?<![Cc]hoice )\(([A-Za-z])\)|(?:^|(?<=[.!?:]\s))[*_]*([A-Za-z])[*_]*)\s+(?:is|seems|appears)\s+(?:to\s+be\s+)?"
+    r"(?:the\s+)?(?:correct|right)(?![A-Za-z])", re.MULTILINE)
+# "Therefore, (B).", "Thus C.": a conclusive adverb and a lone letter as the whole sentence.
+THEREFORE_LETTER = re.compile(r"(?<![A-Za-z])(?:Therefore|Thus|Hence|So)[,:]?\s+\(?([A-Z])\)?(?=[.!]|\s*$)")
+# The letter, then at most a copula ("Bです", "b입니다"), then no more letters: "B猫" is no letter.
+ANSWER_JA = re.compile(r"(?:答え|正解)\s*(?:は|:|：)\s*[:：]?\s*[(（]?([A-Za-z])[)）]?(?=(?:です|だ)?(?![^\W\d_]))")
+ANSWER_KO = re.compile(r"(?:정답|답)\s*(?:은|는)?\s*[:：]?\s*[(（]?([A-Za-z])[)）]?(?=(?:입니다|이다|이에요|예요)?(?![^\W\d_]))")
 OPTION_IS = re.compile(
     r"(?<![A-Za-z])(?:(?:correct|right|best|final)\s+(?:option|choice)(?:\s+letter)?|(?:option|choice)\s+letter)"
     r"\s+(?:is|would\s+be)(?![A-Za-z])\s*:?", re.IGNORECASE)
@@ -101,10 +124,11 @@ OPTION_CORRECT = re.compile(
     r"(?![A-Za-z])",
     re.IGNORECASE)
 ANSWER_ZH = re.compile(r"(?:最终|正确)?答案\s*(?:是|为|為|[:：])\s*[:：]?")
-OPTION_ZH = re.compile(r"(?:选项\s*(?:是|为|為)|故选|应选|應選)\s*[:：]?")
+OPTION_ZH = re.compile(r"(?:选项\s*(?:是|为|為)|故选|应选|應選|(?:^|(?<=[，。,.\s]))选(?=\s*[A-Za-z](?![A-Za-z])))\s*[:：]?",
+                       re.MULTILINE)
 OPTION_CORRECT_ZH = re.compile(r"选项\s*(\(?[A-Z]\)?)\s*(?:是|为|為)?\s*正确")
-LAST_LINE_LETTER = re.compile(r"[ \t*_(\[]*([A-Z])[ \t*_)\].]*")
-CONCLUSION_VERB = re.compile(r"(?<![A-Za-z])(?:is|are|was|were|equals|be)(?![A-Za-z])|[=≈＝]|为|是")
+LAST_LINE_LETTER = re.compile(r"[ \t*_(\[$]*([A-Z])[ \t*_)\].$]*")
+CONCLUSION_VERB = re.compile(r"(?<![A-Za-z])(?<!\bas )(?:is|are|was|were|equals|be)(?![A-Za-z])|[=≈＝]|为|是")
 # Closing courtesies a reply may end with after its conclusion; they are skipped to find it.
 COURTESY = re.compile(r"(?:i hope|hope this|let me know|is there anything|do you have|do you want|feel free|please let|"
                       r"if you have|thank you|thanks)(?![A-Za-z])", re.IGNORECASE)
@@ -115,29 +139,41 @@ HEDGES = ("about", "approximately", "around", "roughly", "nearly", "almost", "ex
 CONCLUDED_NUMBER = re.compile(
     r"(?:[\s*_$]|" + "|".join(HEDGES) + r")*"
     r"([-−]?\d+(?:,\d{3})*(?:\.\d+)?%?|" + "|".join(NUMBER_WORDS) + ")"
-    r"(?![\w.,:/^]\w|\w)", re.IGNORECASE)
+    r"(?![\w.,:/^]\w|\w)" + r"(?!\s*[-+*/×·÷^]\s*[\w(\\]|\s+\d+\s*/\s*\d)", re.IGNORECASE)
 # A number as written, not part of a name, a power, a ratio or a fraction ("x2", "cm^2", "3:1").
-NUMBER = re.compile(r"(?<![\w.^_∠\\:/])[-−]?\d+(?:,\d{3})*(?:\.\d+)?%?(?!\w|[.,:/^]\d)")
+NUMBER = re.compile(r"(?<![\w.^_∠\\:/])[-−]?\d+(?:,\d{3})*(?:\.\d+)?%?(?!\w|[.,:/^]\d)(?!\s*[-+*/×·÷^]\s*[\w(\\]|\s+\d+\s*/\s*\d)")
+# A bracketed group (an interval, a point, an aside): its numbers are not the clause's only number.
+BRACKETED = re.compile(r"[\[(][^\[\]()]*[\])]")
 # A sentence that denies or doubts is no conclusion ("It is not 5", "cannot be 2").
 NEGATION = re.compile(r"(?<![A-Za-z])(?:not|no|never|cannot|unable|impossible|unknown)(?![A-Za-z])|n't", re.IGNORECASE)
 # The statements, each (name, pattern); a pattern with a group marks the span itself (the letter of
 # "option (B) is correct"), one without introduces it (the rest of the sentence after it).
-STATEMENTS = (("answer_is", ANSWER_IS), ("answer_label", ANSWER_LABEL), ("option_is", OPTION_IS),
+STATEMENTS = (("answer_is", ANSWER_IS), ("answer_label_inline", ANSWER_LABEL_INLINE), ("answer_label", ANSWER_LABEL),
+              ("i_pick", I_PICK), ("letter_correct", LETTER_CORRECT), ("therefore_letter", THEREFORE_LETTER),
+              ("option_is", OPTION_IS),
               ("option_correct", OPTION_CORRECT), ("answer_zh", ANSWER_ZH), ("option_zh", OPTION_ZH),
-              ("option_correct_zh", OPTION_CORRECT_ZH))
+              ("option_correct_zh", OPTION_CORRECT_ZH), ("answer_ja", ANSWER_JA), ("answer_ko", ANSWER_KO))
 STATEMENT_PATTERNS = tuple(name for name, _ in STATEMENTS)
-EXTRACTION_PATTERNS = ("boxed",) + STATEMENT_PATTERNS + ("last_line_letter", "conclusion", "conclusion_number",
+CONTAINERS = ("boxed", "answer_tag")  # what a reply puts its answer in; the last one decides
+EXTRACTION_PATTERNS = CONTAINERS + STATEMENT_PATTERNS + ("last_line_letter", "conclusion", "conclusion_number",
                                                           "emphasis")
 # One reply per pattern and what it extracts (the card shows them; a test checks each one).
 EXAMPLES = (
     ("boxed", "Therefore, the correct answer is (C).\n\n\\boxed{\\text{C}}", "C"),
+    ("answer_tag", "The sign reads STOP, which is option C.\n<answer>C</answer>", "C"),
     ("answer_is", "So the final answer is (B) 120°.", "(B) 120°"),
+    ("answer_label_inline", "I pick C at first. Final answer: B", "B"),
     ("answer_label", "The triangle is isosceles.\n\n**Answer:** B", "B"),
+    ("i_pick", "The lamp is behind the sofa, so I choose C. The letters in the figure are labels.", "C"),
+    ("letter_correct", "First I thought (A). But wait: (B) is correct.", "B"),
+    ("therefore_letter", "Therefore, (D). Note that (A) is a common trap, as is (B).", "D"),
     ("option_is", "Thus the correct option letter is D.", "D"),
     ("option_correct", "Option (C) is correct because the angle is 60°.", "(C)"),
     ("answer_zh", "所以，答案是 (C) 12。", "(C) 12"),
     ("option_zh", "因此，∠FAE的度数为52.5°，选项为C。", "C"),
     ("option_correct_zh", "所以选项B是正确答案。", "B"),
+    ("answer_ja", "答えはBです。", "B"),
+    ("answer_ko", "정답은 b입니다.", "b"),
     ("last_line_letter", "The tower seen from above is a square.\n\n(A)", "A"),
     ("conclusion", "The leaf is long and narrow.\nTherefore, the shape is Linear.", "Linear"),
     ("conclusion_number", "4 kg * $2 = $8\n\nChase will spend $8.\n\nI hope this helps!", "8"),
@@ -167,21 +203,69 @@ def trimmed(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def boxed_bounds(text: str) -> Optional[tuple[int, int]]:
+    """(start, end) of the last outermost balanced ``\\boxed{..}`` / ``\\fbox{..}``, braces
+    included (a box inside another is part of the outer one's content: "\\boxed{B \\boxed{C}}"
+    boxes "B \\boxed{C}"); ``(start, start)`` when a box is opened and never closed.
+
+    One left-to-right pass with a stack of open boxes, so a reply of thousands of unclosed
+    ``\\boxed{`` takes time linear in its length."""
+    found, opened, depth = None, [], 0  # opened: (box start, depth of its content)
+    for match in re.finditer(f"({BOXED.pattern})|[{{}}]", text):  # re caches the compiled pattern
+        if match.group(1):  # a box opens
+            depth += 1
+            opened.append((match.start(), depth))
+        elif match.group() == "{":
+            depth += 1
+        elif depth:
+            if opened and opened[-1][1] == depth:
+                start = opened.pop()[0]
+                if not opened:  # an outermost box
+                    found = (start, match.end())
+            depth -= 1
+    if opened:  # an unclosed box: the reply was cut or is malformed, it boxes nothing
+        return opened[0][0], opened[0][0]
+    return found
+
+
 def boxed_span(text: str) -> Optional[tuple[int, int]]:
-    """(start, end) of the content of the last balanced ``\\boxed{..}`` / ``\\fbox{..}``."""
-    found = None
-    for match in BOXED.finditer(text):
-        close = balanced_end(text, match.end())
-        if close is not None:
-            found = (match.end(), close)
-    if found is None:
+    """(start, end) of the content of the last balanced ``\\boxed{..}`` / ``\\fbox{..}``; an
+    empty last box, or one never closed, gives an empty span (the reply boxed nothing: an earlier
+    box is not its answer)."""
+    bounds = boxed_bounds(text)
+    if bounds is None:
         return None
-    start, end = found
+    if bounds[0] == bounds[1]:
+        return bounds
+    start = BOXED.match(text, bounds[0]).end()
+    end = bounds[1] - 1
     inner = TEXT_WRAPPER.match(text, start)
     if inner and balanced_end(text, inner.end()) == end - 1:
         start, end = inner.end(), end - 1
     start, end = trimmed(text, start, end)
-    return (start, end) if start < end else None
+    return (start, end) if start < end else (start, start)
+
+
+def answer_tag(text: str) -> Optional[tuple[int, int, int]]:
+    """(tag start, span start, span end) of the last ``<answer>..</answer>`` pair; the span is
+    empty when the tags do not pair up (nested, unclosed, a closing tag alone): such a reply
+    tags nothing. None when there is no tag."""
+    tags = list(ANSWER_TAG_MARK.finditer(text))
+    if not tags:
+        return None
+    depth, pair, opening = 0, None, None
+    for tag in tags:
+        depth += -1 if tag.group(1) else 1
+        if depth not in (0, 1):
+            break
+        if depth == 1:
+            opening = tag
+        else:
+            pair = (opening, tag)
+    if depth or pair is None:
+        return tags[0].start(), tags[0].start(), tags[0].start()
+    s, e = trimmed(text, pair[0].end(), pair[1].start())
+    return pair[0].start(), s, max(s, e)
 
 
 def clause_end(text: str, start: int, end: int) -> int:
@@ -200,18 +284,21 @@ def clause_end(text: str, start: int, end: int) -> int:
 
 def sentence_span(text: str, start: int) -> Optional[tuple[int, int]]:
     """(start, end) of the span a statement ending at ``start`` introduces (see the module doc)."""
-    line_end = text.find("\n", start)
-    line_end = len(text) if line_end < 0 else line_end
+    line_end = text.find("\n", start, start + SPAN_LIMIT + 1)
+    line_end = min(len(text), start + SPAN_LIMIT + 1) if line_end < 0 else line_end
     s, e = trimmed(text, start, line_end)
     if s == e:  # nothing on the statement's line: the answer is the next non-empty line
-        rest = text[line_end:]
-        stripped = rest.lstrip()
-        if not stripped:
+        if line_end > start + SPAN_LIMIT:
             return None
-        s = line_end + len(rest) - len(stripped)
-        line_end = text.find("\n", s)
-        line_end = len(text) if line_end < 0 else line_end
+        following = _NOT_SPACE.search(text, line_end)
+        if following is None:
+            return None
+        s = following.start()
+        line_end = text.find("\n", s, s + SPAN_LIMIT + 1)
+        line_end = min(len(text), s + SPAN_LIMIT + 1) if line_end < 0 else line_end
     end_mark = SENTENCE_END.search(text, s, line_end)
+    if end_mark is None and line_end > s + SPAN_LIMIT:
+        return None  # no end within SPAN_LIMIT characters: prose, not a stated answer
     s, e = trimmed(text, s, clause_end(text, s, end_mark.start() if end_mark else line_end))
     if s == e or re.match(r"not(?![A-Za-z])", text[s:e], re.IGNORECASE):
         return None
@@ -220,7 +307,9 @@ def sentence_span(text: str, start: int) -> Optional[tuple[int, int]]:
 
 def last_line_letter(text: str) -> Optional[tuple[int, int]]:
     """(start, end) of the letter when the last sentence of a reply of two or more sentences or
-    lines stands alone as one ("... not larger than the car. B", "...\n\n(C)")."""
+    lines stands alone as one ("... not larger than the car. B", "...\n\n(C)"), or the last
+    clause of its last sentence does (``_last_clause_letter``); when the lines before the last
+    are lone letters too ("B\nD"), the span holds them all."""
     lines = [(m.start(), m.end()) for m in re.finditer(r"[^\n]+", text) if m.group().strip()]
     if not lines:
         return None
@@ -229,29 +318,129 @@ def last_line_letter(text: str) -> Optional[tuple[int, int]]:
     if ends:
         start = ends[-1]
     elif len(lines) < 2:
-        return None
+        return _last_clause_letter(text, start, end)
     match = LAST_LINE_LETTER.fullmatch(text, start, end)
-    return (match.start(1), match.end(1)) if match else None
+    if not match:
+        return _last_clause_letter(text, start, end)
+    first = match.start(1)
+    for s, e in reversed(lines[:-1]):  # lone letters on the lines before: "B\nD" names two
+        before = LAST_LINE_LETTER.fullmatch(text, s, e)
+        if not before:
+            break
+        first = before.start(1)
+    return first, match.end(1)
+
+
+def _last_clause_letter(text: str, start: int, end: int) -> Optional[tuple[int, int]]:
+    """(start, end) of the letter when the last clause of the sentence ``text[start:end]``, after
+    a comma or semicolon, is one letter and the clause before names none ("After checking the
+    diagram, C.", "The count is four; D"; not "The points are A, B, C")."""
+    cut = max(text.rfind(",", start, end), text.rfind(";", start, end))
+    if cut < 0:
+        return None
+    match = LAST_LINE_LETTER.fullmatch(text, cut + 1, end)
+    if not match or re.search(r"(?<![A-Za-z'])[A-Z](?![A-Za-z'])", text[start:cut]):
+        return None
+    return match.start(1), match.end(1)
+
+
+def _last_statement(text: str, after: int = 0, before: Optional[int] = None,
+                    letters: bool = True) -> Optional[tuple[int, str, str]]:
+    """(start, pattern name, span) of the statement that starts last in ``text[after:before]``,
+    containers aside (the lone last-line letter too, with ``letters``); None when there is none."""
+    found = sorted(((match.start(), rank, name, pattern, match) for rank, (name, pattern) in enumerate(STATEMENTS)
+                    for match in pattern.finditer(text, after, len(text) if before is None else before)),
+                   key=lambda f: (f[0], f[1]), reverse=True)
+    best = None  # (statement start, name, span); later patterns win ties
+    for start, _, name, pattern, match in found:  # from the last: the first with a span decides
+        if pattern.groups:
+            group = next(g for g in range(1, pattern.groups + 1) if match.start(g) >= 0)
+            span = (match.start(group), match.end(group)) if match.end(group) > match.start(group) else None
+        else:
+            span = sentence_span(text, match.end())
+        if span is not None:
+            best = (start, name, text[span[0]:span[1]])
+            break
+    letter = last_line_letter(text) if letters else None
+    if letter is not None and letter[0] >= after and (best is None or letter[0] >= best[0]):
+        best = (letter[0], "last_line_letter", text[letter[0]:letter[1]])
+    return best
+
+
+def container(text: str) -> Optional[tuple[int, int, str, str]]:
+    """(start, end, name, span) of the reply's last container, the last outermost box or the last
+    answer tag pair, whichever ends last; None when it has neither."""
+    found = []
+    bounds = boxed_bounds(text)
+    if bounds is not None:
+        span = boxed_span(text)
+        found.append((bounds[0], bounds[1], "boxed", text[span[0]:span[1]]))
+    tag = answer_tag(text)
+    if tag is not None:
+        end = ANSWER_TAG_MARK.search(text, tag[2])
+        found.append((tag[0], end.end() if end else tag[2], "answer_tag", text[tag[1]:tag[2]]))
+    if not found:
+        return None
+    start, end, name, span = max(found, key=lambda f: f[1])
+    span = _inner_statement(span)
+    return start, end, name, span
+
+
+def _inner_statement(span: str) -> str:
+    inner = _last_statement(span, letters=False)  # "<answer>The answer is c.</answer>" holds "c"
+    return inner[2] if inner else span
+
+
+def other_container(text: str) -> Optional[tuple[str, str]]:
+    """(name, span) of the container of the other kind that the reply also holds, before its last
+    container ("\\boxed{D} ... <answer>b</answer>"), or None."""
+    held = container(text)
+    if held is None:
+        return None
+    if held[2] == "answer_tag":
+        if boxed_bounds(text[:held[0]]) is None:
+            return None
+        span = boxed_span(text[:held[0]])
+        return "boxed", _inner_statement(text[span[0]:span[1]])
+    tag = answer_tag(text[:held[0]])
+    return ("answer_tag", _inner_statement(text[tag[1]:tag[2]])) if tag else None
 
 
 def extract(text: str) -> Optional[tuple[str, str]]:
     """(pattern name, span) of the statement that decides ``text``, or None when it has none."""
-    box = boxed_span(text)
-    if box is not None:
-        return "boxed", text[box[0]:box[1]]
-    best = None  # (statement start, name, span)
-    for name, pattern in STATEMENTS:
-        for match in pattern.finditer(text):
-            if pattern.groups:
-                span = (match.start(1), match.end(1))
-            else:
-                span = sentence_span(text, match.end())
-            if span is not None and (best is None or match.start() >= best[0]):
-                best = (match.start(), name, text[span[0]:span[1]])
-    letter = last_line_letter(text)
-    if letter is not None and (best is None or letter[0] >= best[0]):
-        best = (letter[0], "last_line_letter", text[letter[0]:letter[1]])
+    held = container(text)
+    if held is not None:
+        return held[2], held[3]
+    best = _last_statement(text)
     return (best[1], best[2]) if best else None
+
+
+AFTER_CONTAINER, BEFORE_LETTER, OTHER_CONTAINER = "after_container", "before_letter", "other_container"
+
+
+def companion(text: str) -> Optional[tuple[str, str, str]]:
+    """(relation, pattern name, span) of the statement a rule that reads two together (``choice``)
+    reads beside the deciding one, or None:
+
+    - ``after_container``: the last statement after the last container ("\\boxed{x = 18} ...
+      Therefore, the final answer is (E)."): it decides when the container names no answer;
+    - ``before_letter``: when a lone last-line letter decides, the last statement before it ("The
+      answer is B.\n(D)"): it never decides, but a different answer in it means the reply names two;
+    - ``other_container``: a container of the other kind before the last one ("\\boxed{D} ...
+      <answer>b</answer>"), read as ``before_letter`` is (it comes first when there is one).
+    """
+    held = container(text)
+    if held is not None:
+        other = other_container(text)
+        if other is not None:
+            return OTHER_CONTAINER, other[0], other[1]
+        best = _last_statement(text, held[1])
+        return (AFTER_CONTAINER, best[1], best[2]) if best else None
+    best = _last_statement(text)
+    if best is None or best[1] != "last_line_letter":
+        return None
+    earlier = _last_statement(text, 0, best[0], letters=False)
+    return (BEFORE_LETTER, earlier[1], earlier[2]) if earlier else None
 
 
 def last_sentence(text: str) -> Optional[tuple[int, int]]:
@@ -273,27 +462,41 @@ def last_sentence(text: str) -> Optional[tuple[int, int]]:
 def main_clause(text: str, start: int, end: int) -> int:
     """Where the main clause of the sentence ``text[start:end]`` ends: before the first
     ``SUBORDINATE`` clause that runs to its end without another comma."""
+    last_comma = max(text.rfind(",", start, end), text.rfind("，", start, end))
     for cut in SUBORDINATE.finditer(text, start, end):
-        if not re.search(r"[,，]", text[cut.end():end]):
+        if cut.end() > last_comma:
             return cut.start()
     return end
 
 
-def concluding_clause(text: str) -> Optional[tuple[int, int]]:
+def _denies(text: str, start: int, end: int, question: str) -> bool:
+    """Whether ``text[start:end]`` holds a ``NEGATION`` that the question did not ask for: "could
+    NOT be folded" denies nothing when the question asks which pattern could not be folded (the
+    negation and the word after it, case aside, are in the question)."""
+    asked = " ".join(question.casefold().split())
+    for match in NEGATION.finditer(text, start, end):
+        phrase = " ".join(text[match.start():end].casefold().split()[:2])
+        if not asked or phrase not in asked:
+            return True
+    return False
+
+
+def concluding_clause(text: str, question: str = "") -> Optional[tuple[int, int]]:
     """(start, end) of the main clause of the last sentence of ``text`` (closing courtesies
-    skipped), or None when there is none or that sentence denies or doubts (``NEGATION``)."""
+    skipped), or None when there is none or that sentence denies or doubts (``NEGATION``, unless
+    copied from ``question``)."""
     found = last_sentence(text)
-    if found is None or NEGATION.search(text, *found):
+    if found is None or _denies(text, *found, question):
         return None
     return found[0], main_clause(text, *found)
 
 
-def conclusion(text: str) -> Optional[str]:
+def conclusion(text: str, question: str = "") -> Optional[str]:
     """What the last sentence of ``text`` (closing courtesies skipped) says a thing is: the words
     after its last "is", "are", "was", "were", "equals", "be", "=" or "≈", cut like a statement's
     span ("Therefore, the leaf is Linear." -> "Linear"); None when it has no such word or denies
     or doubts (``NEGATION``: "The area cannot be 12.")."""
-    found = concluding_clause(text)
+    found = concluding_clause(text, question)
     if found is None:
         return None
     start, end = found
@@ -304,7 +507,7 @@ def conclusion(text: str) -> Optional[str]:
     return text[span[0]:span[1]] if span else None
 
 
-def conclusion_number(text: str) -> Optional[str]:
+def conclusion_number(text: str, question: str = "") -> Optional[str]:
     """The number the main clause of the last sentence of ``text`` (closing courtesies skipped,
     subordinate clauses such as ", which means ..." cut off) concludes, or None:
 
@@ -315,7 +518,7 @@ def conclusion_number(text: str) -> Optional[str]:
     - nothing when the sentence denies or doubts (``NEGATION``: "It is not 5") or holds several
       numbers and none right after its verb ("reaches 2 at the point (1, 2)").
     """
-    found = concluding_clause(text)
+    found = concluding_clause(text, question)
     if found is None:
         return None
     start, end = found
@@ -323,8 +526,11 @@ def conclusion_number(text: str) -> Optional[str]:
         match = CONCLUDED_NUMBER.match(text, verb.end(), end)
         if match:
             return match.group(1)
-    numbers = list(NUMBER.finditer(text, start, end))
-    return numbers[0].group() if len(numbers) == 1 else None
+    clause = text[start:end]
+    outside = BRACKETED.sub(" ", clause)  # numbers inside brackets ("[0,1)", "(1, 2)") are numbers too
+    inside = [digit for group in BRACKETED.findall(clause) for digit in re.findall(r"\d+", group)]
+    numbers = list(NUMBER.finditer(outside))
+    return numbers[0].group() if len(numbers) == 1 and not inside else None
 
 
 def emphasised_number(text: str) -> Optional[str]:

@@ -49,15 +49,18 @@ Score 1.0 or 0.0; the rule passes at 1.0.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import threading
 from typing import Optional, Sequence
 
+from ..vocab import NO_PICK, WRONG_PICK
+from .latex import clean_latex, latex_key
 from .extract import NUMBER_WORDS
 from .shape import SENTENCE_WORDS, is_sentence, shows_work
 
 NAME = "math"
-VERSION = "2"
+VERSION = "3"
 FINDS_VALUES = True  # finds a value inside a text: see verify/shape.py and candidates.py
 PARSING_TIMEOUT_SECONDS = 5
 COMPARISON_TIMEOUT_SECONDS = 5
@@ -76,17 +79,67 @@ _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:,\d{3})*)?(?:\.\d+)?(?:[eE][+-]?\d+)?
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _PLAIN_INTEGER = re.compile(r"-?[1-9][0-9]*|0")
 _FORMULA = frozenset(FORMULA_CHARACTERS)
+_OPERATION = re.compile(r"[\w)]\s*[-+*/^]\s*[\w(]")
 
 
 def is_formula(text: str) -> bool:
-    """Formula characters only, no word, not a plain number: "(1, 2)", "2x", "x = 2"."""
-    return (set(text) <= _FORMULA and not _WORD.search(text)
-            and _PLAIN_NUMBER.fullmatch(text) is None)
+    """Formula characters only, not a plain number, and no word ("(1, 2)", "2x", "x = 2") or an
+    operator between terms ("158 + LK": an expression with free symbols, not the number 158)."""
+    if not set(text) <= _FORMULA or _PLAIN_NUMBER.fullmatch(text) is not None:
+        return False
+    return not _WORD.search(text) or bool(_OPERATION.search(text))
+
+
+# A ratio of two numbers, "1:2" or "3 : 4", read as their quotient (math-verify reads its last number).
+RATIO_VALUE = re.compile(r"\s*([-+]?\d+(?:\.\d+)?)\s*:\s*([-+]?\d+(?:\.\d+)?)\s*")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+MIXED_NUMBER = re.compile(r"\s*([-+]?\d{1,9})[ \t]+(\d{1,9})\s*/\s*(\d{1,9})\s*")
+# Numbers on two or more lines ("11\n5/6"): several values, not one.
+LINES_OF_NUMBERS = re.compile(r"\d[^\n]*\n(?:\s*\n)*[^\n]*\d")
+DIVISION_BY_ZERO = re.compile(r"/\s*[-+]?0+(?![\d.])|\\frac\s*\{[^{}]*\}\s*\{\s*0+\s*\}")
+# Values written with an ellipsis ("1, 3, 5, \ldots, 2n-1") are compared as text only:
+# math-verify compares the listed terms, not the sequences.
+ELLIPSIS = re.compile(r"\\[lc]?dots|…|\.\.\.")
+RELATIVE_TOLERANCE = 1e-6  # numbers below TINY that math-verify equates must also agree to this
+TINY = 10.0 ** -(FLOAT_ROUNDING - 2)
+CHAIN_SIDES = 8  # an equality chain of more sides than this is left as it is
+
+
+def _numeric(side: str) -> bool:
+    """Whether a side of an equality is numbers and operators only (LaTeX commands aside)."""
+    bare = _COMMAND.sub(" ", side)
+    return any(ch.isdigit() for ch in bare) and not re.search(r"[A-Za-z]", bare)
+
+
+def value_text(text: str) -> str:
+    """The value ``text`` writes, as math-verify should compare it: a ratio of two numbers as
+    their quotient ("1:2" -> "\\frac{1}{2}": not 2); a mixed number as its value ("11 6/6" ->
+    "\\frac{71}{6}" for "11 5/6", not 11; with an improper fraction, "11 6/6", nothing); an equality chain of numbers whose sides are all equal as its last
+    side ("3 \\cdot 2 \\cdot 1 = 6" -> "6"); nothing (``""``, which equals no reference) for a
+    division by zero ("4 0/0"); anything else unchanged."""
+    if DIVISION_BY_ZERO.search(text) or LINES_OF_NUMBERS.search(text.strip()):
+        return ""
+    ratio = RATIO_VALUE.fullmatch(text)
+    if ratio:
+        return f"\\frac{{{ratio.group(1)}}}{{{ratio.group(2)}}}"
+    mixed = MIXED_NUMBER.fullmatch(text)
+    if mixed:
+        whole, numerator, denominator = (int(g) for g in mixed.group(1, 2, 3))
+        if numerator >= denominator:  # "11 6/6" is no mixed number
+            return ""
+        total = abs(whole) * denominator + numerator
+        return f"{'-' if mixed.group(1).startswith('-') else ''}\\frac{{{total}}}{{{denominator}}}"
+    sides = clean_latex(text).split("=")
+    if 2 <= len(sides) <= CHAIN_SIDES and all(_numeric(side) for side in sides):
+        if all(equivalent(sides[-1].strip(), side.strip()) for side in sides[:-1]):
+            return sides[-1].strip()
+    return text
 
 
 def parsable(text: str) -> str:
-    """``text`` as math-verify should see it: bare LaTeX and bare formulas wrapped in ``$...$``."""
-    stripped = text.strip()
+    """``text`` as math-verify should see it: the shared LaTeX normalisation (``latex.clean``,
+    delimiters kept where there are any), then bare LaTeX and bare formulas wrapped in ``$...$``."""
+    stripped = clean_latex(text.strip(), delimiters=False)
     if any(d in stripped for d in MATH_DELIMITERS):
         return stripped
     if any(m in stripped for m in LATEX_MARKUP) or is_formula(stripped):
@@ -101,10 +154,21 @@ def timeouts() -> tuple[Optional[int], Optional[int]]:
     return None, None  # signal.alarm raises outside the main thread
 
 
+def _quiet_math_verify() -> None:
+    """math-verify logs "Timeout during parsing: <the whole input>" (the model's text, however long)
+    through its own loggers; nothing of a reply may reach the terminal or a log, so those records
+    stop there (a timeout is still a failed parse, decided as such)."""
+    logger = logging.getLogger("math_verify")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+
+
 @functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
 def _parse(text: str, parsing_timeout: Optional[int]) -> tuple:
     from math_verify import parse  # imported on first use: it pulls in sympy
 
+    _quiet_math_verify()
     return tuple(parse(parsable(text), parsing_timeout=parsing_timeout))
 
 
@@ -125,12 +189,36 @@ def _equivalent(prediction: str, reference: str, parsing_timeout: Optional[int],
                 comparison_timeout: Optional[int]) -> bool:
     from math_verify import verify
 
+    if ELLIPSIS.search(prediction) or ELLIPSIS.search(reference):
+        return latex_key(prediction) == latex_key(reference)
     gold = _parse(reference, parsing_timeout)
     answer = _parse(prediction, parsing_timeout)
     if not gold or not answer:
         return False  # math-verify compares nothing with an empty extraction
-    return bool(verify(list(gold), list(answer), float_rounding=FLOAT_ROUNDING,
-                       numeric_precision=NUMERIC_PRECISION, timeout_seconds=comparison_timeout))
+    if not verify(list(gold), list(answer), float_rounding=FLOAT_ROUNDING,
+                  numeric_precision=NUMERIC_PRECISION, timeout_seconds=comparison_timeout):
+        return False
+    return _close(gold[0], answer[0])
+
+
+def _close(gold, answer) -> bool:
+    """Whether two values math-verify equated also agree to ``RELATIVE_TOLERANCE`` when both are
+    numbers smaller than ``TINY`` (rounding to ``FLOAT_ROUNDING`` places equates any two numbers
+    below 1e-6, such as 1/2006! and 1/2004!), and within the rounding's reach of each other
+    otherwise (0.333333 is 1/3; math-verify, which evaluates in floats, equates 1/6 with
+    1/(3 * 2^2006)); evaluated by sympy at 50 digits. Anything that is not a pair of numbers
+    passes."""
+    try:
+        if not (getattr(gold, "is_number", False) and getattr(answer, "is_number", False)):
+            return True
+        a, b = gold.evalf(50), answer.evalf(50)
+        if not (a.is_real and b.is_real):
+            return True
+        if max(abs(a), abs(b)) >= TINY:  # the rounding's own reach (math-verify overflows on 2^2006)
+            return bool(abs(a - b) <= 1.5 * 10.0 ** -FLOAT_ROUNDING)
+        return bool(abs(a - b) <= RELATIVE_TOLERANCE * max(abs(a), abs(b)))
+    except (TypeError, ValueError, ArithmeticError, AttributeError):
+        return True
 
 
 def clear_caches() -> None:
@@ -147,11 +235,21 @@ def number_word_value(text: str) -> str:
 
 def score(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> float:
     prediction = number_word_value(prediction)
-    searchable = not is_sentence(prediction) and not shows_work(prediction)
-    for ref in references:
-        if same_text(prediction, ref) or (searchable and equivalent(prediction, ref)):
-            return 1.0
-    return 0.0
+    if any(same_text(prediction, ref) for ref in references):
+        return 1.0
+    value = value_text(prediction)
+    if is_sentence(value) or shows_work(value):
+        return 0.0
+    return 1.0 if any(equivalent(value, value_text(ref)) for ref in references) else 0.0
+
+
+def reject_kind(prediction: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> str:
+    """Why ``prediction`` is rejected: ``NO_PICK`` when it is not searched for a value (a
+    sentence, a calculation) or math-verify reads nothing in it, else ``WRONG_PICK``."""
+    value = value_text(number_word_value(prediction))
+    if not value.strip() or is_sentence(value) or shows_work(value):
+        return NO_PICK
+    return WRONG_PICK if _parse(value, timeouts()[0]) else NO_PICK
 
 
 def passes(value: float) -> bool:
@@ -179,23 +277,35 @@ def reference_score(prediction, references, options=None):
         prediction = str(NUMBER_WORDS.index(prediction.strip(" *_.").casefold()))
 
     def wrap(text):
-        text = text.strip()
+        text = clean_latex(text.strip(), delimiters=False)
         if any(d in text for d in MATH_DELIMITERS):
             return text
         has_markup = any(m in text for m in LATEX_MARKUP)
         plain_number = re.fullmatch(r"[+-]?(\d+(,\d\d\d)*)?(\.\d+)?([eE][+-]?\d+)?", text)
-        formula = (all(c in FORMULA_CHARACTERS for c in text) and not plain_number
-                   and not any(a.isalpha() and b.isalpha() for a, b in zip(text, text[1:])))
+        has_word = re.search(r"[A-Za-z]{2,}", text)
+        operation = re.search(r"[\w)]\s*[-+*/^]\s*[\w(]", text)
+        formula = (all(c in FORMULA_CHARACTERS for c in text) and not plain_number and (not has_word or operation))
         return "$" + text + "$" if has_markup or formula else text
+
+    def same_value(a, b):
+        if ELLIPSIS.search(a) or ELLIPSIS.search(b):
+            return latex_key(a) == latex_key(b)
+        a, b = a.strip(), b.strip()
+        if a != b and re.fullmatch(r"-?[1-9][0-9]*|0", a) and re.fullmatch(r"-?[1-9][0-9]*|0", b):
+            return False
+        gold, answer = parse(wrap(b), parsing_timeout=parsing_timeout), parse(wrap(a), parsing_timeout=parsing_timeout)
+        if not gold or not answer:
+            return False
+        return (verify(gold, answer, float_rounding=FLOAT_ROUNDING, numeric_precision=NUMERIC_PRECISION,
+                       timeout_seconds=comparison_timeout) and _close(gold[0], answer[0]))
 
     for ref in references:
         if prediction.split() == ref.split():
             return 1.0
-        if is_sentence(prediction) or shows_work(prediction):
-            continue
-        gold = parse(wrap(ref), parsing_timeout=parsing_timeout)
-        answer = parse(wrap(prediction), parsing_timeout=parsing_timeout)
-        if verify(gold, answer, float_rounding=FLOAT_ROUNDING, numeric_precision=NUMERIC_PRECISION,
-                  timeout_seconds=comparison_timeout):
+    value = value_text(prediction)
+    if is_sentence(value) or shows_work(value):
+        return 0.0
+    for ref in references:
+        if same_value(value, value_text(ref)):
             return 1.0
     return 0.0
