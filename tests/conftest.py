@@ -14,6 +14,8 @@ from PIL import Image
 # load_dataset caches what it reads: keep that out of the user's ~/.cache (set before datasets is
 # imported by any test module).
 os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="orandcar-test-datasets-cache-")
+# The import seal's key (pool/seal.py) likewise stays out of the user's config folder.
+os.environ["ORANDCAR_CONFIG_DIR"] = tempfile.mkdtemp(prefix="orandcar-test-config-")
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"

@@ -222,8 +222,9 @@ def format_summary(result) -> str:
         lines.append(f"  dropped   {reason:<22} {n}")
     outside = sum(n for reason, n in r["dropped_by_reason"].items() if reason in OUTSIDE_POOL_REASONS)
     if outside:
-        lines.append(f"  {outside} item(s) name an image outside the pool file's folder: if you trust this pool "
-                     f"(one `orandcar import` wrote, say), build again with --allow-outside-paths")
+        lines.append(f"  {outside} item(s) name an image outside the pool file's folder, and no import seal of this "
+                     f"machine vouches for it (a pool `orandcar import` wrote here, unchanged since, has one): if you "
+                     f"trust this pool, build again with --allow-outside-paths")
     if r.get("failed"):
         lines.append(f"  failed    {r['failed']} item(s) got no answer (reasons in work/failed.jsonl; a rerun asks again)")
     for reason, n in r["rejected_by_reason"].items():
