@@ -92,11 +92,18 @@ def _gating_modes() -> Iterable[str]:
     return GATED_MODES
 
 
+def _judge_engine_names() -> Iterable[str]:
+    """The engines that can run the text-only judge pass."""
+    from .engines import judge_engine_names
+
+    return judge_engine_names()
+
+
 def _judge_names() -> Iterable[str]:
-    """``none``, ``same`` (the generation engine), then every engine."""
+    """``none``, ``same`` (the generation engine), then every engine that can judge."""
     from .recipe import JUDGE_NAMES
 
-    return [*JUDGE_NAMES, *_engine_names()]
+    return [*JUDGE_NAMES, *_judge_engine_names()]
 
 
 ENGINE_CHOICE = RegistryChoice("engine", _engine_names)
@@ -104,6 +111,7 @@ EXECUTOR_CHOICE = RegistryChoice("executor", _executor_names)
 FAMILY_CHOICE = RegistryChoice("family", _family_names)
 IMPORT_FORMAT_CHOICE = RegistryChoice("import format", _import_formats)
 JUDGE_CHOICE = RegistryChoice("judge", _judge_names)
+JUDGE_ENGINE_CHOICE = RegistryChoice("judge engine", _judge_engine_names)
 GATING_CHOICE = RegistryChoice("gating mode", _gating_modes)
 
 
@@ -189,13 +197,14 @@ engine_options = _stacked(
 
 
 def judge_options(*, engines_only: bool = False) -> Callable:
-    """The judge and its settings. ``engines_only``: the judge must be named (an engine; used
-    where there is no generation engine to reuse, so neither ``none`` nor ``same``)."""
+    """The judge and its settings; only engines that can judge are offered. ``engines_only``: the
+    judge must be named (an engine; used where there is no generation engine to reuse, so neither
+    ``none`` nor ``same``)."""
     if engines_only:
-        judge = click.option("--judge", "judge_name", type=ENGINE_CHOICE, required=True, help="Judge engine.")
+        judge = click.option("--judge", "judge_name", type=JUDGE_ENGINE_CHOICE, required=True, help="Judge engine.")
     else:
         judge = click.option("--judge", "judge_name", type=JUDGE_CHOICE, default="none", show_default=True,
-                             help="Second-pass judge: none, same (the generation engine), or an engine.")
+                             help="Second-pass judge: none, same (the generation engine), or an engine that can judge.")
     return _stacked(
         judge,
         click.option("--judge-replay", type=click.Path(path_type=Path), default=None,

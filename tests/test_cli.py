@@ -141,7 +141,7 @@ def test_registered_names_appear_in_help(registered):
     judge_line = re.search(r"--judge \[(.*?)\]", build_help).group(1).split("|")
     executor_line = re.search(r"--executor \[(.*?)\]", build_help).group(1).split("|")
     assert engine_line == ["rapidocr", "replay", "openai_compat", "vllm", "stand_in_engine"]
-    assert judge_line == ["none", "same"] + engine_line
+    assert judge_line == ["none", "same"] + [name for name in engine_line if name != "rapidocr"]  # it cannot judge
     assert executor_line == ["local", "ray", "stand_in_executor"]
     assert "stand_in_engine" in re.search(r"--judge \[(.*?)\]", run("calibrate", "--help").output).group(1)
     assert "stand_in_family" in re.search(r"--family \[(.*?)\]", run("check-answer", "--help").output).group(1)
@@ -160,7 +160,31 @@ def test_unregistered_names_are_refused_with_a_suggestion():
     res = run("import", "jsnol", "src", "-o", "p.jsonl")
     assert res.exit_code == 2 and "unknown import format 'jsnol'; did you mean 'jsonl'?" in res.output
     res = run("calibrate", "--judge", "none")  # calibrate needs a judge engine: none/same are build's
-    assert res.exit_code == 2 and "unknown engine 'none'" in res.output
+    assert res.exit_code == 2 and "unknown judge engine 'none'" in res.output
+
+
+def test_only_engines_that_can_judge_are_offered_as_judges(tmp_path):
+    """rapidocr reads text off an image and cannot judge a text-only question: neither calibrate
+    nor build offers it, and the library's refusal names what can judge (not --judge none, which
+    calibrate has no use for)."""
+    from orandcar_builder.engines import ENGINES, engine_class, judge_engine_names
+    from orandcar_builder.errors import OrandCarError
+    from orandcar_builder.judge import judge
+
+    assert judge_engine_names() == [name for name in ENGINES if engine_class(name).can_judge]
+    assert "rapidocr" not in judge_engine_names() and "replay" in judge_engine_names()
+    for help_of in ("calibrate", "build"):
+        offered = re.search(r"--judge \[(.*?)\]", run(help_of, "--help").output).group(1).split("|")
+        assert "rapidocr" not in offered and set(judge_engine_names()) <= set(offered), (help_of, offered)
+    (tmp_path / "decisions.parquet").write_bytes(b"")
+    res = run("calibrate", "--work", tmp_path, "--judge", "rapidocr")
+    assert res.exit_code == 2 and "unknown judge engine 'rapidocr' (known: " in res.output, res.output
+    res = run("build", "pool.jsonl", "-o", tmp_path / "out", "--judge", "rapidocr")
+    assert res.exit_code == 2 and "unknown judge 'rapidocr'" in res.output, res.output
+    with pytest.raises(OrandCarError) as caught:
+        judge(type("Reader", (), {"kind": "reader", "can_judge": False})(), [("id", "Q?", ("A",), "A", "scene_text")])
+    assert "--judge none" not in str(caught.value)
+    assert str(caught.value).endswith("judge with one of " + ", ".join(judge_engine_names()))
 
 
 def test_registered_engine_judge_and_executor_reach_the_build(registered, monkeypatch, tmp_path):

@@ -36,9 +36,11 @@ def judge(
     if not judged:
         return []
     if not getattr(engine, "can_judge", False):
+        from ..engines import judge_engine_names
+
         raise OrandCarError(
-            f"engine {getattr(engine, 'kind', engine)!r} cannot run the text-only judge: use a "
-            "vllm, openai_compat or replay judge, or --judge none to skip the second pass"
+            f"engine {getattr(engine, 'kind', engine)!r} cannot run the text-only judge: judge with "
+            f"one of {', '.join(judge_engine_names())}"
         )
     requests = [judge_request(item) for item in judged]
     generations = list((generate or _engine_generate)(engine, requests))

@@ -41,7 +41,10 @@ def open_engines(work: BuildWork) -> None:
     if judge_engine is None and config.judge != "none":
         judge_engine = engine if config.judge == "same" else create_engine(config.judge, **config.judge_options)
     if judge_engine is not None and not judge_engine.can_judge:
-        raise BuildError(f"engine {judge_engine.kind!r} cannot run the text-only judge pass; use --judge none")
+        from ...engines import judge_engine_names
+
+        raise BuildError(f"engine {judge_engine.kind!r} cannot run the text-only judge pass; use --judge none, or "
+                         f"one of {', '.join(judge_engine_names())}")
     work.engine, work.judge_engine = engine, judge_engine
 
 
