@@ -227,10 +227,31 @@ executor_options = _stacked(
 """Where generation runs."""
 
 
-def work_option(help: str, *, existing: bool = False) -> Callable:
-    """``--work``: the work dir (default ``work``); ``existing``: it must be a folder already."""
+def work_option(help: str, *, existing: bool = False, remembered: bool = False) -> Callable:
+    """``--work``: the work dir (default ``work``); ``existing``: it must be a folder already;
+    ``remembered``: not given, it is None and ``_work_of`` finds it from the dataset folder."""
     kind = click.Path(path_type=Path, exists=True, file_okay=False) if existing else click.Path(path_type=Path)
+    if remembered:
+        return click.option("--work", type=kind, default=None,
+                            help=help + " [default: the work dir that built the folder, which its marker "
+                                        "remembers; else work]")
     return click.option("--work", type=kind, default=Path("work"), show_default=True, help=help)
+
+
+def _work_of(folder: Path, work: Optional[Path]) -> Path:
+    """``--work`` when given, else the work dir the marker of the dataset ``folder`` remembers
+    (one error line when that dir is gone), else ``work`` (a folder built before markers did)."""
+    if work is not None:
+        return work
+    from .dataset.layout import remembered_work
+
+    remembered = remembered_work(folder)
+    if remembered is None:
+        return Path("work")
+    if not remembered.is_dir():
+        _fail(f"{folder}: the work dir that built it, {remembered}, is gone; give the work dir with --work "
+              f"(or build again)")
+    return remembered
 
 
 def repo_option(help: str, *, required: bool = False) -> Callable:
@@ -379,8 +400,14 @@ def validate(folder, exhaustive):
     """
     from .dataset.validate import validate_folder
 
+    from .build.work import built_output, is_work_dir
+
     if not folder.is_dir():
         _fail(f"{folder}: not a folder (give the dataset folder that `orandcar build -o` wrote)")
+    if is_work_dir(folder):
+        out = built_output(folder)
+        _fail(f"{folder} is a work dir (`orandcar build --work`), not a dataset folder; validate the dataset "
+              f"folder {out if out is not None else 'its build wrote (-o)'}")
     problems = validate_folder(folder, exhaustive=exhaustive)
     for problem in problems:
         click.echo(problem)
@@ -506,7 +533,7 @@ def calibrate(work, n, judge_name, judge_replay, judge_option):
 
 @main.command()
 @click.argument("folder", type=click.Path(path_type=Path))
-@work_option("Work dir of the build that wrote FOLDER (its report.json holds the figures).")
+@work_option("Work dir of the build that wrote FOLDER (its report.json holds the figures).", remembered=True)
 @repo_option("Hub id for the card's load_dataset example.")
 @click.option("--options", "options_path", type=click.Path(path_type=Path), default=None,
               help="YAML of card options: pretty_name, license, license_name, license_link, language, "
@@ -521,6 +548,7 @@ def card(folder, work, repo_id, options_path):
     from .card import rewrite_card
     from .dataset.validate import validate_folder
 
+    work = _work_of(folder, work)
     path = rewrite_card(folder, work / "report.json", repo_id=repo_id, options_path=options_path)
     problems = validate_folder(folder)
     for problem in problems:
@@ -531,7 +559,7 @@ def card(folder, work, repo_id, options_path):
 
 @main.command()
 @click.argument("out", type=click.Path(path_type=Path))
-@work_option("Work dir of the build that wrote OUT (report.json, decisions.parquet, dropped.jsonl).")
+@work_option("Work dir of the build that wrote OUT (report.json, decisions.parquet, dropped.jsonl).", remembered=True)
 @click.option("-o", "--output", "target", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="HTML file to write [default: WORK/report.html].")
 @click.option("--samples", "per_kind", type=click.IntRange(min=0), default=3, show_default=True,
@@ -549,7 +577,7 @@ def report(out, work, target, per_kind):
     """
     from .review import write_review
 
-    result = write_review(out, work, target, per_kind=per_kind)
+    result = write_review(out, _work_of(out, work), target, per_kind=per_kind)
     click.echo(f"{result.path}: {result.bytes:,} bytes; {result.items:,} QA items, "
                f"{result.sampled:,} shown with their image")
 

@@ -72,6 +72,14 @@ def sample_copy(built_sample, tmp_path):
     return target
 
 
+def dataset_files(folder: Path) -> list[Path]:
+    """Every file of a dataset folder, relative and sorted, but its marker: local (it remembers the
+    work dir, which differs from build to build) and never published, it is not the dataset's."""
+    from orandcar_builder.dataset.layout import MARKER
+
+    return sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and p.name != MARKER)
+
+
 def write_png(path: Path, colour=(200, 30, 30), size=(24, 16)) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.new("RGB", size, colour).save(path)

@@ -16,7 +16,7 @@ from orandcar_builder.build.stages import overlaps, stages_for
 from orandcar_builder.executors import get_executor
 from orandcar_builder.recipe import parse_recipe, resolve
 
-from .conftest import REPO, write_png, write_pool
+from .conftest import REPO, dataset_files, write_png, write_pool
 
 
 def small_pool(folder: Path) -> tuple[Path, Path]:
@@ -163,7 +163,7 @@ def test_a_newly_registered_executor_runs_a_build(tmp_path, monkeypatch):
                      engine_options={"replay": replay}, executor=name, progress=False)
                for name in ("local", "here_too")]
     assert all(r.ok for r in results)
-    files = [sorted(p.relative_to(r.out) for p in r.out.rglob("*") if p.is_file()) for r in results]
+    files = [dataset_files(r.out) for r in results]
     assert files[0] == files[1] and all((results[0].out / f).read_bytes() == (results[1].out / f).read_bytes()
                                         for f in files[0])
     manifest = json.loads((tmp_path / "work-here_too" / "manifest.json").read_text())

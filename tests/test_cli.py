@@ -257,3 +257,46 @@ def test_clean_takes_builds_admission_options(tmp_path):
         outputs.append((out.read_text().replace(f"clean{workers}", ""), json.loads(res.output)["lines_dropped"]))
     assert outputs[0] == outputs[1]
     assert run("clean", pool, "-o", tmp_path / "c.jsonl", "--admit-workers", "0").exit_code == 2
+
+
+# --- a work dir given where a dataset folder is wanted, and the work dir a folder remembers -----
+
+def test_validate_given_a_work_dir_names_the_dataset_folder(sample_build, tmp_path):
+    result, _ = sample_build
+    res = run("validate", result.work)
+    assert res.exit_code == 2, res.output
+    assert res.output.count("error:") == 1 and "unexpected file" not in res.output, res.output
+    assert f"{result.work} is a work dir" in res.output
+    assert f"validate the dataset folder {result.out.resolve()}" in res.output
+    # a work dir whose manifest does not name its folder still is one
+    bare = tmp_path / "work"
+    bare.mkdir()
+    (bare / "manifest.json").write_text("{}")
+    (bare / "admitted.parquet").write_bytes(b"")
+    res = run("validate", bare)
+    assert res.exit_code == 2 and "is a work dir" in res.output and "its build wrote (-o)" in res.output
+
+
+def test_report_and_card_use_the_work_dir_the_folder_remembers(sample_build, sample_copy, tmp_path, monkeypatch):
+    from orandcar_builder.dataset.layout import MARKER, remembered_work, scan, write_marker
+    from orandcar_builder.dataset.validate import validate_folder
+
+    result, _ = sample_build
+    assert remembered_work(result.out) == result.work.resolve()
+    assert MARKER not in scan(result.out).published  # local only: push uploads the published files
+    monkeypatch.chdir(tmp_path)  # no ./work here: only the remembered one can be found
+    res = run("report", sample_copy, "-o", tmp_path / "review.html")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "review.html").stat().st_size > 1000
+    res = run("card", sample_copy)
+    assert res.exit_code == 0, res.output
+    assert validate_folder(sample_copy) == []
+
+    gone = tmp_path / "moved-away"
+    write_marker(sample_copy, gone)
+    for command in (["report", sample_copy], ["card", sample_copy]):
+        res = run(*command)
+        assert res.exit_code == 2 and res.output.count("error:") == 1, res.output
+        assert f"the work dir that built it, {gone}, is gone; give the work dir with --work" in res.output
+    res = run("report", sample_copy, "--work", result.work, "-o", tmp_path / "again.html")
+    assert res.exit_code == 0, res.output  # --work wins over the marker

@@ -91,7 +91,7 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     check_paths(target, work)
     try:
         work.mkdir(parents=True, exist_ok=True)
-        with families_in_use(config.families), WorkLock(work), StagedOutput(target) as staged:
+        with families_in_use(config.families), WorkLock(work), StagedOutput(target, work) as staged:
             result, manifest_data = _run_stages(config, objects, staged.path)
             if result.ok:
                 staged.publish()
