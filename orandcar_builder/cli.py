@@ -590,7 +590,8 @@ def report(out, work, target, per_kind):
 @click.option("--gated", type=GATING_CHOICE, default="auto", show_default=True,
               help="Access requests approved automatically or by hand.")
 @click.option("--private", is_flag=True, help="Create the repo private.")
-@click.option("--dry-run", is_flag=True, help="List what would be uploaded and changed; touch nothing.")
+@click.option("--dry-run", is_flag=True, help="List what would be uploaded and changed; touch nothing. Without a "
+                                               "token: offline, every file listed as an upload.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Seconds each Hub request may wait to connect, read or write before the push stops.")
 @progress_option
