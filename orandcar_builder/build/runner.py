@@ -129,7 +129,7 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     executor = _executor(config, objects)
     work = BuildWork(config=config, objects=objects, out=out, executor=executor)
     work.admission = Admission(config.pool, work.dir, config.limit, work.clean_report, config.image_policy(),
-                               config.workers())
+                               config.workers(), progress=config.progress)
     t0 = time.perf_counter()
     reports: list[StageReport] = []
     try:
