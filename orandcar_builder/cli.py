@@ -238,6 +238,17 @@ def work_option(help: str, *, existing: bool = False, remembered: bool = False) 
     return click.option("--work", type=kind, default=Path("work"), show_default=True, help=help)
 
 
+def _dataset_folder(folder: Path, verb: str = "give") -> None:
+    """One error line when ``folder``, given where a dataset folder is wanted, is a work dir: it
+    names the dataset folder that work dir's build wrote."""
+    from .build.work import built_output, is_work_dir
+
+    if is_work_dir(folder):
+        out = built_output(folder)
+        _fail(f"{folder} is a work dir (`orandcar build --work`), not a dataset folder; {verb} the dataset "
+              f"folder {out if out is not None else 'its build wrote (-o)'}")
+
+
 def _work_of(folder: Path, work: Optional[Path]) -> Path:
     """``--work`` when given, else the work dir the marker of the dataset ``folder`` remembers
     (one error line when that dir is gone), else ``work`` (a folder built before markers did)."""
@@ -400,14 +411,9 @@ def validate(folder, exhaustive):
     """
     from .dataset.validate import validate_folder
 
-    from .build.work import built_output, is_work_dir
-
     if not folder.is_dir():
         _fail(f"{folder}: not a folder (give the dataset folder that `orandcar build -o` wrote)")
-    if is_work_dir(folder):
-        out = built_output(folder)
-        _fail(f"{folder} is a work dir (`orandcar build --work`), not a dataset folder; validate the dataset "
-              f"folder {out if out is not None else 'its build wrote (-o)'}")
+    _dataset_folder(folder, "validate")
     problems = validate_folder(folder, exhaustive=exhaustive)
     for problem in problems:
         click.echo(problem)
@@ -453,6 +459,7 @@ def recheck(folder, workers, limit):
     """
     from .dataset.recheck import format_recheck, recheck as run_recheck
 
+    _dataset_folder(folder, "recheck")
     report = run_recheck(folder, workers=workers)
     click.echo(format_recheck(report, limit=limit or None))
     sys.exit(0 if report.ok else 1)
@@ -548,6 +555,7 @@ def card(folder, work, repo_id, options_path):
     from .card import rewrite_card
     from .dataset.validate import validate_folder
 
+    _dataset_folder(folder)
     work = _work_of(folder, work)
     path = rewrite_card(folder, work / "report.json", repo_id=repo_id, options_path=options_path)
     problems = validate_folder(folder)
@@ -577,6 +585,7 @@ def report(out, work, target, per_kind):
     """
     from .review import write_review
 
+    _dataset_folder(out)
     result = write_review(out, _work_of(out, work), target, per_kind=per_kind)
     click.echo(f"{result.path}: {result.bytes:,} bytes; {result.items:,} QA items, "
                f"{result.sampled:,} shown with their image")
@@ -606,6 +615,7 @@ def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, progr
     """
     from .publish import format_push_result, push as run_push
 
+    _dataset_folder(folder, "push")
     result = run_push(folder, repo_id, revision=revision, tag=tag, gated=gated, private=private,
                       dry_run=dry_run, progress=progress, timeout=timeout)
     click.echo(format_push_result(result))

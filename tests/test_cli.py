@@ -275,6 +275,13 @@ def test_validate_given_a_work_dir_names_the_dataset_folder(sample_build, tmp_pa
     (bare / "admitted.parquet").write_bytes(b"")
     res = run("validate", bare)
     assert res.exit_code == 2 and "is a work dir" in res.output and "its build wrote (-o)" in res.output
+    # the other commands that take a dataset folder say the same
+    for command in (["recheck", result.work], ["card", result.work], ["report", result.work],
+                    ["push", result.work, "--repo", "org/name", "--dry-run"]):
+        res = run(*command)
+        assert res.exit_code == 2 and res.output.count("error:") == 1, (command, res.output)
+        assert f"is a work dir (`orandcar build --work`), not a dataset folder" in res.output, (command, res.output)
+        assert str(result.out.resolve()) in res.output
 
 
 def test_report_and_card_use_the_work_dir_the_folder_remembers(sample_build, sample_copy, tmp_path, monkeypatch):

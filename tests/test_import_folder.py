@@ -10,7 +10,7 @@ from PIL import Image
 
 from orandcar_builder.errors import OrandCarError
 from orandcar_builder.images import ImagePolicy
-from orandcar_builder.pool import import_source, read_pool
+from orandcar_builder.pool import format_import_report, import_source, read_pool
 from orandcar_builder.pool.folder import DEFAULT_QUESTION, natural_key, strip_label_newline
 from orandcar_builder.records import PoolItem
 
@@ -142,6 +142,7 @@ def test_a_pool_the_importer_wrote_builds_without_flags(tmp_path):
     imported, built, report = _import_and_build(tmp_path, src, pool)
     assert read_lines(pool)[0]["image"] == "../data/bench/IMG/1.png"
     assert "--allow-outside-paths" not in imported.output, imported.output
+    assert f"sealed: {tmp_path / 'pools' / 'pool.seal.json'} lets a build on this machine read" in imported.output
     assert (tmp_path / "pools" / "pool.seal.json").is_file()
     assert (report["admitted"], report["dropped"]) == (3, 0), built.output
     assert "image_outside_pool" not in built.output
@@ -187,6 +188,16 @@ def test_a_seal_vouches_only_for_its_own_pool_and_roots(tmp_path, monkeypatch):
     assert reasons()["src/test/1"] == "admitted"
     monkeypatch.setenv("ORANDCAR_CONFIG_DIR", str(tmp_path / "other-machine"))
     assert reasons()["src/test/1"] == "image_outside_pool"
+
+
+def test_without_a_key_the_import_writes_no_seal_and_says_which_flag_builds_it(tmp_path, monkeypatch):
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("ORANDCAR_CONFIG_DIR", str(tmp_path / "not-a-folder" / "orandcar"))  # cannot be made
+    src = make_folder(tmp_path / "src", {"1": b"A\n"}, ["1.png"])
+    report = import_source("folder", src, tmp_path / "pools" / "pool.jsonl")
+    assert report.sealed is None and report.paths_outside == 1
+    assert not (tmp_path / "pools" / "pool.seal.json").exists()
+    assert "build this pool with --allow-outside-paths" in format_import_report(report)
 
 
 def test_an_import_that_names_images_outside_its_roots_says_how_to_build_it(tmp_path):

@@ -34,7 +34,7 @@ class PoolWriter:
         self.base = os.path.abspath(self.out.parent)
         self.report = report
         self.roots: list[str] = []  # folders this import reads images from (``add_root``)
-        self._sealed = False  # whether a line names an image outside the pool's folder, in a root
+        self._sealed = 0  # image paths outside the pool's folder but inside a root: the seal admits them
         self._fh = None
         self._digest = hashlib.sha256()
         self._stack = ExitStack()
@@ -54,7 +54,11 @@ class PoolWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         self._stack.__exit__(exc_type, exc, tb)
         if exc_type is None:  # a failed import left the old pool, and so its seal, as they were
-            write_seal(self.out, self.roots if self._sealed else (), self._digest.hexdigest())
+            seal = write_seal(self.out, self.roots if self._sealed else (), self._digest.hexdigest())
+            if seal is not None:
+                self.report.sealed = str(seal)
+            else:  # no key could be had: these need --allow-outside-paths after all
+                self.report.paths_outside += self._sealed
 
     def add_root(self, folder: str | os.PathLike) -> None:
         """Let the pool's lines name images inside ``folder`` (where this import found them)."""
@@ -66,7 +70,7 @@ class PoolWriter:
         relative = Path(os.path.relpath(os.path.abspath(path), self.base)).as_posix()
         if relative == ".." or relative.startswith("../"):
             if any(within(path, root) for root in self.roots):
-                self._sealed = True  # the seal lets a build admit it
+                self._sealed += 1  # the seal lets a build admit it
             else:
                 self.report.paths_outside += 1  # a build admits these only with --allow-outside-paths
         return relative
