@@ -17,18 +17,19 @@ from typing import Optional
 
 # What each stage's bar counts.
 STAGE_UNITS = {"admit": "line", "generate": "qa", "judge": "qa", "write": "qa"}
-# Row on the terminal of each bar: admission and generation run at the same time on the local
-# executor, so each keeps its own line.
-STAGE_POSITIONS = {"admit": 0, "generate": 1, "judge": 0, "write": 0}
+# Terminal line of a bar drawn while admission runs (generation on the local executor): each bar
+# keeps its own line.
+ADMIT_BESIDE = 1
 COUNT_CHUNK = 1 << 20
 
 
-def stage_bar(stage: str, total: Optional[int], enabled: bool):
-    """A tqdm bar for ``stage`` out of ``total`` (None: unknown yet, set ``bar.total`` later)."""
+def stage_bar(stage: str, total: Optional[int], enabled: bool, *, beside_admit: bool = False):
+    """A tqdm bar for ``stage`` out of ``total`` (None: unknown yet, set ``bar.total`` later);
+    ``beside_admit``: the admit bar runs at the same time, on the line above."""
     from tqdm import tqdm
 
     return tqdm(total=total, desc=stage, unit=STAGE_UNITS[stage], disable=not enabled, file=sys.stderr,
-                position=STAGE_POSITIONS[stage], leave=True, dynamic_ncols=True)
+                position=ADMIT_BESIDE if beside_admit else 0, leave=True, dynamic_ncols=True)
 
 
 def set_progress(bar, done: int, total: Optional[int] = None) -> None:

@@ -91,7 +91,7 @@ def _generate(executor, job: GenerationJob, total: Callable[[], Optional[int]], 
     generate as far as known now (it shrinks while the items are still being admitted:
     ``job.admitted_rows``)."""
     work = job.work
-    with stage_bar("generate", total(), progress) as bar:
+    with stage_bar("generate", total(), progress, beside_admit=job.admitted_rows is not None) as bar:
         def advance(stats: CacheStats) -> None:
             set_progress(bar, stats.done, total())
 
