@@ -183,8 +183,7 @@ def test_only_engines_that_can_judge_are_offered_as_judges(tmp_path):
     assert res.exit_code == 2 and "unknown judge 'rapidocr'" in res.output, res.output
     with pytest.raises(OrandCarError) as caught:
         judge(type("Reader", (), {"kind": "reader", "can_judge": False})(), [("id", "Q?", ("A",), "A", "scene_text")])
-    assert "--judge none" not in str(caught.value)
-    assert str(caught.value).endswith("judge with one of " + ", ".join(judge_engine_names()))
+    assert "--judge none" not in str(caught.value) and "judge with an engine that can" in str(caught.value)
 
 
 def test_registered_engine_judge_and_executor_reach_the_build(registered, monkeypatch, tmp_path):

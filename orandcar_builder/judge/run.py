@@ -36,11 +36,9 @@ def judge(
     if not judged:
         return []
     if not getattr(engine, "can_judge", False):
-        from ..engines import judge_engine_names
-
         raise OrandCarError(
-            f"engine {getattr(engine, 'kind', engine)!r} cannot run the text-only judge: judge with "
-            f"one of {', '.join(judge_engine_names())}"
+            f"engine {getattr(engine, 'kind', engine)!r} cannot run the text-only judge: judge with an "
+            "engine that can (`orandcar calibrate --help` lists them)"
         )
     requests = [judge_request(item) for item in judged]
     generations = list((generate or _engine_generate)(engine, requests))
