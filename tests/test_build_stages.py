@@ -253,7 +253,11 @@ def test_every_stage_bar_shows_its_total(tmp_path, executor_args):
     assert run.exit_code == 0, run.output
     assert _bar_totals(run.stderr) == {"admit": (8, 8), "generate": (6, 6), "judge": (2, 2), "write": (10, 10)}
     assert "<" in run.stderr.split("generate:")[-1]  # tqdm's "elapsed<remaining": an ETA is shown
-    assert "QA items: accepted 4  rejected 2" in run.stdout
+    # QA items and rows (one per image) are never mixed: each figure says which it counts
+    assert "pool.jsonl: 8 lines, one QA item each: 6 admitted, 2 dropped" in run.stdout
+    assert "QA items: accepted 4  rejected 2" in run.stdout and "judge: 2 QA items judged" in run.stdout
+    assert "rows (one per image, holding its QA items):" in run.stdout
+    assert not re.search(r"\b(accepted|rejected|judged) \d+ rows", run.stdout)
     assert re.search(r"RS_think +4 rows, 4 QA items, in 1 shard", run.stdout), run.stdout
     assert "cache: generate 0 of 6 requests from the cache, 6 asked of the engine; judge 0 of 2" in run.stdout
     assert re.search(r"time: .*generate \d+\.\d s.*judge \d+\.\d s.*write \d+\.\d s.*; total \d+\.\d s", run.stdout)

@@ -240,7 +240,7 @@ def format_summary(result) -> str:
     line); a row is one image with its QA items, so the configs' rows are counted apart."""
     r = result.report
     lines = [
-        f"pool {r['pool']}: {r['items']} QA items, {r['admitted']} admitted, {r['dropped']} dropped",
+        f"pool {r['pool']}: {r['items']} lines, one QA item each: {r['admitted']} admitted, {r['dropped']} dropped",
         f"QA items: accepted {r['accepted']}  rejected {r['rejected']}",
     ]
     for reason, n in r["dropped_by_reason"].items():
@@ -264,7 +264,7 @@ def format_summary(result) -> str:
                      f"unparseable {judge['unparseable']})")
         cal = judge.get("calibration")
         if cal:
-            lines.append(f"  judge calibration: agreed on {cal['agreed']}/{cal['n']} rule-accepted items")
+            lines.append(f"  judge calibration: agreed on {cal['agreed']}/{cal['n']} rule-accepted QA items")
     else:
         lines.append("  judge: no second pass ran")
     lines.append("rows (one per image, holding its QA items):")
