@@ -229,3 +229,28 @@ def test_an_import_that_names_images_outside_its_roots_says_how_to_build_it(tmp_
                                  "--work", str(tmp_path / "work"), "--engine", "replay",
                                  "--replay", str(tmp_path / "none.jsonl")])
     assert "outside the pool file's folder" in built.output and "--allow-outside-paths" in built.output, built.output
+
+
+def test_a_cleaned_copy_of_an_imported_pool_keeps_its_seal(tmp_path):
+    """import -> clean into another folder -> build: the cleaned pool's images passed the imported
+    pool's guard, so it is sealed with the same folders; with the guard turned off it is not."""
+    from orandcar_builder.clean import clean_pool
+    from orandcar_builder.pool.seal import seal_path_for
+    from orandcar_builder.records import Dropped
+
+    src = make_folder(tmp_path / "data" / "src", {"1": b"A\n", "2": b"B\n"}, ["1.png", "2.png"])
+    pool = tmp_path / "pools" / "pool.jsonl"
+    import_source("folder", src, pool)
+    cleaned = tmp_path / "cleaned" / "pool.jsonl"
+    clean_pool(pool, cleaned)
+    assert seal_path_for(cleaned).is_file()
+    assert not any(isinstance(r, Dropped) for r in read_pool(cleaned)) and len(list(read_pool(cleaned))) == 2
+
+    hand = tmp_path / "hand" / "pool.jsonl"  # names the same images, but nobody sealed it
+    hand.parent.mkdir()
+    hand.write_text(pool.read_text(encoding="utf-8"), encoding="utf-8")  # same depth: the same ../data paths
+    flagged = tmp_path / "flagged" / "pool.jsonl"
+    clean_pool(hand, flagged, images=OUTSIDE_OK)
+    assert not seal_path_for(flagged).exists()
+    assert {r.reason for r in read_pool(flagged)} <= {"image_outside_pool", "source_image_outside_pool"}
+    assert len(list(read_pool(flagged))) == 2
