@@ -92,11 +92,18 @@ def _gating_modes() -> Iterable[str]:
     return GATED_MODES
 
 
+def _judge_engine_names() -> Iterable[str]:
+    """The engines that can run the text-only judge pass."""
+    from .engines import judge_engine_names
+
+    return judge_engine_names()
+
+
 def _judge_names() -> Iterable[str]:
-    """``none``, ``same`` (the generation engine), then every engine."""
+    """``none``, ``same`` (the generation engine), then every engine that can judge."""
     from .recipe import JUDGE_NAMES
 
-    return [*JUDGE_NAMES, *_engine_names()]
+    return [*JUDGE_NAMES, *_judge_engine_names()]
 
 
 ENGINE_CHOICE = RegistryChoice("engine", _engine_names)
@@ -104,6 +111,7 @@ EXECUTOR_CHOICE = RegistryChoice("executor", _executor_names)
 FAMILY_CHOICE = RegistryChoice("family", _family_names)
 IMPORT_FORMAT_CHOICE = RegistryChoice("import format", _import_formats)
 JUDGE_CHOICE = RegistryChoice("judge", _judge_names)
+JUDGE_ENGINE_CHOICE = RegistryChoice("judge engine", _judge_engine_names)
 GATING_CHOICE = RegistryChoice("gating mode", _gating_modes)
 
 
@@ -189,13 +197,14 @@ engine_options = _stacked(
 
 
 def judge_options(*, engines_only: bool = False) -> Callable:
-    """The judge and its settings. ``engines_only``: the judge must be named (an engine; used
-    where there is no generation engine to reuse, so neither ``none`` nor ``same``)."""
+    """The judge and its settings; only engines that can judge are offered. ``engines_only``: the
+    judge must be named (an engine; used where there is no generation engine to reuse, so neither
+    ``none`` nor ``same``)."""
     if engines_only:
-        judge = click.option("--judge", "judge_name", type=ENGINE_CHOICE, required=True, help="Judge engine.")
+        judge = click.option("--judge", "judge_name", type=JUDGE_ENGINE_CHOICE, required=True, help="Judge engine.")
     else:
         judge = click.option("--judge", "judge_name", type=JUDGE_CHOICE, default="none", show_default=True,
-                             help="Second-pass judge: none, same (the generation engine), or an engine.")
+                             help="Second-pass judge: none, same (the generation engine), or an engine that can judge.")
     return _stacked(
         judge,
         click.option("--judge-replay", type=click.Path(path_type=Path), default=None,
@@ -218,10 +227,42 @@ executor_options = _stacked(
 """Where generation runs."""
 
 
-def work_option(help: str, *, existing: bool = False) -> Callable:
-    """``--work``: the work dir (default ``work``); ``existing``: it must be a folder already."""
+def work_option(help: str, *, existing: bool = False, remembered: bool = False) -> Callable:
+    """``--work``: the work dir (default ``work``); ``existing``: it must be a folder already;
+    ``remembered``: not given, it is None and ``_work_of`` finds it from the dataset folder."""
     kind = click.Path(path_type=Path, exists=True, file_okay=False) if existing else click.Path(path_type=Path)
+    if remembered:
+        return click.option("--work", type=kind, default=None,
+                            help=help + " [default: the work dir that built the folder, which its marker "
+                                        "remembers; else work]")
     return click.option("--work", type=kind, default=Path("work"), show_default=True, help=help)
+
+
+def _dataset_folder(folder: Path, verb: str = "give") -> None:
+    """One error line when ``folder``, given where a dataset folder is wanted, is a work dir: it
+    names the dataset folder that work dir's build wrote."""
+    from .build.work import built_output, is_work_dir
+
+    if is_work_dir(folder):
+        out = built_output(folder)
+        _fail(f"{folder} is a work dir (`orandcar build --work`), not a dataset folder; {verb} the dataset "
+              f"folder {out if out is not None else 'its build wrote (-o)'}")
+
+
+def _work_of(folder: Path, work: Optional[Path]) -> Path:
+    """``--work`` when given, else the work dir the marker of the dataset ``folder`` remembers
+    (one error line when that dir is gone), else ``work`` (a folder built before markers did)."""
+    if work is not None:
+        return work
+    from .dataset.layout import remembered_work
+
+    remembered = remembered_work(folder)
+    if remembered is None:
+        return Path("work")
+    if not remembered.is_dir():
+        _fail(f"{folder}: the work dir that built it, {remembered}, is gone; give the work dir with --work "
+              f"(or build again)")
+    return remembered
 
 
 def repo_option(help: str, *, required: bool = False) -> Callable:
@@ -372,6 +413,7 @@ def validate(folder, exhaustive):
 
     if not folder.is_dir():
         _fail(f"{folder}: not a folder (give the dataset folder that `orandcar build -o` wrote)")
+    _dataset_folder(folder, "validate")
     problems = validate_folder(folder, exhaustive=exhaustive)
     for problem in problems:
         click.echo(problem)
@@ -417,6 +459,7 @@ def recheck(folder, workers, limit):
     """
     from .dataset.recheck import format_recheck, recheck as run_recheck
 
+    _dataset_folder(folder, "recheck")
     report = run_recheck(folder, workers=workers)
     click.echo(format_recheck(report, limit=limit or None))
     sys.exit(0 if report.ok else 1)
@@ -497,7 +540,7 @@ def calibrate(work, n, judge_name, judge_replay, judge_option):
 
 @main.command()
 @click.argument("folder", type=click.Path(path_type=Path))
-@work_option("Work dir of the build that wrote FOLDER (its report.json holds the figures).")
+@work_option("Work dir of the build that wrote FOLDER (its report.json holds the figures).", remembered=True)
 @repo_option("Hub id for the card's load_dataset example.")
 @click.option("--options", "options_path", type=click.Path(path_type=Path), default=None,
               help="YAML of card options: pretty_name, license, license_name, license_link, language, "
@@ -512,6 +555,8 @@ def card(folder, work, repo_id, options_path):
     from .card import rewrite_card
     from .dataset.validate import validate_folder
 
+    _dataset_folder(folder)
+    work = _work_of(folder, work)
     path = rewrite_card(folder, work / "report.json", repo_id=repo_id, options_path=options_path)
     problems = validate_folder(folder)
     for problem in problems:
@@ -522,7 +567,7 @@ def card(folder, work, repo_id, options_path):
 
 @main.command()
 @click.argument("out", type=click.Path(path_type=Path))
-@work_option("Work dir of the build that wrote OUT (report.json, decisions.parquet, dropped.jsonl).")
+@work_option("Work dir of the build that wrote OUT (report.json, decisions.parquet, dropped.jsonl).", remembered=True)
 @click.option("-o", "--output", "target", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="HTML file to write [default: WORK/report.html].")
 @click.option("--samples", "per_kind", type=click.IntRange(min=0), default=3, show_default=True,
@@ -540,7 +585,8 @@ def report(out, work, target, per_kind):
     """
     from .review import write_review
 
-    result = write_review(out, work, target, per_kind=per_kind)
+    _dataset_folder(out)
+    result = write_review(out, _work_of(out, work), target, per_kind=per_kind)
     click.echo(f"{result.path}: {result.bytes:,} bytes; {result.items:,} QA items, "
                f"{result.sampled:,} shown with their image")
 
@@ -553,7 +599,8 @@ def report(out, work, target, per_kind):
 @click.option("--gated", type=GATING_CHOICE, default="auto", show_default=True,
               help="Access requests approved automatically or by hand.")
 @click.option("--private", is_flag=True, help="Create the repo private.")
-@click.option("--dry-run", is_flag=True, help="List what would be uploaded and changed; touch nothing.")
+@click.option("--dry-run", is_flag=True, help="List what would be uploaded and changed; touch nothing. Without a "
+                                               "token: offline, every file listed as an upload.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Seconds each Hub request may wait to connect, read or write before the push stops.")
 @progress_option
@@ -568,6 +615,7 @@ def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, progr
     """
     from .publish import format_push_result, push as run_push
 
+    _dataset_folder(folder, "push")
     result = run_push(folder, repo_id, revision=revision, tag=tag, gated=gated, private=private,
                       dry_run=dry_run, progress=progress, timeout=timeout)
     click.echo(format_push_result(result))

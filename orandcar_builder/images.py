@@ -57,11 +57,17 @@ class ImageError(ValueError):
 @dataclass(frozen=True)
 class ImagePolicy:
     """What image files a pool may use: at most ``max_bytes`` each, read within
-    ``read_timeout_s``, inside the pool file's folder unless ``allow_outside_paths``."""
+    ``read_timeout_s``, inside the pool file's folder (or one of ``roots``, the folders an
+    import seal vouches for: ``pool.seal``) unless ``allow_outside_paths``."""
 
     max_bytes: int = DEFAULT_MAX_IMAGE_BYTES
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
     allow_outside_paths: bool = False
+    roots: tuple = ()  # absolute folders, links resolved
+
+    def allows(self, path: str, root: str) -> bool:
+        """Whether ``path`` may be read by a pool whose folder is ``root`` (links resolved)."""
+        return self.allow_outside_paths or any(within(path, folder) for folder in (root, *self.roots))
 
     def __post_init__(self) -> None:
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1:
@@ -228,7 +234,7 @@ def check_image(path: str, root: str, policy: ImagePolicy) -> "ImageRef | ImageE
     (the pool file's folder, links resolved) unless the policy allows it. Pure given the file:
     the same answer in any process (``pool.prefetch`` runs it on worker processes)."""
     try:
-        if not policy.allow_outside_paths and not within(path, root):
+        if not policy.allows(path, root):
             raise ImageError("lies outside the pool file's folder (allow it with --allow-outside-paths)",
                              IMAGE_OUTSIDE_POOL)
         return ImageRef.from_file(path, policy=policy)

@@ -21,7 +21,9 @@ folder's top-level directories that the folder no longer holds (a shard of an ol
 deleted in the last commit. Files at the top level that are not in the folder are left alone.
 
 The token comes from the ``token`` argument, ``HF_TOKEN`` or the huggingface_hub login, and is
-never printed, logged or put into an exception message.
+never printed, logged or put into an exception message. A dry run without any token is planned
+offline: no request is made, and every file of the folder is listed as an upload (what a push to
+a new repo sends); with a token, a dry run compares with the Hub as a push does.
 """
 
 from __future__ import annotations
@@ -172,6 +174,7 @@ class PushResult:
     tag: str | None = None
     tag_created: bool = False
     versions_note: str | None = None  # what the push did to the card's Versions section, if anything
+    offline: bool = False  # a dry run without a token: the Hub was not read, every file is an upload
 
     @property
     def changed(self) -> bool:
@@ -295,6 +298,8 @@ def _human_size(size: int) -> str:
 def format_push_result(result: PushResult) -> str:
     """A few lines a maintainer reads after ``orandcar push``: what changed (or would), where, and the tag."""
     would = "would " if result.dry_run else ""
+    if result.offline:
+        return _format_offline_plan(result)
     lines = [f"{'dry run: ' if result.dry_run else ''}{result.repo_id} @ {result.revision} ({result.url})"]
     if result.created_repo:
         lines.append(f"  {would}create the dataset repo{' (private)' if result.made_private else ''}")
@@ -328,6 +333,17 @@ def format_push_result(result: PushResult) -> str:
         lines.append(f"  card's {result.versions_note}{' (dry run: not written)' if result.dry_run else ''}")
     if not result.dry_run and result.head:
         lines.append(f"  head: {result.head}")
+    return "\n".join(lines)
+
+
+def _format_offline_plan(result: PushResult) -> str:
+    lines = [f"dry run, offline: {result.repo_id} @ {result.revision} ({result.url})",
+             "  no Hugging Face token, so the Hub was not read: every file is listed as a push to a new repo "
+             "would send it (with HF_TOKEN set, a dry run compares with what the Hub holds)"]
+    lines += [f"  would upload {change.path} ({_human_size(change.size)})" for change in result.uploads]
+    tag = f", then tag {result.tag}" if result.tag else ""
+    lines.append(f"  {len(result.uploads)} file(s), {_human_size(result.upload_bytes)} at most; gating "
+                 f"{result.gated!r}{tag}")
     return "\n".join(lines)
 
 
@@ -597,6 +613,17 @@ def _hub_progress(enabled: bool) -> Iterator[None]:
             enable_progress_bars()
 
 
+def _offline_plan(folder: Path, paths: list[str], repo_id: str, branch: str, gated, tag: str | None) -> PushResult:
+    """A dry run's plan made without the Hub: each file of ``paths`` an upload."""
+    from huggingface_hub import constants
+
+    uploads = tuple(FileChange(path, (folder / path).stat().st_size, "add") for path in paths)
+    return PushResult(repo_id=repo_id, revision=branch, url=f"{constants.ENDPOINT}/datasets/{repo_id}", dry_run=True,
+                      created_repo=False, created_branch=False, gated=gated, gating_changed=False,
+                      made_private=False, uploads=uploads, unchanged=(), deletions=(), commits=(), head=None,
+                      tag=tag, offline=True)
+
+
 def push(
     folder: str | os.PathLike,
     repo_id: str,
@@ -624,9 +651,9 @@ def push(
     gets a Versions entry for it (``release_card``: the summary of its diff against the previous tag,
     written into the folder's README.md before the upload); without, the Versions the Hub's card has
     are carried over. ``dry_run`` reads the Hub and returns the plan without writing (not even the
-    folder's card). Hub refusals are HubPermissionError / PushError; no error text
-    contains the token. Each request may take ``timeout`` seconds per connect, read or write; past
-    that the push ends with a HubTimeoutError.
+    folder's card); without a token it makes no request at all (``_offline_plan``). Hub refusals are
+    HubPermissionError / PushError; no error text contains the token. Each request may take
+    ``timeout`` seconds per connect, read or write; past that the push ends with a HubTimeoutError.
     """
     folder = Path(folder)
     check_repo_id(repo_id)
@@ -639,6 +666,8 @@ def push(
         raise PushError(f"commit bounds must be positive (files {commit_max_files}, bytes {commit_max_bytes})")
     branch = revision or DEFAULT_BRANCH
     paths = _check_folder(folder)
+    if dry_run and not (token or get_token()):
+        return _offline_plan(folder, paths, repo_id, branch, gated, tag)
     token = _resolve_token(token)
     api = HfApi(token=token, library_name="orandcar-builder")
     url = f"{api.endpoint}/datasets/{repo_id}"

@@ -14,6 +14,8 @@ from PIL import Image
 # load_dataset caches what it reads: keep that out of the user's ~/.cache (set before datasets is
 # imported by any test module).
 os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="orandcar-test-datasets-cache-")
+# The import seal's key (pool/seal.py) likewise stays out of the user's config folder.
+os.environ["ORANDCAR_CONFIG_DIR"] = tempfile.mkdtemp(prefix="orandcar-test-config-")
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"
@@ -68,6 +70,14 @@ def sample_copy(built_sample, tmp_path):
     target = tmp_path / "OrandCar"
     shutil.copytree(built_sample, target)
     return target
+
+
+def dataset_files(folder: Path) -> list[Path]:
+    """Every file of a dataset folder, relative and sorted, but its marker: local (it remembers the
+    work dir, which differs from build to build) and never published, it is not the dataset's."""
+    from orandcar_builder.dataset.layout import MARKER
+
+    return sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and p.name != MARKER)
 
 
 def write_png(path: Path, colour=(200, 30, 30), size=(24, 16)) -> Path:

@@ -21,7 +21,7 @@ from orandcar_builder.pool import jsonl as jsonl_module
 from orandcar_builder.pool import prefetch
 from orandcar_builder.pool.jsonl import read_pool
 
-from .conftest import write_png, write_pool
+from .conftest import dataset_files, write_png, write_pool
 
 
 def _pool(root: Path) -> Path:
@@ -95,7 +95,7 @@ def test_bad_worker_counts_are_refused(tmp_path):
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {str(p): (folder / p).read_bytes() for p in dataset_files(folder)}
 
 
 def test_build_with_one_and_two_admit_workers_is_byte_identical(tmp_path, ocr_engine):

@@ -17,7 +17,7 @@ from orandcar_builder.cli import main
 from orandcar_builder.dataset.features import features
 from orandcar_builder.vocab import CONFIGS
 
-from .conftest import SAMPLES, write_png, write_pool
+from .conftest import SAMPLES, dataset_files, write_png, write_pool
 
 
 def _load(folder: Path, config: str) -> datasets.Dataset:
@@ -113,8 +113,8 @@ def test_rows_group_qa_items_of_one_image(sample_build):
 def test_two_builds_are_byte_identical(tmp_path, ocr_engine, sample_build):
     first = sample_build[0].out
     second = build(SAMPLES / "pool.jsonl", tmp_path / "again", work=tmp_path / "work", engine=ocr_engine, progress=False)
-    files = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(second.out) for p in second.out.rglob("*") if p.is_file())
+    files = dataset_files(first)
+    assert files == dataset_files(second.out)
     for rel in files:
         assert (first / rel).read_bytes() == (second.out / rel).read_bytes(), rel
 

@@ -79,7 +79,7 @@ def test_rerun_asks_nothing_new_and_cli_reports_judge(tmp_path, recorded):
             "--no-progress"]
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 0, first.output
-    assert f"judge: {len(rejected)} judged, 0 promoted" in first.output
+    assert f"judge: {len(rejected)} QA items judged, 0 promoted" in first.output
     second = CliRunner().invoke(main, args)
     assert second.exit_code == 0, second.output
     cache = json.loads((tmp_path / "work" / "report.json").read_text())["cache"]

@@ -5,6 +5,7 @@ engine only through the cached generate."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from orandcar_builder.build.stages import overlaps, stages_for
 from orandcar_builder.executors import get_executor
 from orandcar_builder.recipe import parse_recipe, resolve
 
-from .conftest import REPO, write_png, write_pool
+from .conftest import REPO, dataset_files, write_png, write_pool
 
 
 def small_pool(folder: Path) -> tuple[Path, Path]:
@@ -163,7 +164,7 @@ def test_a_newly_registered_executor_runs_a_build(tmp_path, monkeypatch):
                      engine_options={"replay": replay}, executor=name, progress=False)
                for name in ("local", "here_too")]
     assert all(r.ok for r in results)
-    files = [sorted(p.relative_to(r.out) for p in r.out.rglob("*") if p.is_file()) for r in results]
+    files = [dataset_files(r.out) for r in results]
     assert files[0] == files[1] and all((results[0].out / f).read_bytes() == (results[1].out / f).read_bytes()
                                         for f in files[0])
     manifest = json.loads((tmp_path / "work-here_too" / "manifest.json").read_text())
@@ -196,3 +197,83 @@ def test_the_lower_layers_do_not_import_the_upper_ones(module, forbidden):
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=REPO).stdout.split()
     assert not [m for m in loaded if m.startswith(forbidden)]
+
+
+# -- progress: one bar per stage, each with its total ------------------------------------------------
+
+@pytest.mark.parametrize("text, limit, lines", [
+    (b"", None, 0), (b"a\n", None, 1), (b"a\nb", None, 2), (b"a\n\nb\n", None, 3), (b"a\nb\nc\n", 2, 2),
+    (b"a\nb", 5, 2), (b"\xef\xbb\xbfa\r\nb\r\n", None, 2),
+])
+def test_count_lines_counts_the_lines_the_pool_reader_reads(tmp_path, text, limit, lines):
+    from orandcar_builder.build.progress import count_lines
+    from orandcar_builder.pool.jsonl import decode_json_lines
+
+    path = tmp_path / "pool.jsonl"
+    path.write_bytes(text)
+    assert count_lines(path, limit) == lines
+    assert count_lines(path) == sum(1 for _ in decode_json_lines(path))
+
+
+def _bar_totals(stderr: str) -> dict:
+    """The last "done/total" each stage's bar showed (tqdm redraws a bar with \\r)."""
+    totals = {}
+    for line in re.split(r"[\r\n]+", stderr):
+        found = re.search(r"\b(admit|generate|judge|write):.*?\b(\d+)/(\d+) \[", line)
+        if found:
+            totals[found.group(1)] = (int(found.group(2)), int(found.group(3)))
+    return totals
+
+
+@pytest.mark.parametrize("executor_args", [["--admit-workers", "1"], ["--admit-workers", "2"]])
+def test_every_stage_bar_shows_its_total(tmp_path, executor_args):
+    """8 pool lines (one malformed, one naming a missing image): admit counts 8 lines, generate the
+    6 admitted items, judge the 2 rule rejects with an answer, write the QA items of the rows (the 4
+    accepted twice, the 2 rejected once). The summary shows the cache counts and timings."""
+    from click.testing import CliRunner
+
+    from orandcar_builder.cli import main
+
+    lines, replies = [], []
+    for k in range(6):
+        write_png(tmp_path / "images" / f"{k}.png", (20 * k, 30, 30))
+        lines.append({"id": f"q{k}", "image": f"images/{k}.png", "question": "What is written?", "answer": "STOP",
+                      "family": "scene_text"})
+        replies.append({"id": f"q{k}", "text": "STOP" if k < 4 else "EXIT", "finish_reason": "stop"})
+    lines += ["{not json", {"id": "gone", "image": "images/none.png", "question": "Q?", "answer": "A",
+                           "family": "scene_text"}]
+    pool = write_pool(tmp_path / "pool.jsonl", lines)
+    (tmp_path / "gens.jsonl").write_text("".join(json.dumps(r) + "\n" for r in replies))
+    (tmp_path / "verdicts.jsonl").write_text("".join(json.dumps({"id": f"q{k}", "text": "Verdict: WRONG"}) + "\n"
+                                                     for k in (4, 5)))
+    args = ["build", str(pool), "-o", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
+            "--engine", "replay", "--replay", str(tmp_path / "gens.jsonl"),
+            "--judge", "replay", "--judge-replay", str(tmp_path / "verdicts.jsonl"), *executor_args]
+    run = CliRunner().invoke(main, args)
+    assert run.exit_code == 0, run.output
+    assert _bar_totals(run.stderr) == {"admit": (8, 8), "generate": (6, 6), "judge": (2, 2), "write": (10, 10)}
+    assert "<" in run.stderr.split("generate:")[-1]  # tqdm's "elapsed<remaining": an ETA is shown
+    # QA items and rows (one per image) are never mixed: each figure says which it counts
+    assert "pool.jsonl: 8 lines, one QA item each: 6 admitted, 2 dropped" in run.stdout
+    assert "QA items: accepted 4  rejected 2" in run.stdout and "judge: 2 QA items judged" in run.stdout
+    assert "rows (one per image, holding its QA items):" in run.stdout
+    assert not re.search(r"\b(accepted|rejected|judged) \d+ rows", run.stdout)
+    assert re.search(r"RS_think +4 rows, 4 QA items, in 1 shard", run.stdout), run.stdout
+    assert "cache: generate 0 of 6 requests from the cache, 6 asked of the engine; judge 0 of 2" in run.stdout
+    assert re.search(r"time: .*generate \d+\.\d s.*judge \d+\.\d s.*write \d+\.\d s.*; total \d+\.\d s", run.stdout)
+    again = CliRunner().invoke(main, [*args, "--no-progress"])
+    assert "cache: generate 6 of 6 requests from the cache, 0 asked" in again.stdout and again.stderr == ""
+    page = (tmp_path / "work" / "report.html").read_text(encoding="utf-8")
+    assert re.search(r'<table id="run-cache">.*<td>generate</td><td class="n">6</td><td class="n">6</td>', page, re.S)
+    assert re.search(r'<table id="run-timings">.*<td>write</td><td class="n">\d+\.\d\d</td>', page, re.S)
+
+
+def test_bars_have_totals_when_admission_runs_first(tmp_path, capsys):
+    """The admit stage whole before generation (the ray executor's order): generate's total is
+    the admitted items from the start."""
+    pool, replay = small_pool(tmp_path / "pool")
+    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine_name="replay",
+                   engine_options={"replay": replay}, overlap_admit=False, progress=True)
+    assert result.ok and [s.name for s in result.stages][:2] == ["admit", "generate"]
+    totals = _bar_totals(capsys.readouterr().err)
+    assert totals["admit"] == (2, 2) and totals["generate"] == (2, 2) and totals["write"][0] == totals["write"][1]

@@ -141,7 +141,7 @@ def test_registered_names_appear_in_help(registered):
     judge_line = re.search(r"--judge \[(.*?)\]", build_help).group(1).split("|")
     executor_line = re.search(r"--executor \[(.*?)\]", build_help).group(1).split("|")
     assert engine_line == ["rapidocr", "replay", "openai_compat", "vllm", "stand_in_engine"]
-    assert judge_line == ["none", "same"] + engine_line
+    assert judge_line == ["none", "same"] + [name for name in engine_line if name != "rapidocr"]  # it cannot judge
     assert executor_line == ["local", "ray", "stand_in_executor"]
     assert "stand_in_engine" in re.search(r"--judge \[(.*?)\]", run("calibrate", "--help").output).group(1)
     assert "stand_in_family" in re.search(r"--family \[(.*?)\]", run("check-answer", "--help").output).group(1)
@@ -160,7 +160,30 @@ def test_unregistered_names_are_refused_with_a_suggestion():
     res = run("import", "jsnol", "src", "-o", "p.jsonl")
     assert res.exit_code == 2 and "unknown import format 'jsnol'; did you mean 'jsonl'?" in res.output
     res = run("calibrate", "--judge", "none")  # calibrate needs a judge engine: none/same are build's
-    assert res.exit_code == 2 and "unknown engine 'none'" in res.output
+    assert res.exit_code == 2 and "unknown judge engine 'none'" in res.output
+
+
+def test_only_engines_that_can_judge_are_offered_as_judges(tmp_path):
+    """rapidocr reads text off an image and cannot judge a text-only question: neither calibrate
+    nor build offers it, and the library's refusal names what can judge (not --judge none, which
+    calibrate has no use for)."""
+    from orandcar_builder.engines import ENGINES, engine_class, judge_engine_names
+    from orandcar_builder.errors import OrandCarError
+    from orandcar_builder.judge import judge
+
+    assert judge_engine_names() == [name for name in ENGINES if engine_class(name).can_judge]
+    assert "rapidocr" not in judge_engine_names() and "replay" in judge_engine_names()
+    for help_of in ("calibrate", "build"):
+        offered = re.search(r"--judge \[(.*?)\]", run(help_of, "--help").output).group(1).split("|")
+        assert "rapidocr" not in offered and set(judge_engine_names()) <= set(offered), (help_of, offered)
+    (tmp_path / "decisions.parquet").write_bytes(b"")
+    res = run("calibrate", "--work", tmp_path, "--judge", "rapidocr")
+    assert res.exit_code == 2 and "unknown judge engine 'rapidocr' (known: " in res.output, res.output
+    res = run("build", "pool.jsonl", "-o", tmp_path / "out", "--judge", "rapidocr")
+    assert res.exit_code == 2 and "unknown judge 'rapidocr'" in res.output, res.output
+    with pytest.raises(OrandCarError) as caught:
+        judge(type("Reader", (), {"kind": "reader", "can_judge": False})(), [("id", "Q?", ("A",), "A", "scene_text")])
+    assert "--judge none" not in str(caught.value) and "judge with an engine that can" in str(caught.value)
 
 
 def test_registered_engine_judge_and_executor_reach_the_build(registered, monkeypatch, tmp_path):
@@ -233,3 +256,53 @@ def test_clean_takes_builds_admission_options(tmp_path):
         outputs.append((out.read_text().replace(f"clean{workers}", ""), json.loads(res.output)["lines_dropped"]))
     assert outputs[0] == outputs[1]
     assert run("clean", pool, "-o", tmp_path / "c.jsonl", "--admit-workers", "0").exit_code == 2
+
+
+# --- a work dir given where a dataset folder is wanted, and the work dir a folder remembers -----
+
+def test_validate_given_a_work_dir_names_the_dataset_folder(sample_build, tmp_path):
+    result, _ = sample_build
+    res = run("validate", result.work)
+    assert res.exit_code == 2, res.output
+    assert res.output.count("error:") == 1 and "unexpected file" not in res.output, res.output
+    assert f"{result.work} is a work dir" in res.output
+    assert f"validate the dataset folder {result.out.resolve()}" in res.output
+    # a work dir whose manifest does not name its folder still is one
+    bare = tmp_path / "work"
+    bare.mkdir()
+    (bare / "manifest.json").write_text("{}")
+    (bare / "admitted.parquet").write_bytes(b"")
+    res = run("validate", bare)
+    assert res.exit_code == 2 and "is a work dir" in res.output and "its build wrote (-o)" in res.output
+    # the other commands that take a dataset folder say the same
+    for command in (["recheck", result.work], ["card", result.work], ["report", result.work],
+                    ["push", result.work, "--repo", "org/name", "--dry-run"]):
+        res = run(*command)
+        assert res.exit_code == 2 and res.output.count("error:") == 1, (command, res.output)
+        assert f"is a work dir (`orandcar build --work`), not a dataset folder" in res.output, (command, res.output)
+        assert str(result.out.resolve()) in res.output
+
+
+def test_report_and_card_use_the_work_dir_the_folder_remembers(sample_build, sample_copy, tmp_path, monkeypatch):
+    from orandcar_builder.dataset.layout import MARKER, remembered_work, scan, write_marker
+    from orandcar_builder.dataset.validate import validate_folder
+
+    result, _ = sample_build
+    assert remembered_work(result.out) == result.work.resolve()
+    assert MARKER not in scan(result.out).published  # local only: push uploads the published files
+    monkeypatch.chdir(tmp_path)  # no ./work here: only the remembered one can be found
+    res = run("report", sample_copy, "-o", tmp_path / "review.html")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "review.html").stat().st_size > 1000
+    res = run("card", sample_copy)
+    assert res.exit_code == 0, res.output
+    assert validate_folder(sample_copy) == []
+
+    gone = tmp_path / "moved-away"
+    write_marker(sample_copy, gone)
+    for command in (["report", sample_copy], ["card", sample_copy]):
+        res = run(*command)
+        assert res.exit_code == 2 and res.output.count("error:") == 1, res.output
+        assert f"the work dir that built it, {gone}, is gone; give the work dir with --work" in res.output
+    res = run("report", sample_copy, "--work", result.work, "-o", tmp_path / "again.html")
+    assert res.exit_code == 0, res.output  # --work wins over the marker

@@ -376,6 +376,34 @@ def test_missing_token_is_a_clear_error_before_any_request(hub, monkeypatch, fol
     assert hub.log == []
 
 
+def test_a_dry_run_without_a_token_lists_the_uploads_offline(hub, monkeypatch, folder_v1):
+    """No HF_TOKEN, no login: the dry run reads nothing from the Hub (not even the test hub, nor
+    any other address) and lists every file the folder would send; the CLI exits 0."""
+    from click.testing import CliRunner
+
+    import orandcar_builder.publish as publish
+    from orandcar_builder.cli import main
+
+    monkeypatch.delenv("HF_TOKEN")
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a dry run without a token made a Hub client")
+
+    monkeypatch.setattr(publish, "HfApi", no_network)
+    dry = quiet_push(folder_v1, dry_run=True, tag="v1.0")
+    assert dry.offline and dry.dry_run and dry.commits == () and dry.tag == "v1.0"
+    assert [c.path for c in dry.uploads] == folder_files(folder_v1) and {c.action for c in dry.uploads} == {"add"}
+    assert dry.upload_bytes == sum((folder_v1 / path).stat().st_size for path in folder_files(folder_v1))
+    run = CliRunner().invoke(main, ["push", str(folder_v1), "--repo", REPO, "--dry-run", "--no-progress"])
+    assert run.exit_code == 0, run.output
+    assert run.output.startswith(f"dry run, offline: {REPO} @ main") and "no Hugging Face token" in run.output
+    for path in folder_files(folder_v1):
+        assert f"would upload {path} (" in run.output
+    assert hub.log == []
+    with pytest.raises(MissingTokenError):  # a real push still needs one
+        quiet_push(folder_v1)
+
+
 # -- pushes through the server -------------------------------------------------------------------
 
 

@@ -16,14 +16,13 @@ from orandcar_builder.build import build
 from orandcar_builder.engines.replay import ReplayEngine
 from orandcar_builder.executors.ray_data import import_ray
 
-from .conftest import SAMPLES
+from .conftest import SAMPLES, dataset_files
 
 POOL = SAMPLES / "pool.jsonl"
 
 
 def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {str(p): hashlib.sha256((folder / p).read_bytes()).hexdigest() for p in dataset_files(folder)}
 
 
 def test_missing_ray_says_how_to_install(monkeypatch):

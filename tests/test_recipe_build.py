@@ -22,7 +22,7 @@ from orandcar_builder.recipe import parse_recipe, resolve, shipped_recipe_path, 
 from orandcar_builder.dataset.cardfile import BUILD_KEY, split_card
 from orandcar_builder.dataset.recheck import recheck
 
-from .conftest import REPO, SAMPLES
+from .conftest import REPO, SAMPLES, dataset_files
 
 PUBLISHED_QUESTION = ("What is written in the image? Answer this question using the text in the image directly "
                       "without any other context. Answer in short without any other content.")
@@ -53,7 +53,7 @@ def _questions(folder: Path) -> list[str]:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {p.as_posix(): (folder / p).read_bytes() for p in dataset_files(folder)}
 
 
 def test_the_shipped_recipe_gives_the_published_scene_text_question(tmp_path):

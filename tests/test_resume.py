@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, write_png, write_pool
+from .conftest import REPO, dataset_files, write_png, write_pool
 
 N_ITEMS = 120
 KILLS = 6
@@ -104,8 +104,8 @@ def test_killed_builds_resume_to_identical_bytes(crash_pool, tmp_path):
     assert set(asked) == {f"q{i}" for i in range(N_ITEMS)}
     reasked = len(asked) - N_ITEMS  # only batches in flight at a kill may be asked twice
     assert reasked <= kills * 4
-    files = sorted(p.relative_to(reference / "out") for p in (reference / "out").rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    files = dataset_files(reference / "out")
+    assert files == dataset_files(out)
     for rel in files:
         assert (reference / "out" / rel).read_bytes() == (out / rel).read_bytes(), rel
     assert kills == KILLS, "every run should have been killed mid-way"

@@ -17,7 +17,7 @@ import pytest
 
 from tests.fake_openai_server import FakeOpenAIServer
 
-from .conftest import REPO, write_png, write_pool
+from .conftest import REPO, dataset_files, write_png, write_pool
 
 N_ITEMS = 90
 CONCURRENCY = 8
@@ -100,8 +100,8 @@ def test_killed_streaming_builds_resume_to_identical_bytes(crash_pool, tmp_path)
         assert not cached & asked
         assert kills == KILLS, "every run should have been killed mid-way"
         total_asked = len(server.received) - N_ITEMS  # the reference build asked each once
-    files = sorted(p.relative_to(reference / "out") for p in (reference / "out").rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    files = dataset_files(reference / "out")
+    assert files == dataset_files(out)
     for rel in files:
         assert (reference / "out" / rel).read_bytes() == (out / rel).read_bytes(), rel
     assert (work / "failed.jsonl").read_text() == ""

@@ -20,14 +20,13 @@ from orandcar_builder.engines.replay import ReplayEngine
 from orandcar_builder.executors.ordering import sort_by_order
 from orandcar_builder.records import Generation
 
-from .conftest import SAMPLES
+from .conftest import SAMPLES, dataset_files
 
 POOL = SAMPLES / "pool.jsonl"
 
 
 def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {str(p): hashlib.sha256((folder / p).read_bytes()).hexdigest() for p in dataset_files(folder)}
 
 
 class Shuffling(ReplayEngine):

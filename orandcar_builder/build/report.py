@@ -211,21 +211,47 @@ def write_json(path: Path, data: dict) -> None:
 OUTSIDE_POOL_REASONS = (IMAGE_OUTSIDE_POOL, SOURCE_OUTSIDE_POOL)
 
 
+def _cache_line(cache: dict) -> str:
+    """How many requests of each pass the cache answered, from report.json's ``cache``."""
+    parts = [f"{name} {stats.get('hits', 0)} of {stats.get('total', 0)} requests from the cache, "
+             f"{stats.get('asked', 0)} asked of the engine" for name, stats in cache.items() if stats]
+    return "  cache: " + "; ".join(parts) if parts else ""
+
+
+def _timings_line(timings: dict) -> str:
+    """The stages' seconds, from report.json's ``timings_s`` (the total last)."""
+    shown = [f"{name} {seconds:.1f} s" for name, seconds in timings.items() if name != "total"]
+    total = f"; total {timings['total']:.1f} s" if "total" in timings else ""
+    return "  time: " + ", ".join(shown) + total if shown else ""
+
+
+def run_figures(work: Path) -> dict:
+    """This run's cache counts and timings (report.json's ``cache`` and ``timings_s``; they vary
+    from run to run, so the card never shows them): empty when report.json cannot be read."""
+    try:
+        data = json.loads((Path(work) / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {"cache": data.get("cache") or {}, "timings_s": data.get("timings_s") or {}} if isinstance(data, dict) else {}
+
+
 def format_summary(result) -> str:
-    """The CLI's summary of a BuildResult."""
+    """The CLI's summary of a BuildResult. A QA item is one question about an image (a pool
+    line); a row is one image with its QA items, so the configs' rows are counted apart."""
     r = result.report
     lines = [
-        f"pool {r['pool']}: {r['items']} items, {r['admitted']} admitted, {r['dropped']} dropped",
-        f"accepted {r['accepted']}  rejected {r['rejected']}",
+        f"pool {r['pool']}: {r['items']} lines, one QA item each: {r['admitted']} admitted, {r['dropped']} dropped",
+        f"QA items: accepted {r['accepted']}  rejected {r['rejected']}",
     ]
     for reason, n in r["dropped_by_reason"].items():
         lines.append(f"  dropped   {reason:<22} {n}")
     outside = sum(n for reason, n in r["dropped_by_reason"].items() if reason in OUTSIDE_POOL_REASONS)
     if outside:
-        lines.append(f"  {outside} item(s) name an image outside the pool file's folder: if you trust this pool "
-                     f"(one `orandcar import` wrote, say), build again with --allow-outside-paths")
+        lines.append(f"  {outside} QA item(s) name an image outside the pool file's folder, and no import seal of this "
+                     f"machine vouches for it (a pool `orandcar import` wrote here, unchanged since, has one): if you "
+                     f"trust this pool, build again with --allow-outside-paths")
     if r.get("failed"):
-        lines.append(f"  failed    {r['failed']} item(s) got no answer (reasons in work/failed.jsonl; a rerun asks again)")
+        lines.append(f"  failed    {r['failed']} QA item(s) got no answer (reasons in work/failed.jsonl; a rerun asks again)")
     for reason, n in r["rejected_by_reason"].items():
         lines.append(f"  rejected  {reason:<22} {n}")
     for verifier, n in r["accepted_by_verifier"].items():
@@ -233,16 +259,21 @@ def format_summary(result) -> str:
     judge = r.get("judge")
     if judge:
         v = judge["verdicts"]
-        lines.append(f"  judge: {judge['judged']} judged, {judge['promoted']} promoted "
+        lines.append(f"  judge: {judge['judged']} QA items judged, {judge['promoted']} promoted "
                      f"(CORRECT {v['CORRECT']}, WRONG {v['WRONG']}, UNSURE {v['UNSURE']}, "
                      f"unparseable {judge['unparseable']})")
         cal = judge.get("calibration")
         if cal:
-            lines.append(f"  judge calibration: agreed on {cal['agreed']}/{cal['n']} rule-accepted items")
+            lines.append(f"  judge calibration: agreed on {cal['agreed']}/{cal['n']} rule-accepted QA items")
     else:
         lines.append("  judge: no second pass ran")
+    lines.append("rows (one per image, holding its QA items):")
     for config, s in r["configs"].items():
-        lines.append(f"  {config:<11} {s['rows']} rows in {len(s['shards'])} shard(s), {s['bytes']} bytes")
+        lines.append(f"  {config:<11} {s['rows']} rows, {s['qa']} QA items, in {len(s['shards'])} shard(s), "
+                     f"{s['bytes']} bytes")
+    figures = run_figures(result.work)
+    lines.extend(line for line in (_cache_line(figures.get("cache") or {}),
+                                   _timings_line(figures.get("timings_s") or {})) if line)
     lines.append(f"dataset: {result.out}   work dir: {result.work}")
     if (result.work / "report.html").is_file():
         lines.append(f"review page: {result.work / 'report.html'}")

@@ -91,7 +91,7 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     check_paths(target, work)
     try:
         work.mkdir(parents=True, exist_ok=True)
-        with families_in_use(config.families), WorkLock(work), StagedOutput(target) as staged:
+        with families_in_use(config.families), WorkLock(work), StagedOutput(target, work) as staged:
             result, manifest_data = _run_stages(config, objects, staged.path)
             if result.ok:
                 staged.publish()
@@ -129,7 +129,7 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     executor = _executor(config, objects)
     work = BuildWork(config=config, objects=objects, out=out, executor=executor)
     work.admission = Admission(config.pool, work.dir, config.limit, work.clean_report, config.image_policy(),
-                               config.workers())
+                               config.workers(), progress=config.progress)
     t0 = time.perf_counter()
     reports: list[StageReport] = []
     try:

@@ -8,6 +8,7 @@ gives and gathers the reports into work/report.json's ``timings_s``.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,6 +17,27 @@ from typing import Any, Optional, Protocol
 
 from ..cache import CacheStats, GenerationCache
 from .config import BuildConfig, BuildObjects
+
+
+# A work dir's manifest and one of the stages' parquet files: a dataset folder never holds them, so
+# a command that wants a dataset folder can tell it was given a work dir.
+MANIFEST = "manifest.json"
+WORK_DIR_FILES = ("decisions.parquet", "admitted.parquet")
+
+
+def is_work_dir(folder: Path) -> bool:
+    """Whether ``folder`` is a build's work dir (its manifest and a stage's parquet file)."""
+    folder = Path(folder)
+    return (folder / MANIFEST).is_file() and any((folder / name).is_file() for name in WORK_DIR_FILES)
+
+
+def built_output(work: Path) -> Optional[Path]:
+    """The dataset folder the work dir's last build wrote, as its manifest names it (None: unknown)."""
+    try:
+        out = json.loads((Path(work) / MANIFEST).read_text(encoding="utf-8")).get("out")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(out) if isinstance(out, str) and out else None
 
 
 @dataclass

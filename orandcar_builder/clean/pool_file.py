@@ -4,19 +4,26 @@ Every line of the input ends in exactly one of the two outputs: the cleaned pool
 items, native format, paths relative to the new file, with a ``clean`` field naming the policy
 and actions) or the dropped file (one JSON object per dropped line: where, id, reason, detail,
 in line order). The returned report says how many went where and why, and is checked to add up.
+
+The cleaned pool keeps the trust its input had on this machine (``pool.seal``): its images passed
+the input's guard (the input's folder and the folders the input's seal vouches for), so a cleaned
+pool written elsewhere is sealed with those folders, and builds as it is. With the guard off
+(``allow_outside_paths``) nothing vouched for the images, and the cleaned pool gets no seal.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
 from ..errors import OrandCarError
-from ..files import JsonLinesFile, replaced_on_success
+from ..files import JsonLinesFile, replaced_on_success, within
 from ..images import ImagePolicy
 from ..pool.jsonl import SOURCE_FIELDS, encode_pool_line, read_pool
+from ..pool.seal import sealed_roots, write_seal
 from ..records import Admitted, Dropped, PoolItem
 from .policy import DROP_REASONS, clean
 from .purity import measure_pool_file
@@ -80,6 +87,16 @@ def cleaned_line(admitted: Admitted, pool_dir: str, out_dir: str) -> str:
     return encode_pool_line(fields, extra={"clean": {"policy": admitted.policy, "actions": list(admitted.actions)}})
 
 
+def _seal_cleaned(pool: Path, out: Path, images: Optional[ImagePolicy], digest: str) -> None:
+    """Seal the cleaned pool ``out`` with the folders its input's images were admitted from, when
+    one lies outside ``out``'s folder (see the module docstring); otherwise remove any old seal."""
+    roots: list[str] = []
+    if images is None or not images.allow_outside_paths:
+        roots = [os.path.realpath(pool.parent), *sealed_roots(pool)]
+    out_root = os.path.realpath(out.parent)
+    write_seal(out, roots if any(not within(root, out_root) for root in roots) else (), digest)
+
+
 def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None,
                images: Optional[ImagePolicy] = None, workers: int = 1) -> dict:
     """Clean ``pool`` into ``out`` (admitted items) and ``dropped`` (default: ``dropped.jsonl``
@@ -103,17 +120,21 @@ def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None,
     admitted = 0
     read_reasons: Counter = Counter()
     cleaned_drops: Counter = Counter()
+    digest = hashlib.sha256()  # of the cleaned pool's bytes, for its seal
     # Both files are renamed into place only when every line is written (out first, then dropped).
     with JsonLinesFile(dropped, suffix=".partial") as dropped_file, replaced_on_success(out) as partial_out:
         with open(partial_out, "w", encoding="utf-8", newline="\n") as out_fh:
             for record in clean_lines(pool, report, images=images, workers=workers):
                 if isinstance(record, Admitted):
-                    out_fh.write(cleaned_line(record, pool_dir, out_dir) + "\n")
+                    text = cleaned_line(record, pool_dir, out_dir) + "\n"
+                    out_fh.write(text)
+                    digest.update(text.encode("utf-8"))
                     admitted += 1
                 else:
                     dropped_file.write(record.to_dict())
                     (cleaned_drops if record.reason in DROP_REASONS else read_reasons)[record.reason] += 1
 
+    _seal_cleaned(pool, out, images, digest.hexdigest())
     read_dropped = sum(read_reasons.values())
     report.setdefault("items", 0)
     report.update({

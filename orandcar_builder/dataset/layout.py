@@ -9,6 +9,8 @@ A dataset folder holds:
 - ``.orandcar-dataset``: the marker that says the folder was written by this tool. It is not
   part of the dataset: ``push`` never uploads it, and ``load_dataset`` skips hidden files (the
   configs name their shards explicitly anyway). A build replaces only a folder that carries it.
+  Being local, it also remembers the work dir of the build that wrote the folder (an absolute
+  path of this machine), so ``report`` and ``card`` find it without ``--work``.
 
 Anything else (a stray ``README.md.tmp``, a half-written shard, ``secrets.txt``, a ``work/`` dir,
 a symbolic link) is unexpected: ``validate`` reports it and ``push`` refuses the folder. Symbolic
@@ -17,17 +19,20 @@ links are never followed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from ..vocab import CONFIGS, SHARD_NAME, SPLIT
 
 README = "README.md"
 EXAMPLES_DIR = "examples"
 MARKER = ".orandcar-dataset"
-# Fixed content: nothing in the folder may depend on the clock or the machine.
+# Fixed text, then the work dir's line: nothing the dataset publishes depends on the clock or
+# the machine, and the marker is never published.
 MARKER_TEXT = "This folder is a dataset written by orandcar-builder (`orandcar build`).\n" \
               "A rebuild replaces it as a whole; files added here by hand make a rebuild stop.\n"
 # The card's acceptance-per-family chart, drawn beside the example images.
@@ -94,8 +99,31 @@ def scan(folder: Path) -> Layout:
     return layout
 
 
-def write_marker(folder: Path) -> None:
-    (Path(folder) / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
+MARKER_WORK = "work dir: "  # then the path as a JSON string (any character, one line)
+
+
+def write_marker(folder: Path, work: Optional[Path] = None) -> None:
+    """The marker, remembering ``work`` (made absolute) when given."""
+    text = MARKER_TEXT
+    if work is not None:
+        text += MARKER_WORK + json.dumps(os.path.abspath(work), ensure_ascii=False) + "\n"
+    (Path(folder) / MARKER).write_text(text, encoding="utf-8")
+
+
+def remembered_work(folder: Path) -> Optional[Path]:
+    """The work dir the marker of ``folder`` remembers; None when it has no marker or names none."""
+    try:
+        lines = (Path(folder) / MARKER).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in lines:
+        if line.startswith(MARKER_WORK):
+            try:
+                path = json.loads(line[len(MARKER_WORK):])
+            except ValueError:
+                return None
+            return Path(path) if isinstance(path, str) and path else None
+    return None
 
 
 def expected_layout_text() -> str:

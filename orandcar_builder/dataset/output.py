@@ -148,8 +148,8 @@ class StagedOutput:
     clean exit without ``publish()`` (the dataset failed validation) the stage is kept for
     inspection and ``out`` is untouched."""
 
-    def __init__(self, out: Path):
-        self.out = Path(out)
+    def __init__(self, out: Path, work: Optional[Path] = None):
+        self.out, self.work = Path(out), work  # the marker remembers ``work``
         self.path = stage_path(self.out)
         self.published = False
 
@@ -158,7 +158,7 @@ class StagedOutput:
         _remove_ours(self.path, "new dataset while it is written")
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.path.mkdir()
-        write_marker(self.path)
+        write_marker(self.path, self.work)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

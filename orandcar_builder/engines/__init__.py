@@ -21,15 +21,27 @@ class EngineSettingError(OrandCarError, ValueError):
     """An unknown or out-of-range engine setting; the message names the engine."""
 
 
-def create_engine(name: str, **options: Any) -> Engine:
+def engine_class(name: str) -> Any:
+    """The factory (an Engine class) registered as ``name``; its module is imported now, which
+    does not import the engine's optional dependencies (they load when an engine is made)."""
     if name not in ENGINES:
         raise UnknownNameError("engine", name, ENGINES)
     module_name, factory = ENGINES[name].split(":")
-    module = importlib.import_module(module_name)
+    return getattr(importlib.import_module(module_name), factory)
+
+
+def judge_engine_names() -> list[str]:
+    """The engines that can run the text-only judge pass (``can_judge``), in registry order."""
+    return [name for name in ENGINES if getattr(engine_class(name), "can_judge", False)]
+
+
+def create_engine(name: str, **options: Any) -> Engine:
+    factory = engine_class(name)
     try:
-        return getattr(module, factory)(**options)
+        return factory(**options)
     except (TypeError, ValueError) as exc:  # an unknown or out-of-range setting
         raise EngineSettingError(f"engine {name!r}: bad setting ({exc})") from None
 
 
-__all__ = ["Engine", "EngineSettingError", "EngineUnavailable", "ENGINES", "create_engine"]
+__all__ = ["Engine", "EngineSettingError", "EngineUnavailable", "ENGINES", "create_engine", "engine_class",
+           "judge_engine_names"]

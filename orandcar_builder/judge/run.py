@@ -37,8 +37,8 @@ def judge(
         return []
     if not getattr(engine, "can_judge", False):
         raise OrandCarError(
-            f"engine {getattr(engine, 'kind', engine)!r} cannot run the text-only judge: use a "
-            "vllm, openai_compat or replay judge, or --judge none to skip the second pass"
+            f"engine {getattr(engine, 'kind', engine)!r} cannot run the text-only judge: judge with an "
+            "engine that can (`orandcar calibrate --help` lists them)"
         )
     requests = [judge_request(item) for item in judged]
     generations = list((generate or _engine_generate)(engine, requests))

@@ -62,6 +62,7 @@ def import_folder(
         if not needed.is_dir():
             raise OrandCarError(f"{source}: folder import needs {IMAGE_DIR}/ and {LABEL_DIR}/ subfolders; {needed.name}/ is missing")
     dataset = dataset or source.name
+    writer.add_root(source)
     images: dict[str, list[str]] = {}
     unexpected: list[str] = []
     for name in _listing(image_dir):

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Optional, Union
 from ..errors import UnknownNameError
 from ..families import get_family
 from ..vocab import OPTION_LETTERS
-from ..images import ImageError, ImagePolicy, ImageRef, check_image, within
+from ..images import ImageError, ImagePolicy, ImageRef, check_image
 from ..records import Dropped, PoolItem, Source
 from ..spill import SpillSet
 
@@ -183,7 +183,9 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
 
     ``images`` bounds the image files (size, read time) and, unless it allows outside paths,
     drops a line whose ``image`` or ``source.image`` lies outside the pool file's folder (links
-    resolved): ``image_outside_pool``, ``source_image_outside_pool``.
+    resolved): ``image_outside_pool``, ``source_image_outside_pool``. The folders the pool's
+    import seal vouches for (``seal.sealed_roots``: a pool ``orandcar import`` wrote on this
+    machine, unchanged since) count as inside.
 
     ``limit`` stops after that many lines have been read (good or bad). The ids already used are
     remembered in a SpillSet, so memory does not grow with the pool: past its threshold they go
@@ -202,11 +204,18 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
 
     workers = check_workers(workers)
     with SpillSet(spill_dir) as seen_ids:
-        yield from _read_pool(path, base, limit, seen_ids, images or ImagePolicy(), workers)
+        yield from _read_pool(path, base, limit, seen_ids, _with_seal(images or ImagePolicy(), path), workers)
+
+
+def _with_seal(policy: ImagePolicy, pool: Path) -> ImagePolicy:
+    from .seal import sealed_roots
+
+    roots = () if policy.allow_outside_paths else sealed_roots(pool)
+    return replace(policy, roots=tuple(dict.fromkeys((*policy.roots, *roots)))) if roots else policy
 
 
 def _outside(recorded: str, base: str, root: str, policy: ImagePolicy) -> bool:
-    return not policy.allow_outside_paths and not within(os.path.abspath(os.path.join(base, recorded)), root)
+    return not policy.allows(os.path.abspath(os.path.join(base, recorded)), root)
 
 
 def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
@@ -313,6 +322,7 @@ def import_jsonl(source: Path, writer) -> None:
     """The ``jsonl`` importer: check each native pool line, report bad ones, write the good ones
     in canonical form with ``image`` and ``source.image`` relative to the new pool file."""
     base = Path(source).parent
+    writer.add_root(base)
     report = writer.report
     for where, obj in decode_json_lines(Path(source)):
         report.read += 1

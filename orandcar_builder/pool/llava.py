@@ -229,6 +229,7 @@ def import_llava(
     if unknown:
         raise OrandCarError(f"llava import: unknown field mapping key(s) {', '.join(unknown)}; known: {', '.join(DEFAULT_FIELDS)}")
     root = Path(image_root) if image_root is not None else source.parent
+    writer.add_root(root)
     report = writer.report
     for index, (where, record) in enumerate(iter_records(source)):
         report.read += 1

@@ -43,7 +43,8 @@ class ImportReport:
     read: int = 0
     written: int = 0
     images_written: int = 0  # image files the importer wrote itself (hf); 0 for the others
-    paths_outside: int = 0  # image locators written as paths outside the pool file's folder
+    paths_outside: int = 0  # image locators written as paths outside the pool file's folder, unsealed
+    sealed: Optional[str] = None  # the seal (pool.seal) that lets a build read the others
     problem_counts: Counter = field(default_factory=Counter)
     problems: list[ImportProblem] = field(default_factory=list)
     problems_path: Optional[str] = None  # sidecar JSONL with every problem, when there are any
@@ -79,6 +80,7 @@ class ImportReport:
             "written": self.written,
             "images_written": self.images_written,
             "paths_outside": self.paths_outside,
+            "sealed": self.sealed,
             "problems": self.problems_total,
             "problems_by_reason": dict(sorted(self.problem_counts.items())),
             "problems_path": self.problems_path,
@@ -99,6 +101,9 @@ def format_import_report(report: ImportReport) -> str:
     ]
     if report.images_written:
         lines.append(f"  {report.images_written} image files written (original bytes)")
+    if report.sealed:
+        lines.append(f"  sealed: {report.sealed} lets a build on this machine read the images where the import "
+                     f"found them, outside the pool file's folder")
     if report.paths_outside:
         lines.append(f"  {report.paths_outside} image paths lie outside the pool file's folder: build this pool "
                      f"with --allow-outside-paths (a build reads only images inside the pool's folder otherwise)")

@@ -3,8 +3,9 @@
 Everything is embedded (charts as SVG, thumbnails as PNG, both as data URIs; the style sheet
 inline) and a Content-Security-Policy forbids every network load and every script, so the page
 opens from disk anywhere and text from the pool or the model cannot run as code; the template
-escapes all text as well (jinja2 autoescaping). Nothing on the page depends on the wall clock,
-the machine or timings: the same build gives the same bytes.
+escapes all text as well (jinja2 autoescaping). The page is rendered from the work dir's files
+alone: the same build gives the same bytes. Its two "This run" tables show the run's cache counts
+and seconds per stage, as report.json records them; the dataset card never shows them.
 """
 
 from __future__ import annotations
@@ -210,6 +211,15 @@ def _failed_examples(work: Path) -> list[dict]:
     return out
 
 
+def _run(report: dict) -> dict:
+    """The "This run" tables: report.json's ``cache`` (per pass) and ``timings_s`` (per stage)."""
+    cache = [{"name": name, "total": stats.get("total", 0), "hits": stats.get("hits", 0), "asked": stats.get("asked", 0)}
+             for name, stats in (report.get("cache") or {}).items() if isinstance(stats, dict)]
+    timings = [(name, f"{seconds:.2f}") for name, seconds in (report.get("timings_s") or {}).items()
+               if isinstance(seconds, (int, float))]
+    return {"cache": cache, "timings": timings}
+
+
 def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -> tuple[dict, int]:
     """The template's context for the build that wrote dataset folder ``out`` from work dir
     ``work``, and the number of items shown with their image (the QA items read are
@@ -243,6 +253,7 @@ def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -
         "report": report,
         "generation": report.get("generation") or {},
         "glance": _glance(report),
+        "run": _run(report),
         "charts": {
             "acceptance": _svg_uri(charts.acceptance_chart(family_counts)),
             "rejection": _svg_uri(charts.rejection_chart(family_counts)),

@@ -17,6 +17,7 @@ from ...executors.steps import admitted_row
 from ...records import ADMITTED_SCHEMA
 from ...images import ImagePolicy
 from ...records import Dropped
+from ..progress import count_lines, stage_bar
 from ..work import BuildWork, StageReport
 from ...files import JsonLinesFile
 from ..workfiles import ParquetFile, WorkFiles
@@ -28,23 +29,41 @@ class Admission:
     (renamed into place) once the rows are exhausted, and removed if the stream is closed early or
     fails. ``workers`` processes check the image files (``pool.prefetch``); the records are those
     of one process. ``seconds`` is the time spent admitting (not the time the consumer spent
-    between rows)."""
+    between rows). With ``progress``, the ``admit`` bar counts the pool's lines out of their number
+(``lines``)."""
 
     def __init__(self, pool: Path, work: Path, limit: Optional[int], clean_report: dict,
-                 images: Optional[ImagePolicy] = None, workers: int = 1):
+                 images: Optional[ImagePolicy] = None, workers: int = 1, progress: bool = False):
         self.pool, self.work, self.limit, self.clean_report = pool, work, limit, clean_report
-        self.images, self.workers = images, workers
+        self.images, self.workers, self.progress = images, workers, progress
         self.dropped: Counter = Counter()
         self.admitted = 0
         self.done = False
         self.seconds = 0.0
+        self._lines: Optional[int] = None
+
+    @property
+    def lines(self) -> int:
+        """The pool lines this admission reads (``--limit`` applied), counted on first use."""
+        if self._lines is None:
+            self._lines = count_lines(self.pool, self.limit)
+        return self._lines
+
+    def expected(self) -> Optional[int]:
+        """The items admitted once admission ends, as far as known now: exact when it is done;
+        before, the lines less those dropped so far (None without progress bars: not counted)."""
+        if self.done:
+            return self.admitted
+        return self.lines - sum(self.dropped.values()) if self.progress else None
 
     def rows(self) -> Iterator[dict]:
         t0 = time.perf_counter()
-        with WorkFiles(admitted=ParquetFile(self.work / "admitted.parquet", ADMITTED_SCHEMA),
-                       dropped=JsonLinesFile(self.work / "dropped.jsonl")) as files:
+        with stage_bar("admit", self.lines if self.progress else None, self.progress) as bar, \
+                WorkFiles(admitted=ParquetFile(self.work / "admitted.parquet", ADMITTED_SCHEMA),
+                          dropped=JsonLinesFile(self.work / "dropped.jsonl")) as files:
             for record in clean_lines(self.pool, self.clean_report, limit=self.limit, spill_dir=self.work,
                                       images=self.images, workers=self.workers):
+                bar.update(1)
                 if isinstance(record, Dropped):
                     files.dropped.write(record.to_dict())
                     self.dropped[record.reason] += 1

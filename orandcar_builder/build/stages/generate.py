@@ -10,10 +10,9 @@ decisions, so every file is in pool order."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ...cache import CacheStats, GenerationCache
 from ...engines import create_engine
@@ -26,6 +25,7 @@ from ...records import DECISION_SCHEMA
 from ...parquetio import open_parquet
 from ...vocab import FAILED
 from ..config import BuildError
+from ..progress import set_progress, stage_bar
 from ..work import BuildWork, GenerationFacts, StageReport
 from ...files import JsonLinesFile
 from ..workfiles import ParquetFile, WorkFiles
@@ -41,7 +41,10 @@ def open_engines(work: BuildWork) -> None:
     if judge_engine is None and config.judge != "none":
         judge_engine = engine if config.judge == "same" else create_engine(config.judge, **config.judge_options)
     if judge_engine is not None and not judge_engine.can_judge:
-        raise BuildError(f"engine {judge_engine.kind!r} cannot run the text-only judge pass; use --judge none")
+        from ...engines import judge_engine_names
+
+        raise BuildError(f"engine {judge_engine.kind!r} cannot run the text-only judge pass; use --judge none, or "
+                         f"one of {', '.join(judge_engine_names())}")
     work.engine, work.judge_engine = engine, judge_engine
 
 
@@ -70,7 +73,7 @@ class GenerateStage:
             factory=work.objects.engine_factory or EngineFactory(config.engine, dict(config.engine_options)),
             cache=work.cache, stats=work.generation_stats, batch_size=config.generation_batch,
             timings={"generate": 0.0, "verify": 0.0}, admitted_rows=admitted_rows, families=config.families)
-        total = None if self.overlapped else work.admitted
+        total = work.admission.expected if self.overlapped else (lambda: work.admitted)
         work.facts = _generate(work.executor, job, total, config.progress, config.export_generations)
         if not work.admission.done:
             raise RuntimeError(f"executor {work.executor.name!r} ended before every pool line was admitted")  # a bug
@@ -82,25 +85,23 @@ class GenerateStage:
         return StageReport(self.name, timings, counters)
 
 
-def _generate(executor, job: GenerationJob, total: Optional[int], progress: bool,
+def _generate(executor, job: GenerationJob, total: Callable[[], Optional[int]], progress: bool,
               export_generations: Optional[Path]) -> GenerationFacts:
-    """work/decisions.parquet (before the judge) and the side files. ``total`` is None while the
-    items are still being admitted (``job.admitted_rows``)."""
-    from tqdm import tqdm
-
+    """work/decisions.parquet (before the judge) and the side files. ``total()`` is the items to
+    generate as far as known now (it shrinks while the items are still being admitted:
+    ``job.admitted_rows``)."""
     work = job.work
-    with tqdm(total=total, desc="generate", unit="qa", disable=not progress, file=sys.stderr) as bar:
+    with stage_bar("generate", total(), progress, beside_admit=job.admitted_rows is not None) as bar:
         def advance(stats: CacheStats) -> None:
-            bar.n = stats.done
-            bar.refresh()
+            set_progress(bar, stats.done, total())
 
         job.progress = advance
         unsorted = work / "decisions.unsorted.parquet"
         with WorkFiles(decisions=ParquetFile(unsorted, DECISION_SCHEMA)) as files:
             for chunk in executor.run(job):
                 files.decisions.write_rows(chunk.rows)
-        bar.total = bar.n = total if total is not None else job.stats.total
-        bar.refresh()
+        final = total()  # exact now: admission is done
+        set_progress(bar, final, final)
     t0 = time.perf_counter()
     sort_by_order(unsorted, work / "decisions.parquet")
     facts = side_files(work, export_generations)

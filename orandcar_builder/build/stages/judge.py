@@ -5,7 +5,6 @@ report. Every judge request goes through the build's cache (``executors.generate
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Optional
@@ -13,12 +12,14 @@ from typing import Optional
 from ... import judge as judging
 from ...cache import CacheStats, GenerationCache
 from ...executors import generate_through_cache
+from ...judge.prompt import candidate_text
 from ...executors.base import CHUNK_SIZE
 from ...executors.steps import decision_from_row, generation_from_row, with_verdict
 from ...records import DECISION_SCHEMA
 from ...parquetio import open_parquet
 from ...records import Generation
 from ...vocab import GENERATION_BATCH, VERDICT_CORRECT, VERDICT_LABELS
+from ..progress import set_progress, stage_bar
 from ..work import BuildWork, StageReport, Timer
 from ..workfiles import ParquetFile, WorkFiles
 
@@ -62,6 +63,22 @@ def judge_item(row: dict, generation: Generation) -> judging.JudgeItem:
                              judging.candidate_answer(generation), row["family"])
 
 
+# The decision columns ``count_to_judge`` reads.
+_TO_JUDGE_COLUMNS = ["rule", "rule_passed", "unsupported", "final_answer"]
+
+
+def count_to_judge(decisions: Path, chunk: int = CHUNK_SIZE) -> int:
+    """How many items the judge pass grades: ``judging.needs_judge`` (a rule reject that the
+    engine could answer, with a final answer) on the few columns it looks at (the judge bar's
+    total; the reasoning and the prompts are never read for it)."""
+    n = 0
+    for batch in open_parquet(decisions).iter_batches(batch_size=chunk, columns=_TO_JUDGE_COLUMNS):
+        for rule, passed, unsupported, final_answer in zip(*(batch.column(c).to_pylist() for c in _TO_JUDGE_COLUMNS)):
+            n += (rule is not None and not passed and unsupported is None
+                  and bool(candidate_text(final_answer or "")))
+    return n
+
+
 def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], calibrate: int,
                progress: bool, chunk: int = CHUNK_SIZE, batch_size: int = GENERATION_BATCH,
                stats: Optional[CacheStats] = None) -> dict:
@@ -69,26 +86,23 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
     read and rewritten with the verdicts; optional calibration on rule accepts. Returns the
     report's ``judge`` entry; the cache's counts are added to ``stats`` (report.json's
     ``cache.judge``)."""
-    from tqdm import tqdm
-
     stats = stats if stats is not None else CacheStats()
     labels: Counter = Counter()
     unparseable = 0
     overturns: dict[str, dict[str, int]] = {}
     calibration_pool = CalibrationPool(calibrate) if calibrate else None
-    with tqdm(desc="judge", unit="qa", disable=not progress, file=sys.stderr) as bar:
+    with stage_bar("judge", count_to_judge(decisions, chunk) if progress else None, progress) as bar:
         def run(engine, requests) -> list[Generation]:
-            bar.total = (bar.total or 0) + len(requests)
             done = stats.done
+            # the rejects were counted up front; the calibration sample's requests come on top
+            set_progress(bar, done, max(bar.total or 0, done + len(requests)))
 
             def advance(s: CacheStats) -> None:
-                bar.n = s.done
-                bar.refresh()
+                set_progress(bar, s.done)
 
             out = generate_through_cache(engine, requests, cache, batch_size=batch_size, stats=stats,
                                          on_batch=advance)
-            bar.n = done + len(requests)
-            bar.refresh()
+            set_progress(bar, done + len(requests))
             return out
 
         # staged as decisions.parquet.judged and renamed over decisions.parquet when complete (after
@@ -123,6 +137,7 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
         calibration = None
         if calibration_pool is not None:
             calibration = judging.calibrate(judge_engine, calibration_pool.items(), calibrate, generate=run).to_dict()
+        set_progress(bar, stats.done, stats.done)
     return {
         "engine": judge_engine.fingerprint(),
         "prompt_version": judging.JUDGE_PROMPT_VERSION,
