@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Optional
 import click
 
 from .errors import OrandCarError, UnknownNameError
+from .files import loads_bounded
 
 
 def _fail(message: str) -> None:
@@ -126,7 +127,7 @@ class KeyValue(click.ParamType):
         if not self.settings:
             return key, target
         try:
-            return key.replace("-", "_"), json.loads(target)
+            return key.replace("-", "_"), loads_bounded(target)
         except ValueError:
             return key.replace("-", "_"), target
 

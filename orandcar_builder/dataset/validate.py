@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..families import FAMILIES
+from ..files import loads_bounded
 from ..parquetio import open_parquet
 from ..spill import SpillMap
 from ..verify import RULE_MODULES
@@ -223,7 +224,7 @@ def _check_schema(config: str, schema: pa.Schema, label: str) -> list[str]:
         problems.append(f"{label}: no datasets features metadata (schema key 'huggingface')")
     else:
         try:
-            found = json.loads(metadata)["info"]["features"]
+            found = loads_bounded(metadata)["info"]["features"]
         except (ValueError, KeyError, TypeError):
             problems.append(f"{label}: datasets features metadata is not readable")
         else:
