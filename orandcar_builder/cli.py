@@ -512,7 +512,10 @@ def card(folder, work, repo_id, options_path):
     """
     from .card import rewrite_card
     from .dataset.validate import validate_folder
+    from .publish import check_repo_id
 
+    if repo_id is not None:
+        check_repo_id(repo_id)  # it is written into the card's load_dataset example
     path = rewrite_card(folder, work / "report.json", repo_id=repo_id, options_path=options_path)
     problems = validate_folder(folder)
     for problem in problems:
