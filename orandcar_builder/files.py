@@ -186,7 +186,7 @@ def _too_deep() -> JsonLimitError:
     return JsonLimitError(JSON_TOO_DEEP, f"nested deeper than {MAX_JSON_DEPTH} levels")
 
 
-def _deeper_than(value: object, limit: int) -> bool:
+def deeper_than(value: object, limit: int) -> bool:
     """Whether ``value`` (decoded JSON) nests more than ``limit`` lists and objects; no recursion."""
     stack = [(value, 1)]
     while stack:
@@ -202,7 +202,7 @@ def _checked_depth(value: object, text: str, start: int = 0, end: Optional[int] 
     # Counting brackets is a C loop; only a text with more of them than the limit can be too deep.
     end = len(text) if end is None else end
     if (isinstance(value, (dict, list)) and text.count("[", start, end) + text.count("{", start, end) > MAX_JSON_DEPTH
-            and _deeper_than(value, MAX_JSON_DEPTH)):
+            and deeper_than(value, MAX_JSON_DEPTH)):
         raise _too_deep()
     return value
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .errors import OrandCarError
+from .files import MAX_JSON_DEPTH, deeper_than
 from .families import DEFAULT_SEPARATOR  # between the question (with its options) and the family's instruction
 
 try:
@@ -319,6 +321,13 @@ def parse_recipe(text: str, *, source: str = "recipe") -> Recipe:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise RecipeError(f"{source}: not read: it is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:  # tomllib's int() of an integer past Python's digit limit
+        raise RecipeError(f"{source}: not read: it holds an integer of more than "
+                          f"{sys.get_int_max_str_digits():,} digits") from None
+    if deeper_than(data, MAX_JSON_DEPTH):
+        raise RecipeError(f"{source}: not read: it is nested deeper than {MAX_JSON_DEPTH} levels") from None
     problems = _schema_problems(data, text) + _name_problems(data, text)
     if problems:
         problems.sort(key=lambda p: (int(p[0].split()[1]) if p[0].split()[1].isdigit() else 10**9))

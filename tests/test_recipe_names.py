@@ -55,3 +55,14 @@ def test_build_stops_before_generating(tmp_path):
     errors = [line for line in res.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(path) in errors[0] and "Bad-Name" in errors[0]
     assert not (work / "decisions.parquet").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value,message", [
+    ("[" * 5000 + "]" * 5000, "nested deeper than 64 levels"),
+    ("{a = " * 3000 + "1" + "}" * 3000, "nested deeper than 64 levels"),
+    ("[" * 70 + "]" * 70, "nested deeper than 64 levels"),  # within the stack: the bound
+    ("9" * 5001, "holds an integer of more than"),
+])
+def test_a_recipe_nested_too_deep_or_with_too_long_a_number_is_one_error(value, message):
+    with pytest.raises(RecipeError, match=f"my.toml: not read: it (is|holds) .*{message.split()[-1]}"):
+        parse_recipe(f"format = 1\n[engine]\nname = \"rapidocr\"\nx = {value}\n", source="my.toml")
