@@ -173,3 +173,15 @@ def test_engine_option_nested_deep_is_no_traceback():
     key, value = KeyValue(settings=True).convert("x=" + "[" * DEEP + "]" * DEEP, None, None)
     assert key == "x" and isinstance(value, str)
     assert KeyValue(settings=True).convert("n=[1, 2]", None, None) == ("n", [1, 2])
+
+
+@pytest.mark.parametrize("text,reason", hostile_values()[:2] + hostile_values()[4:5])
+def test_a_server_reply_past_the_bounds_fails_that_request_only(text, reason):
+    from types import SimpleNamespace
+
+    from orandcar_builder.engines import openai_compat
+    from orandcar_builder.records import Request
+
+    reply = SimpleNamespace(content=text.encode())
+    with pytest.raises(openai_compat._RequestFailed, match="unreadable response"):
+        openai_compat.OpenAICompatEngine._generation(None, Request(item_id="a", question="q", family="scene_text"), reply, "http://x/v1")
