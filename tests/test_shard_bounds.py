@@ -174,3 +174,27 @@ def test_validate_memory_stays_bounded_on_a_dictionary_bomb(sample_copy):
     out = res.stdout.splitlines()
     assert "decodes to" in out[0] and "its rows are not read" in out[0]
     assert int(out[1].split()[1]) < 400, res.stdout + res.stderr  # validating 700 MiB of rows takes gigabytes
+
+
+def test_the_card_command_refuses_an_oversized_shard_and_keeps_the_card(sample_copy, sample_build, bound, tmp_path):
+    import json
+
+    result, _ = sample_build
+    (tmp_path / "report.json").write_text(json.dumps(result.report), encoding="utf-8")
+    shard = hostile(sample_copy, ("qa", "answer"), "x" * BIG, {"compression": "zstd"})
+    before = (sample_copy / "README.md").read_bytes()
+    res = CliRunner().invoke(main, ["card", str(sample_copy), "--work", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert shard.name in res.output and "decodes to" in res.output
+    assert (sample_copy / "README.md").read_bytes() == before
+
+
+def test_the_review_page_skips_an_oversized_shard(sample_copy, bound):
+    from orandcar_builder.review.thumbnails import _from_shards
+
+    shas = set(pq.read_table(shard_of(sample_copy), columns=["image_sha256"]).column(0).to_pylist())
+    assert _from_shards(sample_copy, shas).keys() == shas  # found in RS_nothink (and RS_think)
+    hostile(sample_copy, ("image", "bytes"), b"\0" * BIG, {"use_dictionary": False, "compression": "zstd"},
+            config="RS_think", rows=2)
+    hostile(sample_copy, ("image", "bytes"), b"\0" * BIG, {"use_dictionary": False, "compression": "zstd"}, rows=2)
+    assert _from_shards(sample_copy, shas).keys() <= shas  # the other shards still serve; no error

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from ..parquetio import check_row_groups, open_parquet
+from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
 from ..vocab import CONFIGS, SHARD_GLOB, SPLIT
 
 
@@ -31,7 +31,10 @@ def arrow_bytes(shards: Iterable[Path]) -> int:
     total = 0
     for shard in shards:
         parquet = open_parquet(shard)
-        check_row_groups(shard, parquet)
+        try:
+            check_row_groups(shard, parquet)
+        except ShardTooLargeError as exc:
+            raise ShardTooLargeError(f"{shard}: {exc}") from None
         for group in range(parquet.num_row_groups):
             total += parquet.read_row_group(group).nbytes
     return total
