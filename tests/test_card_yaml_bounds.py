@@ -140,3 +140,10 @@ def test_push_tag_refuses_a_bombed_card_of_the_previous_tag(hub, folder_v1, fold
         quiet_push(folder_v2, tag="v2.0")
     assert time.monotonic() - start < 60
     assert "v2.0" not in hub.repo(REPO).tags
+
+
+def test_an_overlong_card_header_is_a_problem_unparsed(sample_copy):
+    bombed(sample_copy, "orandcar_pad: " + "x" * (2 << 20) + "\n")
+    problems = validate_folder(sample_copy)
+    card = [p for p in problems if p.startswith("README.md")]
+    assert len(card) == 1 and "characters long" in card[0], problems

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner

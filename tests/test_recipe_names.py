@@ -1,9 +1,8 @@
 """A family name the dataset's schema refuses is an error when the recipe is read (naming the
-recipe file, the key and its line), not a validation failure after the whole generation."""
+recipe file, the key and its line), not a validation failure after the whole generation; and a
+recipe past the JSON bounds (files.MAX_JSON_DEPTH, an integer past Python's digit limit) is one error."""
 
 from __future__ import annotations
-
-import json
 
 import jsonschema
 import pytest

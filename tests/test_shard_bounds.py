@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner

@@ -11,7 +11,6 @@ allowed for the options that may be absent (``NULLABLE``: an empty list, or no v
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
@@ -96,12 +95,13 @@ def option_problems(data: dict, lines: Optional[dict[str, int]] = None) -> list[
                 if name not in known:
                     close = difflib.get_close_matches(str(name), known, n=1)
                     hint = f"; did you mean {close[0]!r}?" if close else ""
-                    problems.append((str(name), f"{at(name)}unknown card option {name!r}{hint} (known: {', '.join(known)})"))
+                    problems.append((str(name), f"{at(name)}unknown card option {name!r}{hint} "
+                                                f"(known: {', '.join(known)})"))
             continue
         name = ".".join(str(p) for p in path)
         if error.validator == "type":
             wanted = error.validator_value
-            wanted = " or ".join(_TYPE_WORDS.get(w, w) for w in wanted) if isinstance(wanted, list) else _TYPE_WORDS.get(wanted, wanted)
+            wanted = " or ".join(_TYPE_WORDS.get(w, w) for w in (wanted if isinstance(wanted, list) else [wanted]))
             got = _VALUE_WORDS.get(type(error.instance), type(error.instance).__name__)
             problems.append((key, f"{at(key)}{name} must be {wanted}, not {got} ({_shown(error.instance)})"))
         elif error.validator == "minLength":
