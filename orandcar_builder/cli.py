@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Optional
 import click
 
 from .errors import OrandCarError, UnknownNameError
+from .files import loads_bounded
 
 
 def _fail(message: str) -> None:
@@ -134,7 +135,7 @@ class KeyValue(click.ParamType):
         if not self.settings:
             return key, target
         try:
-            return key.replace("-", "_"), json.loads(target)
+            return key.replace("-", "_"), loads_bounded(target)
         except ValueError:
             return key.replace("-", "_"), target
 
@@ -554,9 +555,12 @@ def card(folder, work, repo_id, options_path):
     """
     from .card import rewrite_card
     from .dataset.validate import validate_folder
+    from .publish import check_repo_id
 
     _dataset_folder(folder)
     work = _work_of(folder, work)
+    if repo_id is not None:
+        check_repo_id(repo_id)  # it is written into the card's load_dataset example
     path = rewrite_card(folder, work / "report.json", repo_id=repo_id, options_path=options_path)
     problems = validate_folder(folder)
     for problem in problems:

@@ -30,6 +30,7 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from .dataset.layout import README
 from .errors import OrandCarError
+from .parquetio import ShardTooLargeError, check_row_groups
 from .dataset.cardfile import card_settings, split_card
 from .vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIGS, REJECTED, SHARD_NAME
 
@@ -176,6 +177,10 @@ def _rows(side: Side, config: str) -> Iterator[dict]:
                 missing = [c for c in COLUMNS if c not in parquet.schema_arrow.names]
                 if missing:
                     raise DiffError(f"{side.spec}: {name} has no column(s) {', '.join(missing)}")
+                try:
+                    check_row_groups(handle, parquet, columns=COLUMNS)
+                except ShardTooLargeError as exc:
+                    raise DiffError(f"{side.spec}: {name}: {exc}") from None
                 for group in range(parquet.num_row_groups):
                     yield from parquet.read_row_group(group, columns=list(COLUMNS)).to_pylist()
         except DiffError:

@@ -1,5 +1,13 @@
 """File primitives every stage uses: a write that lands whole or not at all, file hashing, image
-signatures and path containment. Imports nothing from the package."""
+signatures, path containment, and the bounds on JSON read from outside. Imports nothing from the
+package.
+
+JSON that comes from outside (a pool line, a LLaVA record, a replay recording, a shard's metadata,
+a command-line value) is decoded with ``json_decoder``: a value nested deeper than
+``MAX_JSON_DEPTH`` or holding an integer longer than ``MAX_JSON_INT_DIGITS`` digits raises
+``JsonLimitError`` (a ``ValueError`` with a ``reason``), never a RecursionError or Python's own
+int-conversion ValueError; so each reader drops or reports that one value like any bad one.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,13 @@ from typing import Iterator, Optional, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 HASH_CHUNK = 1 << 20
+# Nesting levels a JSON value from outside may have. Ours need at most four (a LLaVA record: the
+# record, its turns, a turn, a value); far below the interpreter's recursion limit, so no later
+# walk of a value that passed (json.dumps, arrow conversion) can run out of stack either.
+MAX_JSON_DEPTH = 64
+# Digits an integer may have: no field we read holds a number past a 64-bit id (20 digits); Python
+# refuses to convert more than 4,300 digits anyway (sys.int_info.default_max_str_digits).
+MAX_JSON_INT_DIGITS = 100
 
 
 def partial_path(path: PathLike, suffix: str = ".partial") -> Path:
@@ -143,3 +158,80 @@ def image_format(data: bytes) -> Optional[tuple[str, str]]:
         if data.startswith(magic):
             return mime, ext
     return None
+
+
+# --- JSON from outside -----------------------------------------------------------------------------
+
+JSON_TOO_DEEP = "json_too_deep"
+JSON_NUMBER_TOO_LONG = "json_number_too_long"
+
+
+class JsonLimitError(ValueError):
+    """A JSON value past ``MAX_JSON_DEPTH`` or ``MAX_JSON_INT_DIGITS``; ``reason`` names which."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_JSON_INT_DIGITS:
+        raise JsonLimitError(JSON_NUMBER_TOO_LONG, f"holds a number of {digits:,} digits "
+                                                   f"(at most {MAX_JSON_INT_DIGITS} are read)")
+    return int(text)
+
+
+def _too_deep() -> JsonLimitError:
+    return JsonLimitError(JSON_TOO_DEEP, f"nested deeper than {MAX_JSON_DEPTH} levels")
+
+
+def deeper_than(value: object, limit: int) -> bool:
+    """Whether ``value`` (decoded JSON) nests more than ``limit`` lists and objects; no recursion."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _checked_depth(value: object, text: str, start: int = 0, end: Optional[int] = None):
+    # Counting brackets is a C loop; only a text with more of them than the limit can be too deep.
+    end = len(text) if end is None else end
+    if (isinstance(value, (dict, list)) and text.count("[", start, end) + text.count("{", start, end) > MAX_JSON_DEPTH
+            and deeper_than(value, MAX_JSON_DEPTH)):
+        raise _too_deep()
+    return value
+
+
+class BoundedJSONDecoder(json.JSONDecoder):
+    """``json.JSONDecoder`` within ``MAX_JSON_DEPTH`` and ``MAX_JSON_INT_DIGITS``: ``decode`` and
+    ``raw_decode`` raise ``JsonLimitError`` past them (and ``json.JSONDecodeError`` as before)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(parse_int=_bounded_int, **kwargs)
+
+    def raw_decode(self, s: str, idx: int = 0):
+        try:
+            value, end = super().raw_decode(s, idx)
+        except RecursionError:
+            raise _too_deep() from None
+        return _checked_depth(value, s, idx, end), end
+
+
+_JSON = BoundedJSONDecoder()
+
+
+def json_decoder(**kwargs) -> BoundedJSONDecoder:
+    """A decoder of JSON from outside (see the module docstring); ``kwargs`` as ``JSONDecoder``'s."""
+    return BoundedJSONDecoder(**kwargs) if kwargs else _JSON
+
+
+def loads_bounded(text: Union[str, bytes]) -> object:
+    """``json.loads`` of JSON from outside: ``JsonLimitError`` past the bounds."""
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode("utf-8")
+    return _JSON.decode(text)

@@ -8,7 +8,9 @@ giving an instruction and an existing rule; no code is needed.
 
 The file is read with the standard library's ``tomllib`` and checked against ``RECIPE_SCHEMA``
 (JSON Schema, draft 2020-12) with ``jsonschema``; names the schema cannot know (rules, engines)
-are checked against the registries. Every problem names the key and the line it is on, with a
+are checked against the registries, and a family name against the dataset's own row schemas
+(``dataset/schemas``), which publish it: a name the dataset refuses is found when the recipe is
+read, not at validation after the whole generation. Every problem names the key and the line it is on, with a
 "did you mean" for a misspelt key or name; all problems are reported at once.
 
 ``orandcar build --recipe FILE`` resolves a recipe (command-line flags override it; ``--engine``
@@ -20,11 +22,13 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .errors import OrandCarError
+from .files import MAX_JSON_DEPTH, deeper_than
 from .families import DEFAULT_SEPARATOR  # between the question (with its options) and the family's instruction
 
 try:
@@ -317,6 +321,13 @@ def parse_recipe(text: str, *, source: str = "recipe") -> Recipe:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise RecipeError(f"{source}: not read: it is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:  # tomllib's int() of an integer past Python's digit limit
+        raise RecipeError(f"{source}: not read: it holds an integer of more than "
+                          f"{sys.get_int_max_str_digits():,} digits") from None
+    if deeper_than(data, MAX_JSON_DEPTH):
+        raise RecipeError(f"{source}: not read: it is nested deeper than {MAX_JSON_DEPTH} levels") from None
     problems = _schema_problems(data, text) + _name_problems(data, text)
     if problems:
         problems.sort(key=lambda p: (int(p[0].split()[1]) if p[0].split()[1].isdigit() else 10**9))
@@ -353,6 +364,7 @@ def _name_problems(data: dict, text: str) -> list[tuple[str, str]]:
             where = _where(text, ["families", family, "rule"])
             problems.append((where, f"{where}: family {family!r}: unknown rule {rule!r}"
                                     f"{_did_you_mean(rule, RULE_MODULES)} (known: {', '.join(sorted(RULE_MODULES))})"))
+        problems += _published_name_problems(family, text)
         if family not in FAMILIES:
             missing = [k for k in ("instruction", "rule") if k not in settings]
             if missing:
@@ -361,6 +373,39 @@ def _name_problems(data: dict, text: str) -> list[tuple[str, str]]:
                 problems.append((where, f"{where}: family {family!r} is not one the code knows{close}; a new family "
                                         f"needs {' and '.join(missing)} (an instruction and an existing rule)"))
     return problems
+
+
+def _published_name_schemas() -> list[tuple[str, dict]]:
+    """(where in a row, its JSON Schema) of each place a recipe's family name is published: the
+    ``family`` of ``clean_meta.sources`` in every config's schema (dataset/schemas), so a name the
+    dataset would refuse at validation is refused when the recipe is read."""
+    from .dataset.validate import json_schema
+    from .vocab import CONFIGS
+
+    out = []
+    for config in CONFIGS:
+        meta = json_schema(config)["properties"]["clean_meta"]["properties"]
+        out.append((f"{config}: clean_meta.sources.family", meta["sources"]["items"]["properties"]["family"]))
+    return out
+
+
+def _schema_error(schema: dict, value: Any) -> Optional[str]:
+    from jsonschema import Draft202012Validator
+
+    error = next(Draft202012Validator(schema).iter_errors(value), None)
+    return None if error is None else error.message
+
+
+def _published_name_problems(family: str, text: str) -> list[tuple[str, str]]:
+    for place, schema in _published_name_schemas():
+        error = _schema_error(schema, family)
+        if error is not None:
+            where = _where(text, ["families", family])
+            fixed = re.sub(r"^[^a-z]+", "", re.sub(r"[^a-z0-9_]+", "_", family.lower()).strip("_"))
+            hint = f"; did you mean {fixed!r}?" if fixed and _schema_error(schema, fixed) is None else ""
+            return [(where, f"{where}: family name {family!r} cannot be published: the dataset schema refuses it "
+                            f"({place}: {error}){hint}")]
+    return []
 
 
 def engine_parameters(name: str) -> Optional[list[str]]:

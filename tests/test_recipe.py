@@ -141,7 +141,7 @@ max_tokens = 16384
 chat_template_kwargs = { enable_thinking = true }
 limit_mm_per_prompt = { image = 1 }
 
-[families."odd name"]
+[families.odd_name]  # a name the dataset schema allows (quoted keys: gated_fields)
 instruction = "Ünïcode – fine."
 separator = "\\n\\n"
 rule = "exact"

@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 from ..dataset.info import shard_paths
 from ..dataset.layout import EXAMPLES_DIR
 from ..files import image_format
+from ..parquetio import ShardTooLargeError, check_row_groups
 from ..vocab import CONFIGS
+from .errors import CardError
 from .markdown import NAME_MAX_CHARS, bounded, code_span, fence
 
 EXAMPLES_PER_CONFIG = 3  # first, middle and last row of each config
@@ -37,6 +39,10 @@ def read_row(shards: list[Path], index: int) -> dict:
         if index >= parquet.metadata.num_rows:
             index -= parquet.metadata.num_rows
             continue
+        try:
+            check_row_groups(shard, parquet)
+        except ShardTooLargeError as exc:
+            raise CardError(f"{shard}: {exc}") from None
         for group in range(parquet.num_row_groups):
             n = parquet.metadata.row_group(group).num_rows
             if index < n:

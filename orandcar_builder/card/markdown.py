@@ -1,5 +1,7 @@
 """Markdown for the card: fenced blocks and code spans that no value can break out of, table
-cells, and the figures' spelling (numbers, sizes, percentages, tables of measured figures)."""
+cells, lines of text and block quotes (a recipe's names and access prompt) that cannot open a
+block or raw HTML, and the figures' spelling (numbers, sizes, percentages, tables of measured
+figures)."""
 
 from __future__ import annotations
 
@@ -80,6 +82,23 @@ def cell(text: Any) -> str:
     text = " ".join(str(text).split())
     # "_" inside a word never makes emphasis in CommonMark, so names like scene_text stay as written.
     return re.sub(r"([\\`*\[\]<>|])", r"\\\1", text.replace("&", "&amp;"))
+
+
+# A line that starts like a block of its own (a heading, a list item, a thematic break or setext
+# underline, a fence): its first character is escaped, so text cannot open one.
+_BLOCK_START = re.compile(r"^([#+=~_-]|\d+[.)])")
+
+
+def line_text(text: Any) -> str:
+    """One line of plain text made safe in a paragraph or heading: ``cell``'s escapes, and a
+    first character that would start a block (``#``, ``-``, ``1.``, ...) escaped too."""
+    return _BLOCK_START.sub(lambda m: m.group(1)[:-1] + "\\" + m.group(1)[-1], cell(text))
+
+
+def quoted(text: Any) -> str:
+    """Free text (a recipe's access prompt) as the lines of a ``> `` block quote: each line made
+    safe by ``line_text``, so no line of it becomes a heading, a list, HTML or the end of the quote."""
+    return "\n> ".join(line_text(line) for line in str(text).replace("\r\n", "\n").split("\n"))
 
 
 # --- figures -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from ..shipped import shipped_dir
 from ..vocab import CONFIGS
 from .errors import CardError
 from .examples import Example, examples
-from .markdown import NOT_RECORDED, cell, code_span, fence, number, percent, size
+from .markdown import NOT_RECORDED, cell, code_span, fence, line_text, number, percent, quoted, size
 from .options import DEFAULT_REPO_ID, CardOptions, header_text
 from .rules import candidates_source, extraction_section
 from .schema import schema_tables
@@ -43,7 +43,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
-    env.filters.update(number=number, size=size, cell=cell, code=code_span)
+    env.filters.update(number=number, size=size, cell=cell, code=code_span, line=line_text, quoted=quoted)
     env.globals.update(percent=percent, NOT_RECORDED=NOT_RECORDED)
     return env
 

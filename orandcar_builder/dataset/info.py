@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from ..parquetio import open_parquet
+from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
 from ..vocab import CONFIGS, SHARD_GLOB, SPLIT
 
 
@@ -26,10 +26,15 @@ def shard_paths(folder: Path, config: str) -> list[Path]:
 
 def arrow_bytes(shards: Iterable[Path]) -> int:
     """In-memory (Arrow) size of the shards' rows, read one row group at a time; this is the
-    ``num_bytes`` that ``datasets`` records for a split."""
+    ``num_bytes`` that ``datasets`` records for a split. A shard past the bound of
+    ``parquetio.check_row_groups`` raises ``ShardTooLargeError`` unread."""
     total = 0
     for shard in shards:
         parquet = open_parquet(shard)
+        try:
+            check_row_groups(shard, parquet)
+        except ShardTooLargeError as exc:
+            raise ShardTooLargeError(f"{shard}: {exc}") from None
         for group in range(parquet.num_row_groups):
             total += parquet.read_row_group(group).nbytes
     return total

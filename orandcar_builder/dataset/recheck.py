@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from ..errors import OrandCarError, UnknownNameError
 from ..families import families_in_use, rule_for
-from ..parquetio import open_parquet
+from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
 from ..vocab import (ACCEPTED_CONFIGS, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_THINK, CONFIGS, COUNTED_REASONS,
                      JUDGE_VERIFIER, RECHECKED_REASONS, SHARD_GLOB)
 from ..verify import verify
@@ -137,6 +137,10 @@ def _items(path: Path, config: str, shard: str, report: RecheckReport) -> Iterat
     columns = set(parquet.schema_arrow.names)
     if not {"qa", "clean_meta"} <= columns:
         raise OrandCarError(f"{shard}: needs columns qa and clean_meta, has {', '.join(sorted(columns))}")
+    try:
+        check_row_groups(path, parquet, columns=("qa", "clean_meta"))
+    except ShardTooLargeError as exc:
+        raise OrandCarError(f"{shard}: {exc}") from None
     try:
         source_type = parquet.schema_arrow.field("clean_meta").type.field("sources").type.value_type
         source_fields = {source_type.field(i).name for i in range(source_type.num_fields)}

@@ -9,7 +9,9 @@ Checks, one problem line each (naming config, shard, row and field):
   NonMatchingSplitsSizesError); every image the card links to is in ``examples/`` and every file
   there is linked;
 - shard names are ``train-XXXXX-of-YYYYY.parquet``, numbered without gaps;
-- each shard's arrow schema and datasets features metadata equal the config's features;
+- each shard's arrow schema and datasets features metadata equal the config's features, and no
+  row group of it decodes to more than ``parquetio.MAX_ROW_GROUP_BYTES`` (known from the footer,
+  before a row is read);
 - every row satisfies the config's JSON Schema (dataset/schemas/<config>.json): the schema is
   evaluated column-wise over each batch (``columnar``) to find the rows that fail, and jsonschema
   reports on those rows; ``exhaustive=True`` runs jsonschema on every row instead;
@@ -34,7 +36,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..families import FAMILIES
-from ..parquetio import open_parquet
+from ..files import loads_bounded
+from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
 from ..spill import SpillMap
 from ..verify import RULE_MODULES
 from ..vocab import CONFIG_REJECTED, CONFIGS, JUDGE_VERIFIER, SHARD_NAME, SPLIT
@@ -223,7 +226,7 @@ def _check_schema(config: str, schema: pa.Schema, label: str) -> list[str]:
         problems.append(f"{label}: no datasets features metadata (schema key 'huggingface')")
     else:
         try:
-            found = json.loads(metadata)["info"]["features"]
+            found = loads_bounded(metadata)["info"]["features"]
         except (ValueError, KeyError, TypeError):
             problems.append(f"{label}: datasets features metadata is not readable")
         else:
@@ -360,6 +363,11 @@ def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhausti
         schema_problems = _check_schema(config, schema, label)
         yield from schema_problems
         if schema_problems:
+            continue
+        try:
+            check_row_groups(shard, parquet)
+        except ShardTooLargeError as exc:
+            yield f"{label}: {exc}; its rows are not read"
             continue
         yield from _check_shard_rows(config, parquet, shard, label, seen_images, exhaustive, measured)
 

@@ -2,10 +2,12 @@
 
 Each shard is a parquet file whose schema carries the datasets features metadata, so
 ``load_dataset(folder, config)`` returns the documented features without a ``dataset_info``.
-Rows go to the open shard one row group (ROW_GROUP_SIZE rows) at a time; a shard is closed once
-its rows reach the byte bound, so memory holds one row group, not one shard. Shards are written
-under temporary names and renamed once their total is known. Nothing here depends on the clock or
-the machine: the same rows give the same bytes (the same bytes as writing each shard's rows with
+Rows go to the open shard one row group (ROW_GROUP_SIZE rows, or fewer once they reach
+ROW_GROUP_MAX_BYTES) at a time; a shard is closed once its rows reach the byte bound, so memory
+holds one row group, not one shard, and a reader's row group stays within
+``parquetio.MAX_ROW_GROUP_BYTES``. Shards are written under temporary names and renamed once their
+total is known. Nothing here depends on the clock or the machine: the same rows give the same
+bytes (where no row group reaches the byte bound, the same bytes as writing each shard's rows with
 one ``pq.write_table(..., row_group_size=ROW_GROUP_SIZE)``).
 
 Like datasets' ``ArrowWriter``, the writer counts what it writes: per shard the rows, the file's
@@ -33,6 +35,9 @@ from .features import features
 DEFAULT_MAX_SHARD_BYTES = 256 * 1024 * 1024
 # Small row groups keep a reader's memory low on image-heavy shards (datasets uses 100 for images).
 ROW_GROUP_SIZE = 100
+# ...and a row group of large images closes early, at the bytes datasets bounds its row groups by
+# (config.MAX_ROW_GROUP_SIZE, "100MB"), by the byte rule's estimate (_row_bytes).
+ROW_GROUP_MAX_BYTES = 100 * 1024 * 1024
 
 
 def _row_bytes(row: dict) -> int:
@@ -58,6 +63,7 @@ class ConfigWriter:
     config: str
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     _group: list[dict] = field(default_factory=list)  # rows of the row group being filled
+    _group_bytes: int = 0  # the byte rule's estimate of those rows
     _shard: Optional[pq.ParquetWriter] = None
     _shard_bytes: int = 0  # the byte rule's estimate of the open shard (see _row_bytes)
     _shard_rows: int = 0
@@ -89,10 +95,12 @@ class ConfigWriter:
             path = self._next_temp_shard()
             self._shard = pq.ParquetWriter(path, self.schema, compression="snappy")
         self._group.append(row)
-        self._shard_bytes += _row_bytes(row)
+        size = _row_bytes(row)
+        self._shard_bytes += size
+        self._group_bytes += size
         self.rows += 1
         self.qa += len(row["qa"])
-        if len(self._group) == ROW_GROUP_SIZE:
+        if len(self._group) == ROW_GROUP_SIZE or self._group_bytes >= ROW_GROUP_MAX_BYTES:
             self._write_group()
         if self._shard_bytes >= self.max_shard_bytes:
             self._close_shard()
@@ -109,7 +117,7 @@ class ConfigWriter:
             self._shard.write_table(table, row_group_size=ROW_GROUP_SIZE)
             self._shard_rows += table.num_rows
             self._shard_arrow_bytes += table.nbytes
-            self._group = []
+            self._group, self._group_bytes = [], 0
 
     def _close_shard(self) -> None:
         self._write_group()

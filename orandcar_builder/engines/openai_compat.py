@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..errors import OrandCarError
-from ..files import image_format
+from ..files import image_format, loads_bounded
 from ..images import ImageRef
 from ..records import Generation, Request
 from .base import (Completion, EngineRequestError, EngineUnavailable, error_text,  # noqa: F401 (re-exported)
@@ -289,7 +289,7 @@ class OpenAICompatEngine:
                     error = ""
                     if response.status_code == 200:
                         try:
-                            served = [m.get("id") for m in response.json().get("data", [])]
+                            served = [m.get("id") for m in loads_bounded(response.content).get("data", [])]
                         except (ValueError, AttributeError):
                             served = []
                         if served and self.model not in served:
@@ -336,7 +336,7 @@ class OpenAICompatEngine:
 
     def _generation(self, request: Request, response: Any, url: str) -> Generation:
         try:
-            reply = reply_from_response(response.json())
+            reply = reply_from_response(loads_bounded(response.content))  # a server's JSON is bounded too
         except ValueError as exc:
             raise _RequestFailed(f"{url}: unreadable response: {exc}") from None
         return make_generation(

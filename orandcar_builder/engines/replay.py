@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..errors import OrandCarError
-from ..files import JsonLinesFile
+from ..files import JsonLimitError, JsonLinesFile, loads_bounded
 from ..images import sha256_file
 from ..records import Generation, Request
 from ..vocab import FINISH_REASONS, FINISH_STOP
@@ -82,9 +82,11 @@ class Recording:
 def parse_recording(line: str, lineno: int) -> Recording:
     """One replay line as a Recording; ValueError with the reason when it is malformed."""
     try:
-        obj = json.loads(line)
+        obj = loads_bounded(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except JsonLimitError as exc:
+        raise ValueError(f"not read: {exc.detail}") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     for key in ("id", "text"):

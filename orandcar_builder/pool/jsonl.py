@@ -5,7 +5,8 @@ optional. ``image`` is a path relative to the pool file, inside the pool file's 
 ``source.image``) unless the reader allows outside paths. A bad line never stops the read: it is
 yielded as a ``Dropped`` record naming file, line and reason, and the read goes on. A UTF-8 byte
 order mark before the first line is skipped; an object that repeats a key is a bad line
-(``duplicate_key``: which value was meant cannot be known).
+(``duplicate_key``: which value was meant cannot be known), and so is one nested too deep or
+holding too long a number (``files.JsonLimitError``: ``json_too_deep``, ``json_number_too_long``).
 
 ``import_jsonl`` is the ``jsonl`` importer: it checks a native pool line by line, reports bad
 lines, and writes the good ones in canonical form with paths relative to the new pool file.
@@ -23,6 +24,7 @@ from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional, Union
 
 from ..errors import UnknownNameError
+from ..files import JsonLimitError, json_decoder
 from ..families import get_family
 from ..vocab import OPTION_LETTERS
 from ..images import ImageError, ImagePolicy, ImageRef, check_image
@@ -136,12 +138,13 @@ def _unique_keys(pairs: list) -> dict:
 
 
 # One decoder: json.loads with any keyword builds a new decoder per call.
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_DECODER = json_decoder(object_pairs_hook=_unique_keys)
 
 
 def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]]:
     """Yield ``(where, value)`` per line of a JSONL file: the decoded JSON value, or a ``Dropped``
-    for a blank, non-UTF-8 or malformed line, or one whose object repeats a key. ``where`` is
+    for a blank, non-UTF-8 or malformed line, one whose object repeats a key, or one past the JSON
+    bounds (``files.MAX_JSON_DEPTH``, ``files.MAX_JSON_INT_DIGITS``). ``where`` is
     ``"name:line"``. A UTF-8 byte order mark at the start of the file is skipped."""
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
@@ -160,6 +163,9 @@ def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]
                 value = _DECODER.decode(text)
             except json.JSONDecodeError as exc:
                 yield where, Dropped(where, "malformed_json", f"not valid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            except JsonLimitError as exc:
+                yield where, Dropped(where, exc.reason, exc.detail)
                 continue
             except _DuplicateKey as exc:
                 yield where, Dropped(where, "duplicate_key", f"key {exc.args[0]!r} appears twice in one object; "

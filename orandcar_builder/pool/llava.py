@@ -8,7 +8,8 @@ removed from the question. A gpt turn with no human turn before it, a human turn
 and every other defect are reported with file:line, and the read goes on.
 
 Both layouts are read incrementally: a JSON array is decoded one record at a time, so memory
-stays flat however large the file is.
+stays flat however large the file is. A record past the JSON bounds (``files.MAX_JSON_DEPTH``,
+``files.MAX_JSON_INT_DIGITS``) is reported and skipped, in either layout, and the read goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import IO, Iterator, Mapping, Optional, Union
 
 from ..errors import OrandCarError
+from ..files import JsonLimitError, json_decoder
 from ..records import Dropped
 from .jsonl import decode_json_lines
 
@@ -59,11 +61,38 @@ def _skip_ws(buf: str, pos: int) -> int:
     return pos
 
 
+# A JSON string, a bracket or a comma: what finding the end of a value without decoding it needs. A
+# quote that opens no complete string means the value goes on past the buffer.
+_VALUE_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},"]')
+
+
+def value_end(buf: str, pos: int) -> Optional[int]:
+    """The index just past the JSON value that starts at ``buf[pos]`` (an array element), found by
+    its brackets alone, so a value the decoder refuses (``JsonLimitError``) can be skipped; None
+    when ``buf`` ends before it does. No recursion: any depth is fine."""
+    depth = 0
+    for match in _VALUE_TOKEN.finditer(buf, pos):
+        token = match.group()
+        if token == '"':
+            return None  # an unterminated string: the value is cut by the buffer's end
+        if token in "[{":
+            depth += 1
+        elif token in "]}":
+            if depth == 0:
+                return match.start()  # a scalar element ended by the array's close
+            depth -= 1
+            if depth == 0:
+                return match.end()
+        elif token == "," and depth == 0:
+            return match.start()
+    return None
+
+
 def iter_json_array(fh: IO[bytes], name: str) -> Iterator[tuple[str, Union[object, Dropped]]]:
     """Yield ``(where, element)`` for each element of a top-level JSON array, decoding one element
     at a time. A defect that makes the rest unreadable (bad JSON, bad UTF-8, truncation) is
     yielded as one ``Dropped`` at its line, and reading stops there."""
-    decoder = json.JSONDecoder()
+    decoder = json_decoder()
     utf8 = codecs.getincrementaldecoder("utf-8-sig")()
     buf, pos, line, eof = "", 0, 1, False
     expect = "["  # then "value", then "," or "]"
@@ -117,6 +146,24 @@ def iter_json_array(fh: IO[bytes], name: str) -> Iterator[tuple[str, Union[objec
             continue
         try:
             value, end = decoder.raw_decode(buf, pos)
+        except JsonLimitError as exc:
+            end = value_end(buf, pos)
+            if end is None:
+                try:
+                    grew = len(buf) - pos < MAX_RECORD_CHARS and more()
+                except UnicodeDecodeError as uexc:
+                    yield stop("not_utf8", f"file is not valid UTF-8 after this line ({uexc.reason}); the rest is unread")
+                    return
+                if grew:
+                    continue
+                yield stop("malformed_json", f"not valid JSON ({exc.detail}, and the record never ends); "
+                                             "the rest of the file is unread")
+                return
+            where = f"{name}:{line}"
+            line += buf.count("\n", pos, end)
+            pos, expect = end, ","
+            yield where, Dropped(where, exc.reason, exc.detail)
+            continue
         except json.JSONDecodeError as exc:
             try:
                 grew = len(buf) - pos < MAX_RECORD_CHARS and more()

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from ..files import image_format
 from ..images import ImageError, ImageRef, decode
-from ..parquetio import open_parquet
+from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
 from ..vocab import CONFIGS
 
 THUMBNAIL_BOX = (192, 192)  # largest width and height of a thumbnail, in pixels
@@ -100,6 +100,7 @@ def _from_shards(folder: Path, wanted: set[str]) -> dict[str, bytes]:
             parquet = open_parquet(shard)
             if not {"image_sha256", "image"} <= set(parquet.schema_arrow.names):
                 continue
+            check_row_groups(shard, parquet, columns=("image_sha256", "image"))
             for group in range(parquet.num_row_groups):
                 shas = parquet.read_row_group(group, columns=["image_sha256"]).column(0)
                 mask = pc.is_in(shas, value_set=pa.array(sorted(wanted - found.keys()), type=pa.string()))
@@ -109,8 +110,8 @@ def _from_shards(folder: Path, wanted: set[str]) -> dict[str, bytes]:
                 for sha, image in zip(shas.filter(mask).to_pylist(), images.to_pylist()):
                     if isinstance(image, dict) and isinstance(image.get("bytes"), bytes):
                         found.setdefault(sha, image["bytes"])
-        except (OSError, pa.ArrowException):
-            continue  # a damaged shard: validate reports it; the page shows what it can
+        except (OSError, pa.ArrowException, ShardTooLargeError):
+            continue  # a damaged or oversized shard: validate reports it; the page shows what it can
     return found
 
 
