@@ -109,8 +109,8 @@ def versions_section(versions: list[dict]) -> str:
 
 def with_versions(text: str, versions: list[dict], *, source: str = "README.md") -> str:
     """The card ``text`` with its header's ``orandcar_versions`` and its Versions section set to
-    ``versions``; every other byte of the card is kept. A card without the markers gets the section
-    appended at the end."""
+    ``versions``, and its table of contents made again (``card.contents``); every other byte of the
+    card is kept. A card without the markers gets the section appended at the end."""
     header, body = split_card(text, source=source)
     header.pop(VERSIONS_KEY, None)
     if versions:
@@ -122,7 +122,9 @@ def with_versions(text: str, versions: list[dict], *, source: str = "README.md")
         body = body[:start] + section + body[end + len(VERSIONS_END) + 1:]
     else:
         body = body.rstrip("\n") + "\n\n" + section
-    return join_card(header, body)
+    from .card.contents import with_contents
+
+    return join_card(header, with_contents(body))
 
 
 def version_entry(tag: str, previous: Optional[str], summary: dict) -> dict:

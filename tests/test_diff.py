@@ -176,6 +176,9 @@ def test_versions_section_replaces_only_its_own_part(two_builds):
     assert updated.split(VERSIONS_END, 1)[1] == text.split(VERSIONS_END, 1)[1]
     assert with_versions(updated, [first, entry]) == updated
     assert with_versions(updated, []) == text
+    # the contents list the new section where it is
+    assert "- [Examples](#examples)\n- [Versions](#versions)\n- [How the data was produced]" in updated
+    assert "- [Versions](#versions)" not in text
     assert versions_section([]) == VERSIONS_START + "\n" + VERSIONS_END + "\n"
 
 
