@@ -19,6 +19,7 @@ import re
 from typing import Any, Optional
 
 from .dataset.cardfile import VERSIONS_KEY, join_card, split_card
+from .dataset.contents import with_contents
 from .vocab import RECORD_ONLY_KEYS
 
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")  # a git commit as provenance.source_info records it
@@ -109,7 +110,7 @@ def versions_section(versions: list[dict]) -> str:
 
 def with_versions(text: str, versions: list[dict], *, source: str = "README.md") -> str:
     """The card ``text`` with its header's ``orandcar_versions`` and its Versions section set to
-    ``versions``, and its table of contents made again (``card.contents``); every other byte of the
+    ``versions``, and its table of contents made again (``dataset.contents``); every other byte of the
     card is kept. A card without the markers gets the section appended at the end."""
     header, body = split_card(text, source=source)
     header.pop(VERSIONS_KEY, None)
@@ -122,8 +123,6 @@ def with_versions(text: str, versions: list[dict], *, source: str = "README.md")
         body = body[:start] + section + body[end + len(VERSIONS_END) + 1:]
     else:
         body = body.rstrip("\n") + "\n\n" + section
-    from .card.contents import with_contents
-
     return join_card(header, with_contents(body))
 
 

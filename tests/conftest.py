@@ -14,7 +14,7 @@ from PIL import Image
 # load_dataset caches what it reads: keep that out of the user's ~/.cache (set before datasets is
 # imported by any test module).
 os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="orandcar-test-datasets-cache-")
-# Cards name the git commit of the code that built them (provenance.py); the tests compare cards
+# Cards name the git commit of the code that built them (build/provenance.py); the tests compare cards
 # byte for byte (the golden card, a wheel's build against the checkout's), so they name none.
 os.environ["ORANDCAR_SOURCE_COMMIT"] = "none"
 

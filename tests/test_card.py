@@ -81,7 +81,7 @@ def test_card_sections(sample_card):
         "Second pass: the judge", "Access and license",
     ]
     assert sections(sample_card) == expected
-    from orandcar_builder.card.contents import CONTENTS_END, CONTENTS_START
+    from orandcar_builder.dataset.contents import CONTENTS_END, CONTENTS_START
 
     listed = sample_card.split(CONTENTS_START, 1)[1].split(CONTENTS_END, 1)[0]
     assert re.findall(r"^- \[(.*)\]\(#[a-z0-9_-]+\)$", listed, re.MULTILINE) == expected

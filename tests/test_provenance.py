@@ -1,4 +1,4 @@
-"""Where the running code came from (provenance.py): the commit of a git checkout and whether the
+"""Where the running code came from (build/provenance.py): the commit of a git checkout and whether the
 files that shape a build differ from it; the environment's word over it; a wheel's record."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from orandcar_builder import provenance
+from orandcar_builder.build import provenance
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -72,8 +72,22 @@ def test_the_environment_and_a_wheels_record(tmp_path, monkeypatch):
             provenance.source_info()
     # without the variable: the record a wheel carries comes before git
     monkeypatch.delenv(provenance.SOURCE_COMMIT_ENV)
-    monkeypatch.setattr(provenance, "_PACKAGE", tmp_path)
+    monkeypatch.setattr(provenance, "_HERE", tmp_path)
+    monkeypatch.setattr(provenance, "_CHECKOUT", tmp_path)
     (tmp_path / provenance.BUILD_INFO).write_text(json.dumps({"commit": "1234567", "modified": True}))
     assert provenance.source_info() == {"commit": "1234567", "modified": True}
     (tmp_path / provenance.BUILD_INFO).write_text("{not json")
-    assert provenance.source_info() is None  # tmp_path/.. is no checkout either
+    assert provenance.source_info() is None  # and tmp_path is no checkout
+
+
+def test_this_checkout_is_found_where_the_package_is(monkeypatch):
+    """The folder above the package, where a checkout has its .git (site-packages has none)."""
+    from pathlib import Path
+
+    import orandcar_builder
+
+    assert provenance._CHECKOUT == Path(orandcar_builder.__file__).resolve().parents[1]
+    monkeypatch.delenv(provenance.SOURCE_COMMIT_ENV)
+    found = provenance.source_info()
+    if (provenance._CHECKOUT / ".git").exists():
+        assert found["commit"] == _git(provenance._CHECKOUT, "rev-parse", "HEAD").strip()

@@ -198,7 +198,7 @@ def reproduce(config: BuildConfig, ran: Recipe) -> dict:
         command += f" --max-shard-bytes {config.max_shard_bytes}"
     if config.allow_outside_paths:
         command += " --allow-outside-paths"
-    from ..provenance import source_info
+    from .provenance import source_info
 
     try:
         source = source_info()
@@ -208,7 +208,7 @@ def reproduce(config: BuildConfig, ran: Recipe) -> dict:
         "command": command,
         "recipe_file": ran.source != DEFAULTS_SOURCE,  # whether one was given (its name stays in the manifest)
         "versions": {"orandcar-builder": __version__, **library_versions()},
-        "source": source,  # the git commit of the code that built it, when known (provenance.py)
+        "source": source,  # the git commit of the code that built it, when known (build/provenance.py)
     }
 
 

@@ -14,11 +14,11 @@ import jinja2
 from ..dataset.layout import EXAMPLES_DIR, README
 from ..files import write_bytes_atomic, write_text_atomic
 from ..dataset.cardfile import CardFormatError, card_versions, split_card
+from ..dataset.contents import CONTENTS_END, CONTENTS_START, with_contents
 from ..recipe import dataset_card_options, dataset_repo
 from ..release import install_commands, reproduce_context, versions_section, with_versions
 from ..shipped import shipped_dir
 from ..vocab import CONFIGS
-from .contents import CONTENTS_END, CONTENTS_START, with_contents
 from .errors import CardError
 from .examples import Example, examples
 from .markdown import NOT_RECORDED, cell, code_span, fence, number, percent, size
@@ -73,7 +73,7 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
         "fingerprint": engine_fingerprint(report),
         "families": {"columns": family_columns, "rows": family_table},
         "sources": source_rows(folder),
-        "contents": CONTENTS_START + "\n" + CONTENTS_END + "\n",  # filled from the headings (contents.py)
+        "contents": CONTENTS_START + "\n" + CONTENTS_END + "\n",  # filled from the headings (dataset/contents.py)
         "candidates_source": fence(candidates_source(), "python"),
         "extraction": extraction_section(),
         "rules": rule_sections(report),

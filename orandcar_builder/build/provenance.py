@@ -6,8 +6,8 @@ Looked for in this order:
 1. ``ORANDCAR_SOURCE_COMMIT`` in the environment: a commit to name (for a tree git cannot see, an
    unpacked source archive), or ``none`` to name none (the tests set it, so that cards compare
    byte for byte whatever commit the checkout is at);
-2. ``_build_info.json`` beside this module: what setup.py's build hook recorded when a wheel was
-   built from a git checkout;
+2. ``_build_info.json`` beside this module (``orandcar_builder/build/``): what setup.py's build
+   hook recorded when a wheel was built from a git checkout;
 3. the git checkout this package is imported from (a checkout on ``PYTHONPATH``, an editable
    install): ``git rev-parse HEAD``, and ``git status`` of the paths in ``BUILD_PATHS``.
 
@@ -32,7 +32,8 @@ BUILD_PATHS = ("orandcar_builder", "dataset_card", "loading_script", "recipes", 
                "setup.cfg")
 GIT_TIMEOUT_S = 10
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
-_PACKAGE = Path(__file__).resolve().parent
+_HERE = Path(__file__).resolve().parent  # orandcar_builder/build: where a wheel's BUILD_INFO lies
+_CHECKOUT = _HERE.parents[1]  # the folder holding orandcar_builder/: a checkout's root, or site-packages
 
 
 def _git(root: Path, *args: str) -> Optional[str]:
@@ -59,7 +60,7 @@ def git_source(root: Path) -> Optional[dict]:
 
 def _recorded() -> Optional[dict]:
     try:
-        data = json.loads((_PACKAGE / BUILD_INFO).read_text(encoding="utf-8"))
+        data = json.loads((_HERE / BUILD_INFO).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     commit = str(data.get("commit") or "").lower() if isinstance(data, dict) else ""
@@ -78,4 +79,4 @@ def source_info() -> Optional[dict]:
             raise ValueError(f"{SOURCE_COMMIT_ENV}={given!r}: not a git commit (7 to 64 hex digits) nor "
                              f"{NO_COMMIT!r}")
         return {"commit": given, "modified": False}
-    return _recorded() or git_source(_PACKAGE.parent)
+    return _recorded() or git_source(_CHECKOUT)
