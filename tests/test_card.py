@@ -498,3 +498,51 @@ def test_the_acceptance_chart_is_linked_exactly_when_it_is_drawn():
         report = {"families": families}
         assert has_acceptance_chart(report) is shown
         assert (acceptance_chart_png(report) is not None) is shown
+
+
+def test_the_contents_follow_the_headings_whatever_they_hold():
+    from orandcar_builder.dataset.contents import CONTENTS_END, CONTENTS_START, anchor, heading_text, with_contents
+
+    body = (f"# Title\n\n{CONTENTS_START}\nstale\n{CONTENTS_END}\n\n## What `answer` holds\n\n```python\n"
+            "## not a heading (in code)\n```\n\n## Notes\n\n## Notes\n\n~~~~\n## also code\n~~~~\n\n"
+            "## Ünïcode & *marks*: 100% \\_done\\_\n\n### a level-3 heading\n")
+    text = with_contents(body)
+    listed = text.split(CONTENTS_START, 1)[1].split(CONTENTS_END, 1)[0]
+    assert re.findall(r"\(#([^)]*)\)", listed) == ["what-answer-holds", "notes", "notes-1",
+                                                   "ünïcode--marks-100-_done_"]
+    assert "stale" not in text and text.count(CONTENTS_START) == 1
+    assert with_contents(text) == text  # made again: the same
+    assert with_contents("no markers\n## A\n") == "no markers\n## A\n"
+    assert heading_text("``a`b`` and \\*x\\*") == "a`b and *x*" and anchor("Second pass: the judge") == "second-pass-the-judge"
+
+
+def test_source_datasets_are_counted_from_the_rows(tmp_path):
+    import pyarrow as pa
+
+    from orandcar_builder.card.sources import UNNAMED, source_counts, source_rows
+
+    def shard(config, sources_per_row):
+        (tmp_path / config).mkdir()
+        rows = [{"clean_meta": {"policy": "p", "sources": sources}} for sources in sources_per_row]
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / config / "train-00000-of-00001.parquet")
+
+    a = {"dataset": "org/A", "split": "test", "family": "vqa"}
+    shard("RS_nothink", [[a, {**a, "split": "val"}], [{"dataset": "B|b", "split": "train", "family": "math"}]])
+    shard("RS_think", [[a]] * 5)  # the same accepted items again: not counted twice
+    shard("rejected", [[a, {"dataset": "", "split": None, "family": "generic"}], [{**a, "family": "doc_vqa"}]])
+    counts = source_counts(tmp_path)
+    assert {k: (v["accepted"], v["rejected"], list(v["splits"]), list(v["families"])) for k, v in counts.items()} == {
+        "org/A": (2, 2, ["test", "val"], ["vqa", "doc_vqa"]), "B|b": (1, 0, ["train"], ["math"]),
+        UNNAMED: (0, 1, [], ["generic"])}
+    rows = source_rows(tmp_path)
+    assert rows[0] == ["`org/A`", "`test`, `val`", "`doc_vqa`, `vqa`", "4", "2", "2", "50.0%"]
+    assert rows[1][:2] == [f"*{UNNAMED}*", "–"] and rows[2][0] == "`B\\|b`"  # most items first, then by name
+
+
+def test_the_sample_card_cites_its_source_datasets(sample_card, sample_build):
+    report = sample_build[0].report
+    section = sample_card.split("\n## Source datasets\n", 1)[1].split("\n## ", 1)[0]
+    assert "Please cite them" in section
+    total = report["accepted"] + report["rejected"]
+    assert (f"| `orandcar-samples` | `test` | `chart_qa`, `doc_vqa`, `generic`, `math`, `multiple_choice`, "
+            f"`scene_text`, `vqa` | {total} | {report['accepted']} | {report['rejected']} |") in section
