@@ -221,27 +221,33 @@ def shown_examples(card: str) -> list[dict]:
                                 re.MULTILINE))
         example = {"config": head.group(1), "index": int(head.group(2).replace(",", "")) - 1, "items": [],
                    "facts": {k: _cell_value(v, k, blocks) for k, v in facts.items()}}
-        lines = [line for line in part.splitlines() if line.startswith("| ")]
-        header, rows = lines[0], lines[2:]
-        n = len(re.split(r"(?<!\\) \| ", header.strip("| "))) - 1
-        example["items"] = [{"qa": {}, "source": {}} for _ in range(n)]
-        for line in rows:
-            cells = re.split(r"(?<!\\) \| ", line[2:-2])
-            field, values = cells[0], cells[1:]
-            for i, cell in enumerate(values):
-                if field.startswith("source ("):
-                    spans = re.findall(r"(`+)(.*?)\1|(\*empty\*|\*null\*)", cell)
-                    for key, (marker, text, plain) in zip(("dataset", "split", "id"), spans):
-                        value = _cell_value(plain or f"{marker}{text}{marker}", "", blocks)
-                        example["items"][i]["source"][key] = value
-                elif field.startswith("`source."):
-                    key = field.strip("`")[len("source."):]
-                    example["items"][i]["source"][key] = _cell_value(cell, f"clean_meta.sources[{i}].{key}", blocks)
-                elif cell != "–":
-                    key = field.strip("`")
-                    example["items"][i]["qa"][key] = _cell_value(cell, f"qa[{i}].{key}", blocks)
+        for table in re.findall(r"^\| field \|.*?(?=\n\n|\Z)", part, flags=re.MULTILINE | re.DOTALL):
+            header, _, *rows = table.splitlines()
+            columns = [int(c) for c in re.findall(r"`qa\[(\d+)\]`", header)]
+            assert columns == list(range(len(example["items"]), len(example["items"]) + len(columns))), header
+            example["items"] += [{"qa": {}, "source": {}} for _ in columns]
+            _read_lines(example, rows, columns, blocks)
         out.append(example)
     return out
+
+
+def _read_lines(example: dict, rows: list[str], columns: list[int], blocks: dict) -> None:
+    for line in rows:
+        cells = re.split(r"(?<!\\) \| ", line[2:-2])
+        field, values = cells[0], cells[1:]
+        assert len(values) == len(columns), line
+        for i, cell in zip(columns, values):
+            if field.startswith("source ("):
+                spans = re.findall(r"(`+)(.*?)\1|(\*empty\*|\*null\*)", cell)
+                for key, (marker, text, plain) in zip(("dataset", "split", "id"), spans):
+                    value = _cell_value(plain or f"{marker}{text}{marker}", "", blocks)
+                    example["items"][i]["source"][key] = value
+            elif field.startswith("`source."):
+                key = field.strip("`")[len("source."):]
+                example["items"][i]["source"][key] = _cell_value(cell, f"clean_meta.sources[{i}].{key}", blocks)
+            elif cell != "–":
+                key = field.strip("`")
+                example["items"][i]["qa"][key] = _cell_value(cell, f"qa[{i}].{key}", blocks)
 
 
 def _as_shown(value):
@@ -294,6 +300,30 @@ def test_examples_show_awkward_values_exactly_inline_or_in_a_block(sample_copy, 
     for label in ("qa[0].think", "qa[0].answer", "qa[0].org_answer", "qa[1].answer"):
         assert f"<details><summary><code>{label}</code>" in part, label
     assert "<details><summary><code>qa[1].question</code>" not in part  # exactly the limit: inline
+
+
+@pytest.mark.parametrize("n_items,tables", [(7, [3, 3, 1]), (12, [3, 3, 3, 1])])
+def test_a_row_of_many_qa_items_makes_more_tables_not_a_wider_one(sample_copy, sample_build, n_items, tables):
+    import pyarrow as pa
+
+    from orandcar_builder.card.examples import QA_ITEMS_SHOWN
+
+    shard = sample_copy / "rejected" / "train-00000-of-00001.parquet"
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    item, source = rows[0]["qa"][0], rows[0]["clean_meta"]["sources"][0]
+    rows[0]["qa"] = [{**item, "question": f"Question {i}?"} for i in range(n_items)]
+    rows[0]["clean_meta"]["sources"] = [{**source, "id": str(i)} for i in range(n_items)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
+    card = render_card(sample_copy, sample_build[0].report)
+    part = card.split("#### `rejected`, row 1 of", 1)[1].split("####", 1)[0]
+    headers = [line for line in part.splitlines() if line.startswith("| field |")]
+    assert [h.count("`qa[") for h in headers] == tables
+    (first, *_) = [e for e in shown_examples(card) if e["config"] == "rejected"]
+    shown = min(n_items, QA_ITEMS_SHOWN)
+    assert [i["qa"]["question"] for i in first["items"]] == [f"Question {i}?" for i in range(shown)]
+    assert [i["source"]["id"] for i in first["items"]] == [str(i) for i in range(shown)]
+    assert (f"{n_items - QA_ITEMS_SHOWN} more QA items, not shown." in part) is (n_items > QA_ITEMS_SHOWN)
 
 
 def test_rendering_is_deterministic(sample_copy, sample_build):

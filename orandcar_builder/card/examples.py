@@ -1,7 +1,7 @@
 """The card's examples: the first, middle and last row of each config, compact. A row's own fields
-(image, sha256, cleaning policy and actions) fit on one line; its QA items form one table, one
-column per item and one line per field, the item's source (``clean_meta.sources[i]``) below its
-own fields. A value is shown inline, in full, when it is short
+(image, sha256, cleaning policy and actions) fit on one line; its QA items form a table, one
+column per item (at most ``ITEMS_PER_TABLE`` side by side, then another table) and one line per
+field, the item's source (``clean_meta.sources[i]``) below its own fields. A value is shown inline, in full, when it is short
 (``INLINE_VALUE_MAX_CHARS``) and inline code shows it unambiguously: line breaks, tabs and other
 control characters escaped (``\\n``, ``\\t``, ``markdown.code_span``), so the value must hold no
 backslash of its own, nor a space at either end (inline code drops it); any other value is
@@ -29,6 +29,7 @@ EXAMPLES_PER_CONFIG = 3  # first, middle and last row of each config
 INLINE_VALUE_MAX_CHARS = 300  # longer values are shown in full in a folded block below the table
 BLOCK_VALUE_MAX_CHARS = 4000  # a value shown below a table is cut here, with its full length stated
 QA_ITEMS_SHOWN = 10  # QA items of one example row shown in the card; the rest are counted
+ITEMS_PER_TABLE = 3  # QA items side by side in one table; more make more tables, never a wider one
 _SAFE_EXTENSION = re.compile(r"^[a-z0-9]{1,5}$")
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_]+$")
 SOURCE_REF_KEYS = ("dataset", "split", "id")  # a source's reference, shown in one cell: dataset / split / id
@@ -83,8 +84,8 @@ class Example:
     image_file: Optional[str]
     image_bytes: Optional[bytes] = field(repr=False, default=None)
     facts: list[tuple[str, str]] = field(default_factory=list)  # the row's own fields: (label, markdown)
-    columns: list[str] = field(default_factory=list)  # the QA table's headings: "field", then one per QA item
-    items: list[list[str]] = field(default_factory=list)  # the QA table's lines: a field, then its value per item
+    # the QA tables: "columns" ("field", then one per QA item) and "lines" (a field, then its value per item)
+    tables: list[dict] = field(default_factory=list)
     more: str = ""  # the QA items not shown, counted
     blocks: list[dict] = field(default_factory=list)  # long values: label, chars, text
 
@@ -142,21 +143,25 @@ def example(folder: Path, config: str, number_: int, index: int, rows: int) -> E
     n = min(shown, QA_ITEMS_SHOWN)
     items = [qa[i] if i < len(qa) and isinstance(qa[i], dict) else {} for i in range(n)]
     item_sources = [sources[i] if i < len(sources) and isinstance(sources[i], dict) else {} for i in range(n)]
-    ex.columns = ["field", *(f"`qa[{i}]`" for i in range(n))]
+    fields: list[tuple[str, list[str]]] = []  # (field heading, its cell per item)
     for key in _keys(items):
-        ex.items.append([f"`{key}`" if _PLAIN_KEY.match(key) else code_span(key, NAME_MAX_CHARS),
-                         *(_value_cell(f"qa[{i}].{key}", item[key], ex.blocks) if key in item else "–"
-                           for i, item in enumerate(items))])
+        fields.append((f"`{key}`" if _PLAIN_KEY.match(key) else code_span(key, NAME_MAX_CHARS),
+                       [_value_cell(f"qa[{i}].{key}", item[key], ex.blocks) if key in item else "–"
+                        for i, item in enumerate(items)]))
     source_keys = _keys(item_sources)
     if any(k in source_keys for k in SOURCE_REF_KEYS):
-        ex.items.append(["source (" + " / ".join(f"`{k}`" for k in SOURCE_REF_KEYS) + ")",
-                         *(" / ".join(_value_cell(f"clean_meta.sources[{i}].{k}", source.get(k), ex.blocks)
-                                      for k in SOURCE_REF_KEYS) for i, source in enumerate(item_sources))])
+        fields.append(("source (" + " / ".join(f"`{k}`" for k in SOURCE_REF_KEYS) + ")",
+                       [" / ".join(_value_cell(f"clean_meta.sources[{i}].{k}", source.get(k), ex.blocks)
+                                   for k in SOURCE_REF_KEYS) for i, source in enumerate(item_sources)]))
     for key in source_keys:
         if key not in SOURCE_REF_KEYS:
-            ex.items.append([code_span(f"source.{key}", NAME_MAX_CHARS),
-                             *(_value_cell(f"clean_meta.sources[{i}].{key}", source.get(key), ex.blocks)
-                               for i, source in enumerate(item_sources))])
+            fields.append((code_span(f"source.{key}", NAME_MAX_CHARS),
+                           [_value_cell(f"clean_meta.sources[{i}].{key}", source.get(key), ex.blocks)
+                            for i, source in enumerate(item_sources)]))
+    for start in range(0, n, ITEMS_PER_TABLE):
+        shown_here = range(start, min(n, start + ITEMS_PER_TABLE))
+        ex.tables.append({"columns": ["field", *(f"`qa[{i}]`" for i in shown_here)],
+                          "lines": [[heading, *(cells[i] for i in shown_here)] for heading, cells in fields]})
     if shown > QA_ITEMS_SHOWN:
         ex.more = f"{shown - QA_ITEMS_SHOWN:,} more QA items, not shown"
     return ex
