@@ -7,9 +7,15 @@ shards (``image_sha256``, ``qa``, ``clean_meta``): the image bytes stay where th
 side costs the column chunks, not the whole shards.
 
 Per config it counts rows (one per image, by ``image_sha256``) and QA items added, removed and
-changed. A QA item is identified by its source (dataset, split, id) and its question, the text
-the model received; it changed when anything else it holds changed (the answer, the reasoning, the
-verifier, the reason, the references or options, the image). Across configs it lists the items
+changed. A QA item is identified by its source (dataset, split, id) and its question without the
+instruction its family appended (each side's card records the families' instructions and
+separators), so a changed instruction or separator changes the question of an item, not its
+identity. An item that still finds no partner is paired with the one item of the other side that
+has its source and its image, when there is exactly one such item on each side. An item changed
+when anything it holds changed (the question, the answer, the reasoning, the verifier, the reason,
+the references or options, the image); each changed item names the parts that changed. Values
+are shown with their whitespace visible: a string as a Python literal (``'\\n'``, ``' '``), any
+other value as JSON; ``--json`` holds them exactly. Across configs it lists the items
 whose decision flipped (accepted in ``RS_nothink`` on one side, in ``rejected`` on the other, with
 both answers), the acceptance per family on each side, and what changed in the settings the cards
 record (``dataset.cardfile.BUILD_KEY``: engine fingerprint, judge, rule and extraction versions, cleaning
@@ -30,14 +36,19 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from .dataset.layout import README
 from .errors import OrandCarError
+from .dataset.cardfile import CardFormatError, card_settings, header_families, split_card
+from .families import FAMILIES
 from .parquetio import ShardTooLargeError, check_row_groups
-from .dataset.cardfile import card_settings, split_card
 from .vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIGS, REJECTED, SHARD_NAME
 
 ACCEPTED_CONFIG = CONFIG_NOTHINK  # holds every accepted QA item once (RS_think holds the same items)
 COLUMNS = ("image_sha256", "qa", "clean_meta")
 SHOWN_CHARS = 200  # an answer kept for the list of flipped items is cut here
-FLIPS_SHOWN = 20  # flipped items the human output lists (--json lists all)
+FLIPS_SHOWN = 20  # flipped items (and changed items) the human output lists (--json lists all)
+QA_PARTS = ("question", "answer", "think", "org_answer", "verifier", "wrong_vlm", "reason")  # compared apart
+ITEM_PARTS = (*QA_PARTS, "qa_other", "references", "options", "family", "source_other", "image", "policy")
+PART_DIGEST = 8  # bytes of blake2b per part: an item's digest is its parts' digests, in ITEM_PARTS order
+CONTEXT_CHARS = 24  # characters either side of where two questions differ, in the human output
 HUB_READ_BLOCK = 1 << 20  # bytes per ranged read of a Hub shard: the columns read, not the images
 _HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>.+))?$")
 
@@ -147,11 +158,18 @@ def open_side(spec: str, *, token: Optional[str] = None) -> Side:
 
 @dataclass(frozen=True)
 class Item:
-    """What a diff keeps of one QA item: a digest of everything it holds, and what to show."""
+    """What a diff keeps of one QA item: a digest of each part it holds, and what to show."""
 
-    digest: bytes
+    digest: bytes  # the parts' digests, in ITEM_PARTS order
     family: str
+    question: str  # the full text the model received
     shown: dict  # the answer fields the list of flipped items shows
+    match: tuple = ()  # (dataset, split, id, image sha256): pairs items whose keys differ
+
+    def changed_parts(self, other: "Item") -> list[str]:
+        """The names (ITEM_PARTS) of the parts that differ between this item and ``other``."""
+        return [name for i, name in enumerate(ITEM_PARTS)
+                if self.digest[i * PART_DIGEST:(i + 1) * PART_DIGEST] != other.digest[i * PART_DIGEST:(i + 1) * PART_DIGEST]]
 
 
 @dataclass
@@ -160,13 +178,45 @@ class ConfigContent:
     items: dict[tuple, Item] = field(default_factory=dict)  # item key -> Item
 
 
-def _digest(value: Any) -> bytes:
+def _digest(value: Any, size: int = 16) -> bytes:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=repr)
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=size).digest()
+
+
+def _item_digest(item: dict, source: dict, sha: str, policy: Any) -> bytes:
+    """One PART_DIGEST-byte digest per part of ITEM_PARTS, concatenated."""
+    parts = [item.get(name) for name in QA_PARTS]
+    parts.append({k: v for k, v in item.items() if k not in QA_PARTS})
+    parts += [source.get("references"), source.get("options"), source.get("family")]
+    parts.append({k: v for k, v in source.items() if k not in ("references", "options", "family")})
+    parts += [sha, policy]
+    return b"".join(_digest(part, PART_DIGEST) for part in parts)
 
 
 def _cut(text: Any) -> Any:
     return text[:SHOWN_CHARS] + "…" if isinstance(text, str) and len(text) > SHOWN_CHARS else text
+
+
+def side_instructions(side: Side) -> dict[str, str]:
+    """family -> the text its instruction appended to a question on ``side`` (separator and
+    instruction), as the side's card records the families; the code's families where it records
+    none (a card written before recipes were recorded)."""
+    families = None
+    if side.card:
+        try:
+            families = header_families(split_card(side.card, source=f"{side.spec}: {README}")[0])
+        except CardFormatError:
+            families = None
+    families = families if families is not None else tuple(FAMILIES.values())
+    return {f.name: f.separator + f.instruction for f in families if f.instruction}
+
+
+def question_stem(question: str, appended: Optional[str]) -> str:
+    """``question`` without the instruction its family appended (``appended``: separator and
+    instruction), when it ends with it; else the question as it is."""
+    if appended and question.endswith(appended):
+        return question[:-len(appended)]
+    return question
 
 
 def _rows(side: Side, config: str) -> Iterator[dict]:
@@ -191,8 +241,12 @@ def _rows(side: Side, config: str) -> Iterator[dict]:
             raise DiffError(f"{side.spec}: cannot read {name} ({type(exc).__name__}: {exc})") from None
 
 
-def read_config(side: Side, config: str) -> ConfigContent:
-    """Rows and QA items of one config of ``side``, keyed as the diff compares them."""
+def read_config(side: Side, config: str, instructions: Optional[dict] = None) -> ConfigContent:
+    """Rows and QA items of one config of ``side``, keyed as the diff compares them: (dataset,
+    split, id, question without its family's instruction); ``instructions`` is
+    ``side_instructions(side)`` (read from the card when not given)."""
+    if instructions is None:
+        instructions = side_instructions(side)
     content = ConfigContent()
     for row in _rows(side, config):
         sha = row.get("image_sha256") or ""
@@ -203,25 +257,57 @@ def read_config(side: Side, config: str) -> ConfigContent:
         content.rows[row_key] = _digest([qa, meta])
         for i, item in enumerate(qa):
             source = sources[i] if i < len(sources) and isinstance(sources[i], dict) else {}
-            key = (str(source.get("dataset", "")), str(source.get("split", "")), str(source.get("id", "")),
-                   str(item.get("question", "")))
+            family = str(source.get("family", ""))
+            question = str(item.get("question", ""))
+            ref = (str(source.get("dataset", "")), str(source.get("split", "")), str(source.get("id", "")))
+            key = ref + (question_stem(question, instructions.get(family)),)
             if key in content.items:  # the same item twice in one config: count each
                 n = 2
                 while key + (n,) in content.items:
                     n += 1
                 key = key + (n,)
             shown = {k: _cut(item.get(k)) for k in ("answer", "wrong_vlm", "reason", "verifier") if k in item}
-            content.items[key] = Item(_digest([item, source, sha, meta.get("policy")]),
-                                      str(source.get("family", "")), shown)
+            content.items[key] = Item(_item_digest(item, source, sha, meta.get("policy")), family, question, shown,
+                                      ref + (sha,))
     return content
+
+
+def _pair_leftovers(old: list[ConfigContent], new: list[ConfigContent]) -> None:
+    """Give an item of ``new`` whose key no config of ``old`` holds the key of the one item of
+    ``old`` (absent from ``new``) with its source and image, where exactly one such item is left
+    on each side: the same item, asked differently. Rekeys ``new`` in place."""
+    old_items = {k: item for content in old for k, item in content.items.items()}
+    new_items = {k: item for content in new for k, item in content.items.items()}
+    groups: dict[tuple, tuple[list, list]] = {}
+    for k, item in old_items.items():
+        if k not in new_items:
+            groups.setdefault(item.match, ([], []))[0].append(k)
+    for k, item in new_items.items():
+        if k not in old_items:
+            groups.setdefault(item.match, ([], []))[1].append(k)
+    rename = {news[0]: olds[0] for olds, news in groups.values() if len(olds) == 1 and len(news) == 1}
+    if rename:
+        for content in new:
+            content.items = {rename.get(k, k): item for k, item in content.items.items()}
 
 
 # --- the comparison ------------------------------------------------------------------------------
 
-def _key_json(key: tuple) -> dict:
-    out = {"dataset": key[0], "split": key[1], "id": key[2], "question": key[3]}
+def _key_json(key: tuple, item: Optional[Item] = None) -> dict:
+    """An item's identity as --json lists it: its source and its full question (the key's
+    question, without the instruction, where no item is given)."""
+    out = {"dataset": key[0], "split": key[1], "id": key[2], "question": item.question if item else key[3]}
     if len(key) > 4:
         out["occurrence"] = key[4]
+    return out
+
+
+def _changed_json(key: tuple, before: Item, after: Item) -> dict:
+    """A changed item: its identity on the new side, the parts that changed, the old question when
+    it changed."""
+    out = {**_key_json(key, after), "family": after.family or before.family, "changed": before.changed_parts(after)}
+    if before.question != after.question:
+        out["old_question"] = before.question
     return out
 
 
@@ -230,6 +316,15 @@ def _counts(old: dict, new: dict) -> dict:
     removed = [k for k in old if k not in new]
     changed = [k for k in new if k in old and _value(old[k]) != _value(new[k])]
     return {"old": len(old), "new": len(new), "added": added, "removed": removed, "changed": changed}
+
+
+def _item_counts(old: dict[tuple, Item], new: dict[tuple, Item]) -> dict:
+    """Like ``_counts``, each item listed as --json shows it (``_key_json``, ``_changed_json``)."""
+    counts = _counts(old, new)
+    counts["added"] = [_key_json(k, new[k]) for k in counts["added"]]
+    counts["removed"] = [_key_json(k, old[k]) for k in counts["removed"]]
+    counts["changed"] = [_changed_json(k, old[k], new[k]) for k in counts["changed"]]
+    return counts
 
 
 def _value(x: Any) -> Any:
@@ -318,7 +413,7 @@ class DatasetDiff:
             for kind in ("added", "removed", "changed"):
                 keys = c[kind]
                 out[kind] = len(keys)
-                out[f"{kind}_keys"] = [_key_json(k) if isinstance(k, tuple) else k for k in keys]
+                out[f"{kind}_keys"] = list(keys)
             return out
 
         return {
@@ -336,14 +431,21 @@ class DatasetDiff:
 
 def diff_sides(old: Side, new: Side) -> DatasetDiff:
     """Compare two sides (see the module docstring for what counts as added, removed, changed)."""
-    contents = {config: (read_config(old, config), read_config(new, config)) for config in CONFIGS}
-    configs = {config: {"rows": _counts(a.rows, b.rows), "qa": _counts(a.items, b.items)}
+    old_instructions, new_instructions = side_instructions(old), side_instructions(new)
+    contents = {config: (read_config(old, config, old_instructions), read_config(new, config, new_instructions))
+                for config in CONFIGS}
+    _pair_leftovers([a for a, _ in contents.values()], [b for _, b in contents.values()])
+    configs = {config: {"rows": _counts(a.rows, b.rows), "qa": _item_counts(a.items, b.items)}
                for config, (a, b) in contents.items()}
     (old_acc, new_acc), (old_rej, new_rej) = contents[ACCEPTED_CONFIG], contents[CONFIG_REJECTED]
     old_acc, new_acc, old_rej, new_rej = old_acc.items, new_acc.items, old_rej.items, new_rej.items
 
     def flip(key: tuple, before: Item, after: Item) -> dict:
-        return {**_key_json(key), "family": after.family or before.family, "old": before.shown, "new": after.shown}
+        out = {**_key_json(key, after), "family": after.family or before.family, "old": before.shown,
+               "new": after.shown}
+        if before.question != after.question:
+            out["old_question"] = before.question
+        return out
 
     flipped = {
         "accepted_to_rejected": [flip(k, old_acc[k], new_rej[k]) for k in new_rej if k in old_acc and k not in new_acc],
@@ -355,11 +457,13 @@ def diff_sides(old: Side, new: Side) -> DatasetDiff:
     old_settings, new_settings = (card_settings(split_card(s.card, source=f"{s.spec}: {README}")[0]) if s.card else {}
                                   for s in (old, new))
     settings = {"old": old_settings, "new": new_settings, "changed": settings_changes(old_settings, new_settings)}
-    before = {k: (ACCEPTED, i.digest) for k, i in old_acc.items()} | {k: (REJECTED, i.digest) for k, i in old_rej.items()}
-    after = {k: (ACCEPTED, i.digest) for k, i in new_acc.items()} | {k: (REJECTED, i.digest) for k, i in new_rej.items()}
-    dataset = {"old": len(before), "new": len(after), "added": [k for k in after if k not in before],
-               "removed": [k for k in before if k not in after],
-               "changed": [k for k in after if k in before and after[k][0] == before[k][0] and after[k] != before[k]]}
+    before = {k: (ACCEPTED, i) for k, i in old_acc.items()} | {k: (REJECTED, i) for k, i in old_rej.items()}
+    after = {k: (ACCEPTED, i) for k, i in new_acc.items()} | {k: (REJECTED, i) for k, i in new_rej.items()}
+    dataset = {"old": len(before), "new": len(after),
+               "added": [_key_json(k, after[k][1]) for k in after if k not in before],
+               "removed": [_key_json(k, before[k][1]) for k in before if k not in after],
+               "changed": [_changed_json(k, before[k][1], after[k][1]) for k in after
+                           if k in before and after[k][0] == before[k][0] and after[k][1].digest != before[k][1].digest]}
     return DatasetDiff(old, new, configs, flipped, acceptance, settings, dataset)
 
 
@@ -370,10 +474,36 @@ def diff(old: str, new: str, *, token: Optional[str] = None) -> DatasetDiff:
 
 # --- human output --------------------------------------------------------------------------------
 
+def _visible(text: str) -> str:
+    """``text`` with every character that does not print (beyond the ASCII space) as a JSON escape."""
+    return "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in text)
+
+
 def _short(value: Any, limit: int = 60) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
-    return repr(text[:limit] + "…") if len(text) > limit else repr(text)
+    """A value as the human output shows it, whitespace visible: a string as a Python literal
+    (``'\\n'``, ``' '``, ``'\\xa0'``), anything else as JSON (``null``, ``2``, ``["a"]``); cut after
+    ``limit`` characters, the cut marked by an ``…`` outside the quotes."""
+    if isinstance(value, str):
+        return repr(value[:limit]) + ("…" if len(value) > limit else "")
+    text = _visible(json.dumps(value, ensure_ascii=False, sort_keys=True, default=repr))
+    return text[:limit] + "…" if len(text) > limit else text
+
+
+def _where_differ(old: str, new: str, context: int = CONTEXT_CHARS) -> tuple[str, str]:
+    """The part of each text where they differ, with ``context`` characters either side, as
+    string literals (an ``…`` marks a cut)."""
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    end = 0
+    while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
+        end += 1
+
+    def window(text: str) -> str:
+        a, b = max(0, start - context), min(len(text), len(text) - end + context)
+        return ("…" if a else "") + repr(text[a:b]) + ("…" if b < len(text) else "")
+
+    return window(old), window(new)
 
 
 def _changes(c: dict) -> str:
@@ -393,6 +523,29 @@ def _family_share(counts: Optional[dict]) -> str:
     return f"{counts['accepted']:,}/{counts['qa']:,} {share}"
 
 
+def _changed_lines(changed: list[dict], shown: int) -> list[str]:
+    """The changed QA items of the dataset (not flipped): how many per changed part, then the
+    first ``shown`` of them with what changed, and where a question changed, the changed part."""
+    if not changed:
+        return []
+    parts: dict[str, int] = {}
+    for entry in changed:
+        for part in entry["changed"]:
+            parts[part] = parts.get(part, 0) + 1
+    by_part = ", ".join(f"{part} {n:,}" for part, n in sorted(parts.items(), key=lambda p: ITEM_PARTS.index(p[0])))
+    lines = [f"QA items changed: {len(changed):,} (by part: {by_part})"]
+    for entry in changed[:shown]:
+        lines.append(f"  changed ({' changed, '.join(entry['changed'])} changed)  {entry['family']}  "
+                     f"{entry['dataset']}/{entry['split']}/{entry['id']}  {_short(entry['question'], 50)}")
+        if "old_question" in entry:
+            before, after = _where_differ(entry["old_question"], entry["question"])
+            lines.append(f"      question: {before} → {after}")
+    if len(changed) > shown:
+        lines.append(f"  ... and {len(changed) - shown:,} more (--json lists them all)")
+    lines.append("")
+    return lines
+
+
 def format_diff(result: DatasetDiff, *, flips_shown: int = FLIPS_SHOWN) -> str:
     """The short table ``orandcar diff`` prints."""
     lines = [f"old: {result.old.describe()}", f"new: {result.new.describe()}", ""]
@@ -408,11 +561,14 @@ def format_diff(result: DatasetDiff, *, flips_shown: int = FLIPS_SHOWN) -> str:
     lines.append(f"decisions flipped: {len(r2a):,} rejected → accepted, {len(a2r):,} accepted → rejected")
     shown = [("rejected → accepted", f) for f in r2a] + [("accepted → rejected", f) for f in a2r]
     for label, f in shown[:flips_shown]:
-        lines.append(f"  {label}  {f['family']}  {f['dataset']}/{f['split']}/{f['id']}  {_short(f['question'], 50)}")
+        asked = "  (question changed)" if "old_question" in f else ""
+        lines.append(f"  {label}  {f['family']}  {f['dataset']}/{f['split']}/{f['id']}  {_short(f['question'], 50)}"
+                     f"{asked}")
         lines.append(f"      {_answer(f['old'])} → {_answer(f['new'])}")
     if len(shown) > flips_shown:
         lines.append(f"  ... and {len(shown) - flips_shown:,} more (--json lists them all)")
     lines.append("")
+    lines += _changed_lines(result.dataset["changed"], flips_shown)
     lines.append("acceptance per family (accepted/QA items)")
     fwidth = max([len(f) for f in result.acceptance] + [6]) + 2
     lines.append(f"  {'family':<{fwidth}}{'old':<20}new")

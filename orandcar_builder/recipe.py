@@ -38,6 +38,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the same reader a
 
 RECIPE_FORMAT = 1  # the ``format`` a recipe declares; a later, incompatible layout gets a new number
 SHIPPED_RECIPE = "orandcar.toml"  # recipes/orandcar.toml: the published dataset's recipe
+CPU_RECIPE = "cpu.toml"  # recipes/cpu.toml: its CPU counterpart (engine rapidocr, no judge)
 DEFAULTS_SOURCE = "(defaults)"  # the source of the recipe a build without a recipe file runs
 
 _SCALAR = {"type": ["string", "number", "boolean"]}
@@ -462,11 +463,12 @@ def _resolve(data: dict, source: str) -> Recipe:
                   calibration=calibration, families=families, changed_families=tuple(given))
 
 
-def shipped_recipe_path() -> Path:
-    """``recipes/orandcar.toml`` as installed with the package, else the one of this checkout."""
+def shipped_recipe_path(name: str = SHIPPED_RECIPE) -> Path:
+    """``recipes/NAME`` (the published recipe unless named) as installed with the package, else
+    the one of this checkout."""
     from .shipped import shipped_dir
 
-    return shipped_dir("recipes") / SHIPPED_RECIPE
+    return shipped_dir("recipes") / name
 
 
 # --- resolving against the command line ------------------------------------------------------------

@@ -15,11 +15,14 @@ rest again. Everything here is deterministic: the same settings and versions giv
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from .dataset.cardfile import VERSIONS_KEY, join_card, split_card
+from .dataset.contents import with_contents
 from .vocab import RECORD_ONLY_KEYS
 
+_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")  # a git commit as provenance.source_info records it
 VERSIONS_START = "<!-- orandcar:versions -->"
 VERSIONS_END = "<!-- /orandcar:versions -->"
 
@@ -107,8 +110,8 @@ def versions_section(versions: list[dict]) -> str:
 
 def with_versions(text: str, versions: list[dict], *, source: str = "README.md") -> str:
     """The card ``text`` with its header's ``orandcar_versions`` and its Versions section set to
-    ``versions``; every other byte of the card is kept. A card without the markers gets the section
-    appended at the end."""
+    ``versions``, and its table of contents made again (``dataset.contents``); every other byte of the
+    card is kept. A card without the markers gets the section appended at the end."""
     header, body = split_card(text, source=source)
     header.pop(VERSIONS_KEY, None)
     if versions:
@@ -120,7 +123,7 @@ def with_versions(text: str, versions: list[dict], *, source: str = "README.md")
         body = body[:start] + section + body[end + len(VERSIONS_END) + 1:]
     else:
         body = body.rstrip("\n") + "\n\n" + section
-    return join_card(header, body)
+    return join_card(header, with_contents(body))
 
 
 def version_entry(tag: str, previous: Optional[str], summary: dict) -> dict:
@@ -142,12 +145,42 @@ def reproduce_context(report: dict) -> Optional[dict]:
 
     reproduce = report.get("reproduce") if isinstance(report.get("reproduce"), dict) else {}
     versions = reproduce.get("versions") if isinstance(reproduce.get("versions"), dict) else {}
+    source = reproduce.get("source") if isinstance(reproduce.get("source"), dict) else {}
+    commit = source.get("commit") if isinstance(source.get("commit"), str) and _COMMIT.match(source["commit"]) else None
     return {
         "toml": to_toml(recipe),
         "command": reproduce.get("command"),
         "recipe_file": reproduce.get("recipe_file"),
         "versions": list(versions.items()),
         "builder": versions.get("orandcar-builder"),
+        "commit": commit,
+        "modified": bool(commit and source.get("modified")),
+        "extras": recipe_extras(recipe),
     }
+
+
+def recipe_extras(recipe: dict) -> list[str]:
+    """The package extras the engine and the judge of a recorded ``recipe`` need, in that order."""
+    from .engines import ENGINE_EXTRAS
+
+    names = [(recipe.get(section) or {}).get("name") if isinstance(recipe.get(section), dict) else None
+             for section in ("engine", "judge")]
+    return list(dict.fromkeys(ENGINE_EXTRAS[name] for name in names if name in ENGINE_EXTRAS))
+
+
+def install_commands(builder: Optional[str], commit: Optional[str], extras: list[str]) -> str:
+    """The shell lines that install the package the card's build ran with: from a checkout of the
+    repository (at ``commit`` when known), as the package is on no index, with the extras its
+    engines need and the library versions the checkout pins (``constraints.txt``); a wheel built
+    there is named in a comment."""
+    spec = f"[{','.join(extras)}]" if extras else ""
+    lines = []
+    if commit:
+        lines.append(f"git checkout {commit}  # in a clone of the orandcar-builder repository")
+    lines.append(f'pip install -c constraints.txt ".{spec}"  # from the root of that checkout')
+    if builder:
+        lines.append(f'# or a wheel built there: pip wheel --no-deps . -w dist && '
+                     f'pip install -c constraints.txt "dist/orandcar_builder-{builder}-py3-none-any.whl{spec}"')
+    return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,9 @@ from PIL import Image
 os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="orandcar-test-datasets-cache-")
 # The import seal's key (pool/seal.py) likewise stays out of the user's config folder.
 os.environ["ORANDCAR_CONFIG_DIR"] = tempfile.mkdtemp(prefix="orandcar-test-config-")
+# Cards name the git commit of the code that built them (build/provenance.py); the tests compare cards
+# byte for byte (the golden card, a wheel's build against the checkout's), so they name none.
+os.environ["ORANDCAR_SOURCE_COMMIT"] = "none"
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"

@@ -73,10 +73,21 @@ def test_the_golden_update_script_writes_the_sample_card(tmp_path):
 
 
 def test_card_sections(sample_card):
-    assert sections(sample_card) == [
-        "At a glance", "How the data was produced", "How to reproduce", "What `answer` holds", "How a match is decided",
-        "Second pass: the judge", "Cleaning", "Counts per family", "Schema", "Examples", "Access and license",
+    """What a reader wants first (sizes, counts, sources, examples), then how it was made, the
+    reference sections and the rules last; the contents list every section, in order."""
+    expected = [
+        "At a glance", "Counts per family", "Source datasets", "Examples", "How the data was produced",
+        "How to reproduce", "What `answer` holds", "Cleaning", "Schema", "How a match is decided",
+        "Second pass: the judge", "Access and license",
     ]
+    assert sections(sample_card) == expected
+    from orandcar_builder.dataset.contents import CONTENTS_END, CONTENTS_START
+
+    listed = sample_card.split(CONTENTS_START, 1)[1].split(CONTENTS_END, 1)[0]
+    assert re.findall(r"^- \[(.*)\]\(#[a-z0-9_-]+\)$", listed, re.MULTILINE) == expected
+    assert "- [What `answer` holds](#what-answer-holds)" in listed
+    assert "- [Second pass: the judge](#second-pass-the-judge)" in listed
+    assert sample_card.index(CONTENTS_END) < sample_card.index("\n## At a glance")
 
 
 def test_metadata_configs_parse_the_header_to_the_three_configs(sample_card):
@@ -154,8 +165,7 @@ def test_figures_come_from_the_report(sample_card, sample_build):
 
 
 def test_examples_show_the_original_image_files(sample_card, built_sample):
-    pattern = re.compile(r"!\[[^\]]*\]\((examples/[^)]+)\)\n\n\| field \| value \|\n\| --- \| --- \|\n"
-                         r"\| `image` \|[^\n]*\n\| `image_sha256` \| `([0-9a-f]{64})` \|")
+    pattern = re.compile(r"!\[[^\]]*\]\((examples/[^)]+)\)\n\n`image` [^\n]*\n`image_sha256` `([0-9a-f]{64})` ·")
     shown = pattern.findall(sample_card)
     assert len(shown) == 3 * len(CONFIGS)
     for relative, sha in shown:
@@ -165,12 +175,155 @@ def test_examples_show_the_original_image_files(sample_card, built_sample):
     assert validate_folder(built_sample) == []
 
 
-def test_wrong_vlm_is_shown_in_full_with_its_length(sample_card):
-    shown = re.findall(r"`qa(?:\[\d+\])?\.wrong_vlm` \(([\d,]+) characters?\)(?::\n\n(`{3,})text\n(.*?)\n\2|: empty\.)",
-                       sample_card, flags=re.DOTALL)
-    assert len(shown) >= 3
-    for count, _, text in shown:
-        assert int(count.replace(",", "")) == len(text)
+_ESCAPE = re.compile(r"\\(n|r|t|x[0-9a-f]{2}|u[0-9a-f]{4}|\|)")
+
+
+def _code_span_value(span: str) -> str:
+    """The text of an inline code span as markdown.code_span wrote it (a value without a backslash
+    of its own: every backslash in it is an escape)."""
+    marker = re.match(r"`+", span).group(0)
+    assert span.endswith(marker), span
+    inner = span[len(marker):-len(marker)]
+    if inner.startswith(" ") and inner.endswith(" ") and inner.strip(" "):
+        inner = inner[1:-1]
+
+    def unescape(m: re.Match) -> str:
+        code = m.group(1)
+        return {"n": "\n", "r": "\r", "t": "\t", "|": "|"}.get(code) or chr(int(code[1:], 16))
+
+    return _ESCAPE.sub(unescape, inner)
+
+
+def _cell_value(cell: str, label: str, blocks: dict) -> object:
+    """A value as an example shows it: inline code, *empty*, *null*, or named and in a block."""
+    cell = cell.strip()
+    if cell == "*empty*":
+        return ""
+    if cell == "*null*":
+        return None
+    if re.fullmatch(r"[\d,]+ characters?, in full below", cell):
+        return blocks[label]
+    assert cell.startswith("`"), (label, cell)
+    return _code_span_value(cell)
+
+
+def shown_examples(card: str) -> list[dict]:
+    """Every example of a card, read back: config, row index, the row's facts, and per QA item
+    its fields and its source's, each value decoded from what the card shows."""
+    body = card.split("\n## Examples\n", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for part in re.split(r"^#### ", body, flags=re.MULTILINE)[1:]:
+        head = re.match(r"`([^`]+)`, row ([\d,]+) of", part)
+        blocks = {m.group(1): m.group(3) for m in re.finditer(
+            r"<details><summary><code>([^<]+)</code> \([\d,]+ characters?\)</summary>\n\n(`{3,})text\n(.*?)\n\2\n",
+            part, flags=re.DOTALL)}
+        facts = dict(re.findall(r"^`(image_sha256|clean_meta\.policy|clean_meta\.actions)` (.*?)(?: ·)?$", part,
+                                re.MULTILINE))
+        example = {"config": head.group(1), "index": int(head.group(2).replace(",", "")) - 1, "items": [],
+                   "facts": {k: _cell_value(v, k, blocks) for k, v in facts.items()}}
+        for table in re.findall(r"^\| field \|.*?(?=\n\n|\Z)", part, flags=re.MULTILINE | re.DOTALL):
+            header, _, *rows = table.splitlines()
+            columns = [int(c) for c in re.findall(r"`qa\[(\d+)\]`", header)]
+            assert columns == list(range(len(example["items"]), len(example["items"]) + len(columns))), header
+            example["items"] += [{"qa": {}, "source": {}} for _ in columns]
+            _read_lines(example, rows, columns, blocks)
+        out.append(example)
+    return out
+
+
+def _read_lines(example: dict, rows: list[str], columns: list[int], blocks: dict) -> None:
+    for line in rows:
+        cells = re.split(r"(?<!\\) \| ", line[2:-2])
+        field, values = cells[0], cells[1:]
+        assert len(values) == len(columns), line
+        for i, cell in zip(columns, values):
+            if field.startswith("source ("):
+                spans = re.findall(r"(`+)(.*?)\1|(\*empty\*|\*null\*)", cell)
+                for key, (marker, text, plain) in zip(("dataset", "split", "id"), spans):
+                    value = _cell_value(plain or f"{marker}{text}{marker}", "", blocks)
+                    example["items"][i]["source"][key] = value
+            elif field.startswith("`source."):
+                key = field.strip("`")[len("source."):]
+                example["items"][i]["source"][key] = _cell_value(cell, f"clean_meta.sources[{i}].{key}", blocks)
+            elif cell != "–":
+                key = field.strip("`")
+                example["items"][i]["qa"][key] = _cell_value(cell, f"qa[{i}].{key}", blocks)
+
+
+def _as_shown(value):
+    return value if value is None or isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def test_examples_show_every_value_of_their_rows_exactly(sample_card, built_sample):
+    """Each example, read back from the card (inline code decoded, blocks read), is its stored row:
+    every field of every QA item and of its source, the sha256, the policy and the actions."""
+    from orandcar_builder.card.examples import read_row
+    from orandcar_builder.dataset.info import shard_paths
+
+    examples = shown_examples(sample_card)
+    assert len(examples) == 3 * len(CONFIGS)
+    for example in examples:
+        row = read_row(shard_paths(built_sample, example["config"]), example["index"])
+        meta = row["clean_meta"]
+        assert example["facts"] == {"image_sha256": row["image_sha256"], "clean_meta.policy": meta["policy"],
+                                    "clean_meta.actions": _as_shown(meta["actions"])}
+        assert [item["qa"] for item in example["items"]] == [{k: _as_shown(v) for k, v in q.items()} for q in row["qa"]]
+        assert [item["source"] for item in example["items"]] == [{k: _as_shown(v) for k, v in s.items()}
+                                                                  for s in meta["sources"]]
+    questions = [item["qa"]["question"] for example in examples for item in example["items"]]
+    assert all("\n" in q and len(q) < 300 for q in questions)  # short, multi-line: shown inline
+    assert "in full below" not in sample_card.split("\n## Examples\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_examples_show_awkward_values_exactly_inline_or_in_a_block(sample_copy, sample_build):
+    """Values inline code can show (escaped line breaks, tabs, pipes, backticks) stay in their cell;
+    a long one, one with a backslash or a space at an end goes to a folded block; all read back."""
+    import pyarrow as pa
+
+    from orandcar_builder.card.examples import INLINE_VALUE_MAX_CHARS
+
+    shard = sample_copy / "RS_think" / "train-00000-of-00001.parquet"
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    item = {"question": "Tab\there | pipe `tick` \u2028 and\r\nlines", "think": "x" * (INLINE_VALUE_MAX_CHARS + 1),
+            "answer": " lead", "org_answer": "back\\slash", "verifier": ""}
+    rows[0]["qa"] = [item, {**item, "question": "Q" * INLINE_VALUE_MAX_CHARS, "think": "short"}]
+    rows[0]["clean_meta"]["sources"] = [{**rows[0]["clean_meta"]["sources"][0], "dataset": "a/b | c", "id": "7"}] * 2
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
+    card = render_card(sample_copy, sample_build[0].report)
+    (first, *_) = [e for e in shown_examples(card) if e["config"] == "RS_think"]
+    assert [i["qa"] for i in first["items"]] == rows[0]["qa"]
+    assert first["items"][0]["source"]["dataset"] == "a/b | c" and first["items"][1]["source"]["id"] == "7"
+    part = card.split("#### `RS_think`, row 1 of", 1)[1].split("####", 1)[0]
+    inline = {line.split(" | ")[0] for line in part.splitlines() if line.startswith("| `") and "in full below" not in line}
+    assert {"| `question`", "| `verifier`"} <= inline
+    for label in ("qa[0].think", "qa[0].answer", "qa[0].org_answer", "qa[1].answer"):
+        assert f"<details><summary><code>{label}</code>" in part, label
+    assert "<details><summary><code>qa[1].question</code>" not in part  # exactly the limit: inline
+
+
+@pytest.mark.parametrize("n_items,tables", [(7, [3, 3, 1]), (12, [3, 3, 3, 1])])
+def test_a_row_of_many_qa_items_makes_more_tables_not_a_wider_one(sample_copy, sample_build, n_items, tables):
+    import pyarrow as pa
+
+    from orandcar_builder.card.examples import QA_ITEMS_SHOWN
+
+    shard = sample_copy / "rejected" / "train-00000-of-00001.parquet"
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    item, source = rows[0]["qa"][0], rows[0]["clean_meta"]["sources"][0]
+    rows[0]["qa"] = [{**item, "question": f"Question {i}?"} for i in range(n_items)]
+    rows[0]["clean_meta"]["sources"] = [{**source, "id": str(i)} for i in range(n_items)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
+    card = render_card(sample_copy, sample_build[0].report)
+    part = card.split("#### `rejected`, row 1 of", 1)[1].split("####", 1)[0]
+    headers = [line for line in part.splitlines() if line.startswith("| field |")]
+    assert [h.count("`qa[") for h in headers] == tables
+    (first, *_) = [e for e in shown_examples(card) if e["config"] == "rejected"]
+    shown = min(n_items, QA_ITEMS_SHOWN)
+    assert [i["qa"]["question"] for i in first["items"]] == [f"Question {i}?" for i in range(shown)]
+    assert [i["source"]["id"] for i in first["items"]] == [str(i) for i in range(shown)]
+    assert (f"{n_items - QA_ITEMS_SHOWN} more QA items, not shown." in part) is (n_items > QA_ITEMS_SHOWN)
 
 
 def test_rendering_is_deterministic(sample_copy, sample_build):
@@ -375,3 +528,51 @@ def test_the_acceptance_chart_is_linked_exactly_when_it_is_drawn():
         report = {"families": families}
         assert has_acceptance_chart(report) is shown
         assert (acceptance_chart_png(report) is not None) is shown
+
+
+def test_the_contents_follow_the_headings_whatever_they_hold():
+    from orandcar_builder.dataset.contents import CONTENTS_END, CONTENTS_START, anchor, heading_text, with_contents
+
+    body = (f"# Title\n\n{CONTENTS_START}\nstale\n{CONTENTS_END}\n\n## What `answer` holds\n\n```python\n"
+            "## not a heading (in code)\n```\n\n## Notes\n\n## Notes\n\n~~~~\n## also code\n~~~~\n\n"
+            "## Ünïcode & *marks*: 100% \\_done\\_\n\n### a level-3 heading\n")
+    text = with_contents(body)
+    listed = text.split(CONTENTS_START, 1)[1].split(CONTENTS_END, 1)[0]
+    assert re.findall(r"\(#([^)]*)\)", listed) == ["what-answer-holds", "notes", "notes-1",
+                                                   "ünïcode--marks-100-_done_"]
+    assert "stale" not in text and text.count(CONTENTS_START) == 1
+    assert with_contents(text) == text  # made again: the same
+    assert with_contents("no markers\n## A\n") == "no markers\n## A\n"
+    assert heading_text("``a`b`` and \\*x\\*") == "a`b and *x*" and anchor("Second pass: the judge") == "second-pass-the-judge"
+
+
+def test_source_datasets_are_counted_from_the_rows(tmp_path):
+    import pyarrow as pa
+
+    from orandcar_builder.card.sources import UNNAMED, source_counts, source_rows
+
+    def shard(config, sources_per_row):
+        (tmp_path / config).mkdir()
+        rows = [{"clean_meta": {"policy": "p", "sources": sources}} for sources in sources_per_row]
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / config / "train-00000-of-00001.parquet")
+
+    a = {"dataset": "org/A", "split": "test", "family": "vqa"}
+    shard("RS_nothink", [[a, {**a, "split": "val"}], [{"dataset": "B|b", "split": "train", "family": "math"}]])
+    shard("RS_think", [[a]] * 5)  # the same accepted items again: not counted twice
+    shard("rejected", [[a, {"dataset": "", "split": None, "family": "generic"}], [{**a, "family": "doc_vqa"}]])
+    counts = source_counts(tmp_path)
+    assert {k: (v["accepted"], v["rejected"], list(v["splits"]), list(v["families"])) for k, v in counts.items()} == {
+        "org/A": (2, 2, ["test", "val"], ["vqa", "doc_vqa"]), "B|b": (1, 0, ["train"], ["math"]),
+        UNNAMED: (0, 1, [], ["generic"])}
+    rows = source_rows(tmp_path)
+    assert rows[0] == ["`org/A`", "`test`, `val`", "`doc_vqa`, `vqa`", "4", "2", "2", "50.0%"]
+    assert rows[1][:2] == [f"*{UNNAMED}*", "–"] and rows[2][0] == "`B\\|b`"  # most items first, then by name
+
+
+def test_the_sample_card_cites_its_source_datasets(sample_card, sample_build):
+    report = sample_build[0].report
+    section = sample_card.split("\n## Source datasets\n", 1)[1].split("\n## ", 1)[0]
+    assert "Please cite them" in section
+    total = report["accepted"] + report["rejected"]
+    assert (f"| `orandcar-samples` | `test` | `chart_qa`, `doc_vqa`, `generic`, `math`, `multiple_choice`, "
+            f"`scene_text`, `vqa` | {total} | {report['accepted']} | {report['rejected']} |") in section

@@ -8,13 +8,14 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from click.testing import CliRunner
 
 from orandcar_builder.build import build
 from orandcar_builder.cli import main
-from orandcar_builder.diff import DiffError, diff, open_side, settings_changes
+from orandcar_builder.diff import DiffError, diff, format_diff, open_side, settings_changes
 from orandcar_builder.publish import push
 from orandcar_builder.dataset.cardfile import BUILD_KEY, VERSIONS_KEY, card_versions, split_card
 from orandcar_builder.release import VERSIONS_END, VERSIONS_START, versions_section, with_versions
@@ -175,6 +176,9 @@ def test_versions_section_replaces_only_its_own_part(two_builds):
     assert updated.split(VERSIONS_END, 1)[1] == text.split(VERSIONS_END, 1)[1]
     assert with_versions(updated, [first, entry]) == updated
     assert with_versions(updated, []) == text
+    # the contents list the new section where it is
+    assert "- [Examples](#examples)\n- [Versions](#versions)\n- [How the data was produced]" in updated
+    assert "- [Versions](#versions)" not in text
     assert versions_section([]) == VERSIONS_START + "\n" + VERSIONS_END + "\n"
 
 
@@ -357,3 +361,171 @@ def test_items_of_a_longer_pool_are_added_and_none_flips(two_builds, tmp_path):
     assert data["settings"]["changed"] == []  # same engine, rules, extraction, policy and recipe
     back = diff(str(old), str(shorter.out)).summary()
     assert back["qa"]["removed"] == 6 and back["qa"]["added"] == 0
+
+
+# -- whitespace shown, items matched across a changed instruction -------------------------------------
+
+@pytest.mark.parametrize("value", ["\n", " ", "\t", "\r\n", "\xa0", "\u200b", "\u2028", "", "a'b\"c", "é\n",
+                                   None, 0, 1.5, True, ["x\n", " "], {"k": "\xa0\u2028"}])
+def test_values_are_shown_with_their_whitespace_and_read_back_exactly(value):
+    import ast
+
+    from orandcar_builder.diff import _short
+
+    shown = _short(value)
+    assert shown.isprintable() and shown.strip() == shown and shown  # one line, nothing invisible
+    read = ast.literal_eval(shown) if isinstance(value, str) else json.loads(shown)
+    assert read == value and type(read) is type(value)
+
+
+def test_distinct_whitespace_is_shown_distinctly_and_a_cut_is_marked_outside_the_quotes():
+    import ast
+
+    from orandcar_builder.diff import _short
+
+    spaces = ["\n", " ", "  ", "\t", "\xa0", "\u2009", "\u200b", ""]
+    assert len({_short(s) for s in spaces}) == len(spaces)
+    assert _short(None) != _short("null") and _short(1) != _short("1")
+    long = "word\n" * 30
+    shown = _short(long, 12)
+    assert shown.endswith("…") and ast.literal_eval(shown[:-1]) == long[:12]
+
+
+def _instruction_recipe(text: str):
+    from orandcar_builder.recipe import parse_recipe, resolve
+
+    return resolve(parse_recipe(text, source="test recipe"))
+
+
+@pytest.fixture(scope="module")
+def reinstructed(tmp_path_factory, ocr_engine):
+    """The sample pool built twice with the same engine: the code's families, then a recipe that
+    puts a space instead of "\\n" before the scene-text instruction and rewords the multiple-choice
+    one (the engine reads only the image, so the answers stay)."""
+    root = tmp_path_factory.mktemp("reinstructed")
+    old = build(SAMPLES / "pool.jsonl", root / "old", work=root / "w1", engine=ocr_engine, progress=False)
+    recipe = _instruction_recipe('format = 1\n[families.scene_text]\nseparator = " "\n'
+                                 '[families.multiple_choice]\ninstruction = "Pick one letter.\\tNothing else."\n')
+    new = build(SAMPLES / "pool.jsonl", root / "new", work=root / "w2", engine=ocr_engine, progress=False,
+                recipe=recipe)
+    assert old.ok and new.ok
+    return old.out, new.out
+
+
+def test_a_changed_instruction_changes_the_question_of_each_item_not_its_identity(reinstructed):
+    old, new = reinstructed
+    pool = [json.loads(line) for line in (SAMPLES / "pool.jsonl").read_text().splitlines()]
+    touched = [p for p in pool if p["family"] in ("scene_text", "multiple_choice")]
+    data = diff(str(old), str(new)).to_dict()
+    assert (data["qa"]["added"], data["qa"]["removed"]) == (0, 0)
+    assert data["qa"]["changed"] == len(touched) and data["summary"]["qa"]["changed"] == len(touched)
+    assert all(c["added"] == c["removed"] == 0 for config in data["configs"].values() for c in config.values())
+    assert data["flipped"] == {"accepted_to_rejected": [], "rejected_to_accepted": []}
+    for entry in data["qa"]["changed_keys"]:
+        assert entry["changed"] == ["question"], entry
+        assert entry["family"] in ("scene_text", "multiple_choice")
+        if entry["family"] == "scene_text":
+            assert entry["old_question"].replace("\nReply with only", " Reply with only") == entry["question"]
+        else:
+            assert entry["question"].endswith("\nPick one letter.\tNothing else.")
+    # the two questions asked about one image under one source id stay two items
+    assert sorted(e["id"] for e in data["qa"]["changed_keys"]).count("0") == 2
+    # the settings: exact in --json, whitespace visible in the text
+    changed = {c["key"]: (c["old"], c["new"]) for c in data["settings"]["changed"]}
+    assert changed["recipe.families.scene_text.separator"] == ("\n", " ")
+    text = CliRunner().invoke(main, ["diff", str(old), str(new)]).output
+    assert "recipe.families.scene_text.separator: '\\n' → ' '" in text, text
+    assert "'Pick one letter.\\tNothing else.'" in text
+    assert f"QA items changed: {len(touched)} (by part: question {len(touched)})" in text
+    assert re.search(r"^  changed \(question changed\)  scene_text  orandcar-samples/test/\d+  'What is written", text,
+                     re.MULTILINE), text
+    assert re.search(r"^      question: …'.*\?\\nReply with only.*'… → …'.*\? Reply with only.*'…$", text, re.MULTILINE)
+
+
+# Small dataset folders written directly: the cases a real pool rarely shows.
+
+def _qa_folder(path: Path, rows: dict, families: Optional[dict] = None) -> Path:
+    """A dataset folder: ``rows`` is config -> list of (image sha, [(source, qa item)]); the card
+    records ``families`` (name -> (separator, instruction)) when given."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    header = {"license": "other"}
+    if families is not None:
+        header[BUILD_KEY] = {"recipe": {"format": 1, "families": {
+            name: {"rule": "exact", "instruction": instruction, "separator": separator}
+            for name, (separator, instruction) in families.items()}}}
+    path.mkdir(parents=True)
+    (path / "README.md").write_text("---\n" + yaml.safe_dump(header) + "---\n# test\n", encoding="utf-8")
+    for config, config_rows in rows.items():
+        if not config_rows:
+            continue
+        table = pa.Table.from_pylist([{"image_sha256": sha, "qa": [item for _, item in items],
+                                       "clean_meta": {"policy": "p/1", "sources": [source for source, _ in items]}}
+                                      for sha, items in config_rows])
+        (path / config).mkdir()
+        pq.write_table(table, path / config / "train-00000-of-00001.parquet")
+    return path
+
+
+def _source(item_id: str, family: str = "generic") -> dict:
+    return {"dataset": "d", "split": "test", "id": item_id, "family": family}
+
+
+def _accepted(question: str, answer: str = "a") -> dict:
+    return {"question": question, "answer": answer, "org_answer": answer, "verifier": "exact"}
+
+
+def _rejected(question: str, wrong: str = "b") -> dict:
+    return {"question": question, "answer": "a", "wrong_vlm": wrong, "reason": "wrong_answer"}
+
+
+def test_an_item_whose_instruction_changed_and_decision_flipped_is_one_flip(tmp_path):
+    families = {"generic": ("\n", "Say it.")}
+    old = _qa_folder(tmp_path / "old", {"RS_nothink": [("s1", [(_source("1"), _accepted("Q?\nSay it."))])],
+                                        "rejected": []}, families)
+    new = _qa_folder(tmp_path / "new", {"RS_nothink": [],
+                                        "rejected": [("s1", [(_source("1"), _rejected("Q? Say it briefly."))])]},
+                     {"generic": (" ", "Say it briefly.")})
+    data = diff(str(old), str(new)).to_dict()
+    (flip,) = data["flipped"]["accepted_to_rejected"]
+    assert flip["question"] == "Q? Say it briefly." and flip["old_question"] == "Q?\nSay it."
+    assert data["qa"]["added"] == data["qa"]["removed"] == 0
+    text = format_diff(diff(str(old), str(new)))
+    assert "accepted → rejected  generic  d/test/1  'Q? Say it briefly.'  (question changed)" in text
+
+
+def test_items_are_paired_by_source_and_image_when_the_card_records_no_instruction(tmp_path):
+    """The old card records no families, and the new build's instruction is not the code's: the
+    questions cannot be cut back to the source question, so an item is paired with the one item of
+    the other side with its source and image; where that is ambiguous the items stay added and removed."""
+    def rows(instruction):
+        return {"RS_nothink": [
+            ("s1", [(_source("1"), _accepted(f"One?{instruction}"))]),
+            ("s2", [(_source("2"), _accepted(f"Two?{instruction}")), (_source("2"), _accepted(f"Again?{instruction}"))]),
+            ("s3", [(_source(""), _accepted(f"No id?{instruction}", answer="x"))]),
+        ], "rejected": []}
+
+    old = _qa_folder(tmp_path / "old", rows("\nOld words."))
+    new = _qa_folder(tmp_path / "new", rows(" New words."), {"generic": (" ", "New words.")})
+    data = diff(str(old), str(new)).to_dict()
+    changed = {(e["id"], e["question"]): e for e in data["qa"]["changed_keys"]}
+    assert set(changed) == {("1", "One? New words."), ("", "No id? New words.")}
+    assert changed[("1", "One? New words.")]["old_question"] == "One?\nOld words."
+    assert sorted(e["question"] for e in data["qa"]["added_keys"]) == ["Again? New words.", "Two? New words."]
+    assert sorted(e["question"] for e in data["qa"]["removed_keys"]) == ["Again?\nOld words.", "Two?\nOld words."]
+
+
+def test_a_changed_answer_and_image_are_named_as_parts(tmp_path):
+    families = {"generic": ("\n", "Say it.")}
+    old = _qa_folder(tmp_path / "old", {"RS_nothink": [("s1", [(_source("1"), _accepted("Q?\nSay it.", "a"))]),
+                                                       ("s2", [(_source("2"), _accepted("R?\nSay it."))])]}, families)
+    new = _qa_folder(tmp_path / "new", {"RS_nothink": [("s1", [(_source("1"), _accepted("Q?\nSay it.", "a "))]),
+                                                       ("s9", [(_source("2"), _accepted("R?\nSay it."))])]}, families)
+    data = diff(str(old), str(new)).to_dict()
+    parts = {e["id"]: e["changed"] for e in data["qa"]["changed_keys"]}
+    assert parts == {"1": ["answer", "org_answer"], "2": ["image"]}
+    assert all("old_question" not in e for e in data["qa"]["changed_keys"])
+    text = format_diff(diff(str(old), str(new)))
+    assert "changed (answer changed, org_answer changed)  generic  d/test/1" in text

@@ -194,3 +194,116 @@ def test_a_build_refuses_a_bad_recipe_with_one_error_line(tmp_path):
     bad_repo = CliRunner().invoke(main, ["build", str(SAMPLES / "pool.jsonl"), "-o", str(tmp_path / "out"),
                                          "--work", str(tmp_path / "w"), "--repo", "OrandCar"])
     assert bad_repo.exit_code == 2 and "repo id 'OrandCar' is not ORG/NAME" in bad_repo.output
+
+
+# -- the CPU recipe, and what the card says about the code that built it ------------------------------
+
+def _reproduce_section(folder: Path) -> str:
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    return card.split("## How to reproduce", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_cpu_recipe_builds_the_samples_as_a_newcomer_runs_it(tmp_path):
+    """`orandcar build samples/pool.jsonl -o OUT --recipe recipes/cpu.toml`, run from the checkout's
+    root as its comment says: it builds, validates, and asks the published dataset's questions."""
+    from orandcar_builder.recipe import CPU_RECIPE, read_recipe
+
+    cpu, published = read_recipe(shipped_recipe_path(CPU_RECIPE)), read_recipe(shipped_recipe_path())
+    assert shipped_recipe_path(CPU_RECIPE) == REPO / "recipes" / "cpu.toml"
+    assert cpu.engine == {"name": "rapidocr"} and cpu.judge == {"name": "none"} and cpu.calibration == 0
+    assert cpu.families == published.families  # every family asked as the published dataset asks it
+    assert f"--recipe recipes/{CPU_RECIPE}" in shipped_recipe_path(CPU_RECIPE).read_text(encoding="utf-8")
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+    out = tmp_path / "OrandCar-cpu"
+    done = subprocess.run([sys.executable, "-m", "orandcar_builder.cli", "build", "samples/pool.jsonl", "-o", str(out),
+                           "--work", str(tmp_path / "work"), "--recipe", f"recipes/{CPU_RECIPE}", "--no-progress"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "validation: ok" in done.stdout and validate_folder(out) == []
+    questions = _questions(out)
+    scene = [q for q in questions if q.endswith(published.families["scene_text"].instruction)]
+    assert scene and all(" Answer this question using the text" in q for q in scene)
+    report = json.loads((tmp_path / "work" / "report.json").read_text())
+    assert report["accepted"] > 0 and report["recipe"]["engine"] == {"name": "rapidocr"}
+    section = _reproduce_section(out)
+    assert 'pip install -c constraints.txt ".[ocr]"' in section and "orandcar-builder==" not in section
+
+
+@pytest.fixture(scope="module")
+def small_build_inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("provenance")
+    pool = _pool(root / "pool", [_item("w1", "scene_00.png", "What is written in the image?", "HARBOR")])
+    gens = root / "gens.jsonl"
+    gens.write_text(json.dumps({"id": "w1", "text": "HARBOR", "finish_reason": "stop"}) + "\n")
+    return pool, gens
+
+
+def _build_with(tmp_path: Path, inputs, recipe_text: str, monkeypatch, commit: str):
+    pool, gens = inputs
+    monkeypatch.setenv("ORANDCAR_SOURCE_COMMIT", commit)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(recipe_text.replace("GENS", str(gens)))
+    return CliRunner().invoke(main, ["build", str(pool), "-o", str(tmp_path / "out"), "--work", str(tmp_path / "w"),
+                                     "--no-progress", "--recipe", str(recipe)])
+
+
+def test_the_card_names_the_commit_and_how_to_install_it(tmp_path, small_build_inputs, monkeypatch):
+    commit, extras = "0123456789abcdef0123456789abcdef01234567", ""  # the replay engine needs no extra
+    run = _build_with(tmp_path, small_build_inputs, '[engine]\nname = "replay"\nreplay = "GENS"\n', monkeypatch,
+                      commit.upper())
+    assert run.exit_code == 0, run.output
+    section = _reproduce_section(tmp_path / "out")
+    from orandcar_builder import __version__
+
+    assert f"It was built by `orandcar-builder` `{__version__}` from commit `{commit}` of its repository." in section
+    assert "not yet committed" not in section and "orandcar-builder==" not in section
+    (shell,) = [text for info, text in code_blocks(section) if info == "sh"]
+    lines = shell.strip().splitlines()
+    assert lines[0].startswith(f"git checkout {commit}")
+    assert lines[1].startswith(f'pip install -c constraints.txt ".{extras}"')
+    assert f"dist/orandcar_builder-{__version__}-py3-none-any.whl{extras}" in lines[2]
+    assert lines[-1].startswith("orandcar build pool.jsonl -o ")
+    report = json.loads((tmp_path / "w" / "report.json").read_text())
+    assert report["reproduce"]["source"] == {"commit": commit, "modified": False}
+
+
+def test_a_card_without_a_known_commit_says_so(tmp_path, small_build_inputs, monkeypatch):
+    run = _build_with(tmp_path, small_build_inputs, '[engine]\nname = "replay"\nreplay = "GENS"\n', monkeypatch,
+                      "none")
+    assert run.exit_code == 0, run.output
+    section = _reproduce_section(tmp_path / "out")
+    assert "the commit of the code it was built from was not recorded" in " ".join(section.split())
+    assert "git checkout" not in section and 'pip install -c constraints.txt "."' in section
+    # a report that records changes not yet committed: the card says the commit alone may not do
+    from orandcar_builder.card import rewrite_card
+
+    report_path = tmp_path / "w" / "report.json"
+    report = json.loads(report_path.read_text())
+    report["reproduce"]["source"] = {"commit": "abcdef1", "modified": True}
+    report_path.write_text(json.dumps(report))
+    rewrite_card(tmp_path / "out", report_path)
+    text = " ".join(_reproduce_section(tmp_path / "out").split())
+    assert "from commit `abcdef1` of its repository, with changes to the package not yet committed" in text
+
+
+def test_a_source_commit_that_is_not_one_is_one_error_line(tmp_path, small_build_inputs, monkeypatch):
+    run = _build_with(tmp_path, small_build_inputs, '[engine]\nname = "replay"\nreplay = "GENS"\n', monkeypatch,
+                      "main")
+    assert run.exit_code == 2
+    errors = [line for line in run.output.splitlines() if line.startswith("error:")]
+    assert errors == ["error: ORANDCAR_SOURCE_COMMIT='main': not a git commit (7 to 64 hex digits) nor 'none'"]
+
+
+@pytest.mark.parametrize("recipe,extras", [
+    ({"engine": {"name": "vllm", "model": "m"}, "judge": {"name": "same"}}, ["vllm"]),
+    ({"engine": {"name": "vllm"}, "judge": {"name": "rapidocr"}}, ["vllm", "ocr"]),
+    ({"engine": {"name": "openai_compat"}, "judge": {"name": "none"}}, []),
+    ({"engine": {"name": "rapidocr"}, "judge": {"name": "rapidocr"}}, ["ocr"]),
+    ({"engine": "not a table"}, []),
+])
+def test_the_extras_a_recipe_needs(recipe, extras):
+    from orandcar_builder.release import install_commands, recipe_extras
+
+    assert recipe_extras(recipe) == extras
+    spec = f"[{','.join(extras)}]" if extras else ""
+    assert f'pip install -c constraints.txt ".{spec}"' in install_commands("9.9", None, extras)

@@ -49,6 +49,9 @@ def wheel(tmp_path_factory) -> Path:
             shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_shipped"))
         else:
             shutil.copy2(path, src / name)
+    if shutil.which("git"):  # a checkout: the wheel records the commit it was built from
+        for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "wheel source"]):
+            _run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=src)
     out = tmp_path_factory.mktemp("wheel")
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
           "-w", str(out), str(src)], cwd=src)
@@ -66,6 +69,16 @@ def test_the_wheel_carries_the_card_templates_the_loading_definition_and_the_rec
         for name, source in expected.items():  # the copies are the repository's files, byte for byte
             assert archive.read(name) == source.read_bytes(), name
     assert "orandcar_builder/dataset/schemas/rejected.json" in names
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_the_wheel_records_the_commit_it_was_built_from(wheel):
+    import json
+
+    src = next(wheel.parent.parent.glob("wheel_src*"))
+    head = _run(["git", "rev-parse", "HEAD"], cwd=src).stdout.strip()
+    recorded = json.loads(zipfile.ZipFile(wheel).read("orandcar_builder/build/_build_info.json"))
+    assert recorded == {"commit": head, "modified": False}
 
 
 def test_an_installed_wheel_builds_the_sample_outside_the_checkout(wheel, tmp_path, sample_build):
@@ -93,6 +106,11 @@ def test_an_installed_wheel_builds_the_sample_outside_the_checkout(wheel, tmp_pa
                     "p = shipped_recipe_path(); r = read_recipe(p); print(p); print(r.families['scene_text'].separator == ' ')"],
                    cwd=where, env=env).stdout.split()
     assert Path(shipped[0]).is_relative_to(venv) and shipped[1] == "True"  # the recipe ships with the wheel
+    if "orandcar_builder/build/_build_info.json" in zipfile.ZipFile(wheel).namelist():  # a card would name its commit
+        bare = {k: v for k, v in env.items() if k != "ORANDCAR_SOURCE_COMMIT"}
+        named = _run([str(python), "-c", "from orandcar_builder.build.provenance import source_info; "
+                      "print(source_info()['commit'])"], cwd=where, env=bare).stdout.strip()
+        assert len(named) == 40 and named in zipfile.ZipFile(wheel).read("orandcar_builder/build/_build_info.json").decode()
 
     # The same bytes as the checkout's own build of the sample pool.
     result, _ = sample_build

@@ -19,7 +19,11 @@ SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
 
 def sample_card() -> str:
-    """The card of the sample pool built with the engine the tests use (rapidocr, one thread)."""
+    """The card of the sample pool built with the engine the tests use (rapidocr, one thread),
+    naming no git commit (as in the tests: conftest.py)."""
+    import os
+
+    os.environ["ORANDCAR_SOURCE_COMMIT"] = "none"
     from orandcar_builder.build import build
     from orandcar_builder.engines import create_engine
 

@@ -22,7 +22,7 @@ from ..pool.jsonl import SOURCE_OUTSIDE_POOL
 from ..recipe import DEFAULTS_SOURCE, Recipe, options_of, resolve
 from ..verify import get_rule
 from ..vocab import ACCEPTED, FAILED, REJECTED
-from .config import BuildConfig
+from .config import BuildConfig, BuildError
 from .work import GenerationFacts
 
 
@@ -183,8 +183,9 @@ def reproducible(recipe: dict) -> dict:
 
 
 def reproduce(config: BuildConfig, ran: Recipe) -> dict:
-    """What the card's "How to reproduce" section shows besides the recipe: the command and the
-    versions that shape the bytes (the engine's own are in its fingerprint). The output folder is
+    """What the card's "How to reproduce" section shows besides the recipe: the command, the
+    versions that shape the bytes (the engine's own are in its fingerprint) and the git commit of
+    the code, when known. The output folder is
     named after the repo (not after this build's -o), so the card does not depend on where it was
     written."""
     from ..card import DEFAULT_REPO_ID
@@ -197,10 +198,17 @@ def reproduce(config: BuildConfig, ran: Recipe) -> dict:
         command += f" --max-shard-bytes {config.max_shard_bytes}"
     if config.allow_outside_paths:
         command += " --allow-outside-paths"
+    from .provenance import source_info
+
+    try:
+        source = source_info()
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
     return {
         "command": command,
         "recipe_file": ran.source != DEFAULTS_SOURCE,  # whether one was given (its name stays in the manifest)
         "versions": {"orandcar-builder": __version__, **library_versions()},
+        "source": source,  # the git commit of the code that built it, when known (build/provenance.py)
     }
 
 

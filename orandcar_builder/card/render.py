@@ -14,8 +14,9 @@ import jinja2
 from ..dataset.layout import EXAMPLES_DIR, README
 from ..files import write_bytes_atomic, write_text_atomic
 from ..dataset.cardfile import CardFormatError, card_versions, split_card
+from ..dataset.contents import CONTENTS_END, CONTENTS_START, with_contents
 from ..recipe import dataset_card_options, dataset_repo
-from ..release import reproduce_context, versions_section, with_versions
+from ..release import install_commands, reproduce_context, versions_section, with_versions
 from ..shipped import shipped_dir
 from ..vocab import CONFIGS
 from .errors import CardError
@@ -27,11 +28,17 @@ from .schema import schema_tables
 from .sections import (ACCEPTANCE_CHART, acceptance_chart_png, cleaning_section, engine_fingerprint, family_rows,
                        generation_facts, has_acceptance_chart, judge_section, lookup, rule_sections)
 from .sizes import card_sizes
+from .sources import source_rows
 
 
 def template_dir() -> Path:
     override = os.environ.get("ORANDCAR_CARD_TEMPLATES")
     return Path(override) if override else shipped_dir("dataset_card")
+
+
+def code_lines(fenced: str) -> int:
+    """The lines of code in a fenced block (``markdown.fence``), its fences not counted."""
+    return max(0, fenced.count("\n") - 1)
 
 
 def _environment() -> jinja2.Environment:
@@ -43,7 +50,8 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
-    env.filters.update(number=number, size=size, cell=cell, code=code_span, line=line_text, quoted=quoted)
+    env.filters.update(number=number, size=size, cell=cell, code=code_span, code_lines=code_lines, line=line_text,
+                       quoted=quoted)
     env.globals.update(percent=percent, NOT_RECORDED=NOT_RECORDED)
     return env
 
@@ -65,6 +73,8 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
         "generation": generation_facts(report),
         "fingerprint": engine_fingerprint(report),
         "families": {"columns": family_columns, "rows": family_table},
+        "sources": source_rows(folder),
+        "contents": CONTENTS_START + "\n" + CONTENTS_END + "\n",  # filled from the headings (dataset/contents.py)
         "candidates_source": fence(candidates_source(), "python"),
         "extraction": extraction_section(),
         "rules": rule_sections(report),
@@ -73,6 +83,7 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
         "schema": schema_tables(),
         "examples": shown,
         "fence": fence,
+        "install_commands": install_commands,
         "versions_section": versions_section([]),  # filled by `orandcar push --tag`
         "reproduce": reproduce_context(report),
         "acceptance_chart": ACCEPTANCE_CHART if has_acceptance_chart(report) else None,
@@ -84,7 +95,7 @@ def render_card(folder: Path, report: dict, *, repo_id: str = DEFAULT_REPO_ID,
                 options: Optional[CardOptions] = None) -> str:
     """The README.md text for the built dataset ``folder`` and its build ``report`` (writes nothing)."""
     context, _ = _context(Path(folder), report, repo_id, options or CardOptions())
-    return _environment().get_template("README.md.j2").render(**context)
+    return with_contents(_environment().get_template("README.md.j2").render(**context))
 
 
 def write_card(folder: Path, report: dict, *, repo_id: str = DEFAULT_REPO_ID,
@@ -92,7 +103,7 @@ def write_card(folder: Path, report: dict, *, repo_id: str = DEFAULT_REPO_ID,
     """Write README.md and its example images into ``folder``; stale example files are removed."""
     folder = Path(folder)
     context, shown = _context(folder, report, repo_id, options or CardOptions())
-    text = _environment().get_template("README.md.j2").render(**context)
+    text = with_contents(_environment().get_template("README.md.j2").render(**context))
     wanted = {ex.image_file: ex.image_bytes for exs in shown.values() for ex in exs if ex.image_file}
     if context["acceptance_chart"]:
         wanted[ACCEPTANCE_CHART] = acceptance_chart_png(report)

@@ -17,6 +17,10 @@ ENGINES: dict[str, str] = {
 }
 
 
+# The package extra (pyproject.toml) each engine needs beyond the package's own dependencies.
+ENGINE_EXTRAS: dict[str, str] = {"rapidocr": "ocr", "vllm": "vllm"}
+
+
 class EngineSettingError(OrandCarError, ValueError):
     """An unknown or out-of-range engine setting; the message names the engine."""
 
@@ -43,5 +47,5 @@ def create_engine(name: str, **options: Any) -> Engine:
         raise EngineSettingError(f"engine {name!r}: bad setting ({exc})") from None
 
 
-__all__ = ["Engine", "EngineSettingError", "EngineUnavailable", "ENGINES", "create_engine", "engine_class",
-           "judge_engine_names"]
+__all__ = ["Engine", "EngineSettingError", "EngineUnavailable", "ENGINE_EXTRAS", "ENGINES", "create_engine",
+           "engine_class", "judge_engine_names"]
