@@ -32,6 +32,8 @@ MARKER_TEXT = "This folder is a dataset written by orandcar-builder (`orandcar b
               "A rebuild replaces it as a whole; files added here by hand make a rebuild stop.\n"
 # The card's acceptance-per-family chart, drawn beside the example images.
 ACCEPTANCE_CHART_NAME = "acceptance-by-family.png"
+# Files the Hub writes into every repo itself (a new repo's LFS patterns).
+HUB_FILES = frozenset({".gitattributes"})
 EXAMPLE_NAME = re.compile(rf"^(?:(?:{'|'.join(map(re.escape, CONFIGS))})-\d+\.[a-z0-9]{{1,5}}|{re.escape(ACCEPTANCE_CHART_NAME)})$")
 
 
@@ -91,6 +93,30 @@ def scan(folder: Path) -> Layout:
         else:
             layout.unexpected.append(_describe(entry, kind))
     layout.published.sort()
+    return layout
+
+
+def scan_repo(paths) -> Layout:
+    """``scan`` for the files of a Hub revision (repo paths; the Hub holds regular files only, and
+    folders only as parts of paths). The Hub's own ``HUB_FILES`` are neither published nor
+    unexpected; a folder that does not belong is named once, as ``scan`` names it (``work/``)."""
+    layout = Layout()
+    for path in sorted(paths):
+        top, _, rest = path.partition("/")
+        layout_dir = top in CONFIGS or top == EXAMPLES_DIR
+        if path == README:
+            layout.published.append(README)
+        elif path == MARKER:
+            layout.marker = True
+        elif path in HUB_FILES:
+            continue
+        elif layout_dir and rest and "/" not in rest and (SHARD_NAME if top in CONFIGS else EXAMPLE_NAME).match(rest):
+            layout.published.append(path)
+        else:
+            inner = rest.split("/", 1)[0] if layout_dir else ""
+            entry = f"{top}/{inner}/" if layout_dir and "/" in rest else f"{top}/" if rest and not layout_dir else path
+            if entry not in layout.unexpected:
+                layout.unexpected.append(entry)
     return layout
 
 

@@ -1,0 +1,230 @@
+"""``orandcar validate ORG/NAME@REV``: a revision of a dataset repo on the Hub, checked as a folder is.
+
+The revision (a tag, a branch, ``refs/pr/N`` or a commit; ``main`` when none is given) is resolved
+to its commit once, and everything is read at that commit through huggingface_hub (``diff``'s
+Hub side: ``diff.open_hub_side``), with the token of the environment or the login:
+
+- the file listing: the dataset layout and nothing else (``layout.scan_repo``; the Hub's own
+  ``.gitattributes`` is allowed), shard names numbered without gaps;
+- README.md: the same card checks as a folder's (``validate.check_card_bytes``: YAML header,
+  ``configs:``, the card as huggingface_hub and datasets read it), the Hub's own card check
+  (``hubcard.hub_validation_problems``), and the example links against the listing;
+- each shard's parquet footer, read with range requests (``FOOTER_BLOCK``): its arrow schema and
+  features metadata, and its row count for the ``dataset_info`` check; the file sizes come from
+  the listing. A footer is all that is read of a shard, so the rows themselves and the
+  ``num_bytes`` the card states (their in-memory size) are checked only with ``exhaustive``;
+- ``exhaustive``: every row is streamed through the same row checks as a folder's with
+  ``--exhaustive`` (the JSON Schema on every row, image hashes, one row per image, families and
+  verifiers), a row group at a time, and ``num_bytes`` is measured.
+
+The problems are the lines a folder's validation prints, with the same wording. A failure to read
+the Hub (no such repo or revision, no access, a timeout) is a ``HubReadError``, never a problem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+import pyarrow.parquet as pq
+
+from ..errors import OrandCarError
+from ..spill import SpillMap
+from ..vocab import CONFIGS, SPLIT
+from .cardfile import header_families
+from .info import dataset_info
+from .layout import README, expected_layout_text, scan_repo
+
+FOOTER_BLOCK = 64 * 1024  # bytes per ranged read while only footers are read (pyarrow reads 64 KiB tails)
+ROWS_BLOCK = 8 * 1024 * 1024  # bytes per ranged read while rows are streamed
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class HubReadError(OrandCarError):
+    """The revision could not be read (not found, no access, no answer in time)."""
+
+
+@dataclass
+class HubValidation:
+    """What ``validate_hub`` found, and what it read."""
+
+    spec: str
+    repo_id: str
+    commit: str
+    exhaustive: bool
+    problems: list[str] = field(default_factory=list)
+    shards: int = 0
+    shard_bytes: int = 0  # the shards' total size, from the listing
+    files: dict = field(default_factory=dict, repr=False)  # path -> RepoFile of the commit's listing
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def describe(self) -> str:
+        return f"{self.spec} (commit {self.commit[:12]})"
+
+
+@contextlib.contextmanager
+def hub_read_errors(spec: str, repo_id: str, timeout: float, token: Optional[str]) -> Iterator[None]:
+    """The client's failures while reading ``spec`` as HubReadErrors whose text holds no token."""
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from ..diff import _refused
+    from ..publish import redact
+
+    try:
+        yield
+    except httpx2.TimeoutException as exc:
+        raise HubReadError(f"{spec}: the Hub did not answer within {timeout:g} s ({type(exc).__name__}); "
+                           "check the endpoint and the network, or allow longer with --timeout") from None
+    except HfHubHTTPError as exc:
+        raise HubReadError(redact(_refused(spec, repo_id, exc), token)) from None
+    except httpx2.HTTPError as exc:
+        raise HubReadError(f"{spec}: could not reach the Hub ({redact(str(exc), token)})") from None
+
+
+def validate_hub(spec: str, *, token: Optional[str] = None, exhaustive: bool = False,
+                 timeout: float = DEFAULT_TIMEOUT_S) -> HubValidation:
+    """Every problem of the Hub revision ``spec`` (``ORG/NAME[@REV]``), one line each, as
+    ``validate_folder`` words them (see the module docstring for what is read)."""
+    from huggingface_hub import get_token
+
+    from ..diff import hub_spec, open_hub_side
+    from ..publish import hub_timeout
+
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise HubReadError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    parsed = hub_spec(spec)
+    repo_id = parsed[0] if parsed else spec
+    token = token or get_token()
+    with hub_timeout(timeout), hub_read_errors(spec, repo_id, timeout, token):
+        side = open_hub_side(spec, token=token, strict=False)
+        result = HubValidation(spec, repo_id, side.revision, exhaustive, files=side.files)
+        result.problems = list(_problems(side, exhaustive, result))
+    return result
+
+
+def _problems(side, exhaustive: bool, result: HubValidation) -> Iterator[str]:
+    from ..families import families_in_use
+    from .hubcard import hub_validation_problems
+    from .validate import _check_links, check_card_bytes, shard_number_problems
+
+    layout = scan_repo(side.files)
+    published = layout.published
+    for path in layout.unexpected:
+        yield f"{path}: unexpected file, not part of the dataset layout ({expected_layout_text()})"
+    header, text = None, ""
+    if README not in side.files:
+        yield "README.md: missing"
+    else:
+        with side.opener(README) as handle:
+            header, text, card_problems = check_card_bytes(handle.read())
+        yield from card_problems
+        if header is not None:
+            yield from hub_validation_problems(text)
+            yield from _check_links(text, published)
+    shards_by_config, measured = {}, {}
+    with families_in_use(header_families(header) if header is not None else None), SpillMap() as seen_images:
+        for config in CONFIGS:
+            if not any(path.startswith(f"{config}/") for path in side.files):
+                yield f"{config}: folder missing (README declares {config}/{SPLIT}-*)"
+                shards_by_config[config] = []
+                continue
+            shards = [path for path in published if path.startswith(f"{config}/")]
+            shards_by_config[config] = shards
+            yield from shard_number_problems(config, [path.split("/", 1)[1] for path in shards])
+            for shard in shards:
+                result.shards += 1
+                result.shard_bytes += side.files[shard].size
+                yield from _check_shard(side, config, shard, seen_images, exhaustive, measured)
+    if header is not None:
+        from .validate import _check_dataset_info
+
+        expected, info_problems = _expected_info(header, side, shards_by_config, measured)
+        yield from info_problems
+        if expected is not None:
+            yield from _check_dataset_info(header, expected)
+
+
+def _check_shard(side, config: str, shard: str, seen_images: SpillMap, exhaustive: bool,
+                 measured: dict) -> Iterator[str]:
+    """The shard's footer (schema, features metadata, rows); with ``exhaustive`` its rows too.
+    ``measured[shard]`` gets (rows, Arrow bytes or None) when the footer is readable."""
+    from .validate import _check_schema, _check_shard_rows
+
+    with side.opener(shard, block_size=ROWS_BLOCK if exhaustive else FOOTER_BLOCK) as handle:
+        try:
+            parquet = pq.ParquetFile(handle, pre_buffer=False)
+            schema = parquet.schema_arrow
+        except Exception as exc:
+            _reraise_if_transport(exc)
+            yield f"{shard}: not a readable parquet file ({exc})"
+            return
+        schema_problems = _check_schema(config, schema, shard)
+        yield from schema_problems
+        if not exhaustive:
+            measured[shard] = (parquet.metadata.num_rows, None)
+        elif schema_problems:  # rows of another shape are not checked, but measured (as a folder's are)
+            try:
+                measured[shard] = (parquet.metadata.num_rows,
+                                   sum(parquet.read_row_group(i).nbytes for i in range(parquet.num_row_groups)))
+            except Exception as exc:
+                _reraise_if_transport(exc)
+        else:
+            yield from _check_shard_rows(config, parquet, shard, shard, seen_images, True, measured)
+
+
+def _reraise_if_transport(exc: BaseException) -> None:
+    """A failed request while pyarrow reads is the Hub's failure, not the shard's: raise it."""
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(exc, (HfHubHTTPError, httpx2.HTTPError)):
+        raise exc
+
+
+_NO_SPLIT = object()
+
+
+def _card_num_bytes(header: dict, config: str):
+    """The ``num_bytes`` the card states for ``config``'s split (None when the split has none),
+    or ``_NO_SPLIT`` when the card has no such split (reported by ``_check_dataset_info``)."""
+    entries = header.get("dataset_info")
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("config_name") == config:
+            splits = entry.get("splits")
+            for split in splits if isinstance(splits, list) else []:
+                if isinstance(split, dict) and split.get("name") == SPLIT:
+                    return split.get("num_bytes")
+    return _NO_SPLIT
+
+
+def _expected_info(header: dict, side, shards_by_config: dict, measured: dict) -> tuple[Optional[list], list[str]]:
+    """(the ``dataset_info`` the card must carry, as ``validate._expected_info`` gives it, from the
+    footers and the listing; problems). None when a shard's footer was unreadable (reported
+    already). Where only footers were read, the Arrow size is the card's own ``num_bytes``, which
+    is then checked only to be a byte count and to equal ``dataset_size``."""
+    sizes, problems = {}, []
+    for config in CONFIGS:
+        shards = shards_by_config.get(config, [])
+        if any(shard not in measured for shard in shards):
+            return None, problems
+        arrow = [measured[shard][1] for shard in shards]
+        if all(value is not None for value in arrow):
+            arrow_bytes = sum(arrow)
+        else:
+            arrow_bytes = _card_num_bytes(header, config)
+            if arrow_bytes is _NO_SPLIT:  # reported by _check_dataset_info; compare nothing more here
+                entries = header.get("dataset_info")
+                entry = next((e for e in entries if isinstance(e, dict) and e.get("config_name") == config), {}) \
+                    if isinstance(entries, list) else {}
+                arrow_bytes = entry.get("dataset_size")
+            elif isinstance(arrow_bytes, bool) or not isinstance(arrow_bytes, int) or arrow_bytes < 0:
+                problems.append(f"README.md: dataset_info of {config}: num_bytes {arrow_bytes!r} is not a byte count")
+        sizes[config] = {"rows": sum(measured[shard][0] for shard in shards),
+                         "file_bytes": sum(side.files[shard].size for shard in shards),
+                         "arrow_bytes": arrow_bytes}
+    return dataset_info(sizes), problems
