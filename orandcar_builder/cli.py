@@ -366,7 +366,10 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
                    "stream every row (otherwise only the shards' footers are read).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="On the Hub: seconds each request may wait to connect or read.")
-def validate(folder, exhaustive, timeout):
+@click.option("--tracked", is_flag=True,
+              help="FOLDER is in a git checkout (a clone of the Hub repo): check the files git tracks "
+                   "there, staged ones included, as the commit holds them (the pre-commit hook).")
+def validate(folder, exhaustive, timeout, tracked):
     """Check every shard, row and the README of a built dataset FOLDER, or of a revision of a
     dataset repo on the Hub: ORG/NAME@REV (a tag, a branch, refs/pr/N or a commit; main when
     no REV is given), read with range requests, the token from HF_TOKEN or the login.
@@ -382,9 +385,12 @@ def validate(folder, exhaustive, timeout):
 
     if not (folder.exists() or folder.is_symlink()) and _is_hub_spec(str(folder)):
         sys.exit(_validate_hub(str(folder), exhaustive, timeout))
+    check = validate_folder
+    if tracked:  # the same report, of the files git tracks in the folder
+        from .dataset.remote import validate_checkout as check
     if not folder.is_dir():
         _fail(f"{folder}: not a folder (give the dataset folder that `orandcar build -o` wrote)")
-    problems = validate_folder(folder, exhaustive=exhaustive)
+    problems = check(folder, exhaustive=exhaustive)
     for problem in problems:
         click.echo(problem)
     if problems:

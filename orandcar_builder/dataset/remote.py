@@ -19,12 +19,18 @@ Hub side: ``diff.open_hub_side``), with the token of the environment or the logi
 
 The problems are the lines a folder's validation prints, with the same wording. A failure to read
 the Hub (no such repo or revision, no access, a timeout) is a ``HubReadError``, never a problem.
+
+``validate_checkout`` reads a dataset folder in a git checkout the same way (``validate --tracked``,
+the pre-commit hook): the listing is what git tracks there, the files are read from disk, and
+every row is checked, so a clone of the Hub repo (with its ``.git`` and ``.gitattributes``) is
+checked as the commit the Hub will receive.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator, Optional
 
 import pyarrow.parquet as pq
@@ -39,10 +45,15 @@ from .layout import README, expected_layout_text, scan_repo
 FOOTER_BLOCK = 64 * 1024  # bytes per ranged read while only footers are read (pyarrow reads 64 KiB tails)
 ROWS_BLOCK = 8 * 1024 * 1024  # bytes per ranged read while rows are streamed
 DEFAULT_TIMEOUT_S = 60.0
+GIT_TIMEOUT_S = 60.0  # `git ls-files` of a checkout
 
 
 class HubReadError(OrandCarError):
     """The revision could not be read (not found, no access, no answer in time)."""
+
+
+class CheckoutError(OrandCarError):
+    """The files git tracks in a folder could not be listed."""
 
 
 @dataclass
@@ -103,11 +114,71 @@ def validate_hub(spec: str, *, token: Optional[str] = None, exhaustive: bool = F
     with hub_timeout(timeout), hub_read_errors(spec, repo_id, timeout, token):
         side = open_hub_side(spec, token=token, strict=False)
         result = HubValidation(spec, repo_id, side.revision, exhaustive, files=side.files)
-        result.problems = list(_problems(side, exhaustive, result))
+        result.problems = list(_problems(side, result, rows=exhaustive, exhaustive=exhaustive, online=True))
     return result
 
 
-def _problems(side, exhaustive: bool, result: HubValidation) -> Iterator[str]:
+@dataclass(frozen=True)
+class _TrackedFile:
+    size: int
+
+
+@dataclass
+class _CheckoutSide:
+    """A folder of a git checkout read as a Hub side: the files git tracks in it, opened on disk."""
+
+    folder: Path
+    files: dict
+
+    def opener(self, name: str, block_size: int = 0):
+        return open(self.folder / name, "rb")
+
+
+def tracked_files(folder: Path) -> list[str]:
+    """The paths (relative to ``folder``, posix) of the files git tracks in ``folder``, staged ones
+    included: what a commit of the checkout holds and a push of it publishes."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(["git", "ls-files", "-z", "--cached", "--", "."], cwd=folder, capture_output=True,
+                              timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CheckoutError(f"{folder}: cannot list the files git tracks ({exc})") from None
+    if proc.returncode != 0:
+        message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise CheckoutError(f"{folder}: not in a git checkout (--tracked checks the files git tracks: "
+                           f"{message[0] if message else 'git ls-files failed'})")
+    return sorted({name.decode("utf-8", "surrogateescape") for name in proc.stdout.split(b"\0") if name})
+
+
+def validate_checkout(folder: Path, *, exhaustive: bool = False) -> list[str]:
+    """The problems of dataset ``folder`` in a git checkout as it is committed, not as it lies on
+    disk: the files git tracks (``tracked_files``), sorted into the layout by the Hub's rules
+    (``.git`` and the Hub's ``.gitattributes`` are not the dataset's; an untracked file is not
+    published), each shard and row read from disk and checked as ``validate_folder`` does.
+    A tracked path that is a symbolic link or missing from the folder is a problem."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return [f"{folder}: not a folder"]
+    files, problems = {}, []
+    for path in tracked_files(folder):
+        full = folder / path
+        if full.is_symlink():
+            problems.append(f"{path} (symbolic link): unexpected file, not part of the dataset layout "
+                            f"({expected_layout_text()})")
+        elif not full.is_file():
+            problems.append(f"{path}: tracked by git, but not in the folder")
+        else:
+            files[path] = _TrackedFile(full.stat().st_size)
+    result = HubValidation(str(folder), "", "", exhaustive, files=files)
+    side = _CheckoutSide(folder, files)
+    return problems + list(_problems(side, result, rows=True, exhaustive=exhaustive, online=False))
+
+
+def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, online: bool) -> Iterator[str]:
+    """The problems of ``side`` (its ``files`` listing, ``opener``): ``rows`` streams every row
+    through the row checks (with jsonschema on every row when ``exhaustive``); ``online`` asks
+    the Hub's own card check too."""
     from ..families import families_in_use
     from .hubcard import hub_validation_problems
     from .validate import _check_links, check_card_bytes, shard_number_problems
@@ -124,7 +195,8 @@ def _problems(side, exhaustive: bool, result: HubValidation) -> Iterator[str]:
             header, text, card_problems = check_card_bytes(handle.read())
         yield from card_problems
         if header is not None:
-            yield from hub_validation_problems(text)
+            if online:
+                yield from hub_validation_problems(text)
             yield from _check_links(text, published)
     shards_by_config, measured = {}, {}
     with families_in_use(header_families(header) if header is not None else None), SpillMap() as seen_images:
@@ -139,7 +211,7 @@ def _problems(side, exhaustive: bool, result: HubValidation) -> Iterator[str]:
             for shard in shards:
                 result.shards += 1
                 result.shard_bytes += side.files[shard].size
-                yield from _check_shard(side, config, shard, seen_images, exhaustive, measured)
+                yield from _check_shard(side, config, shard, seen_images, rows, exhaustive, measured)
     if header is not None:
         from .validate import _check_dataset_info
 
@@ -149,13 +221,13 @@ def _problems(side, exhaustive: bool, result: HubValidation) -> Iterator[str]:
             yield from _check_dataset_info(header, expected)
 
 
-def _check_shard(side, config: str, shard: str, seen_images: SpillMap, exhaustive: bool,
+def _check_shard(side, config: str, shard: str, seen_images: SpillMap, rows: bool, exhaustive: bool,
                  measured: dict) -> Iterator[str]:
-    """The shard's footer (schema, features metadata, rows); with ``exhaustive`` its rows too.
+    """The shard's footer (schema, features metadata, rows); with ``rows`` its rows too.
     ``measured[shard]`` gets (rows, Arrow bytes or None) when the footer is readable."""
     from .validate import _check_schema, _check_shard_rows
 
-    with side.opener(shard, block_size=ROWS_BLOCK if exhaustive else FOOTER_BLOCK) as handle:
+    with side.opener(shard, block_size=ROWS_BLOCK if rows else FOOTER_BLOCK) as handle:
         try:
             parquet = pq.ParquetFile(handle, pre_buffer=False)
             schema = parquet.schema_arrow
@@ -165,7 +237,7 @@ def _check_shard(side, config: str, shard: str, seen_images: SpillMap, exhaustiv
             return
         schema_problems = _check_schema(config, schema, shard)
         yield from schema_problems
-        if not exhaustive:
+        if not rows:
             measured[shard] = (parquet.metadata.num_rows, None)
         elif schema_problems:  # rows of another shape are not checked, but measured (as a folder's are)
             try:
@@ -174,7 +246,7 @@ def _check_shard(side, config: str, shard: str, seen_images: SpillMap, exhaustiv
             except Exception as exc:
                 _reraise_if_transport(exc)
         else:
-            yield from _check_shard_rows(config, parquet, shard, shard, seen_images, True, measured)
+            yield from _check_shard_rows(config, parquet, shard, shard, seen_images, exhaustive, measured)
 
 
 def _reraise_if_transport(exc: BaseException) -> None:
