@@ -57,12 +57,21 @@ class Side:
     card: str
     shards: dict[str, list[str]]  # config -> shard names, in order
     opener: Callable[[str], Any] = field(repr=False)  # shard name -> context manager of a binary file
-    files: dict[str, Any] = field(default_factory=dict)  # a Hub side: path -> RepoFile (size, blob_id, lfs)
+    files: dict[str, "HubFile"] = field(default_factory=dict)  # a Hub side: every file of the revision
 
     def describe(self) -> str:
         if self.kind == "hub":
             return f"{self.spec} (commit {self.revision[:12]})" if self.revision else self.spec
         return f"{self.spec} (local folder)"
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """A file of a Hub side's listing: its size and the hashes the Hub gives for its content."""
+
+    size: int
+    blob_id: str  # git blob id (of the LFS pointer, for an LFS file)
+    lfs_sha256: Optional[str] = None
 
 
 def _local_side(spec: str, folder: Path) -> Side:
@@ -92,11 +101,16 @@ def _hub_side(spec: str, repo_id: str, revision: str, token: Optional[str], *, s
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
     api = HfApi(token=token, library_name="orandcar-builder")
+    fs = HfFileSystem(token=token, endpoint=api.endpoint)
     try:
         info = api.dataset_info(repo_id, revision=revision)
-        entries = {item.path: item for item in api.list_repo_tree(
-            repo_id, recursive=True, repo_type="dataset", revision=info.sha) if hasattr(item, "blob_id")}
-        files = list(entries)
+        root = f"datasets/{repo_id}@{info.sha}"
+        # One recursive listing, through the file system: it keeps the listing, so opening a file
+        # later asks the Hub for nothing but the bytes.
+        entries = {item["name"][len(root) + 1:]: HubFile(item["size"], item.get("blob_id") or "",
+                                                          (item.get("lfs") or {}).get("sha256"))
+                   for item in fs.find(root, detail=True).values() if item.get("type") == "file"}
+        files = sorted(entries)
     except RevisionNotFoundError:
         raise DiffError(f"{spec}: {repo_id} has no tag, branch or commit {revision!r}") from None
     except RepositoryNotFoundError:
@@ -108,8 +122,6 @@ def _hub_side(spec: str, repo_id: str, revision: str, token: Optional[str], *, s
         raise DiffError(f"{spec}: could not reach the Hub at {api.endpoint} ({exc})") from None
     if strict and README not in files:
         raise DiffError(f"{spec}: the repo holds no {README} at {info.sha[:12]} (not an OrandCar dataset)")
-    fs = HfFileSystem(token=token, endpoint=api.endpoint)
-    root = f"datasets/{repo_id}@{info.sha}"
 
     def opener(name: str, block_size: int = HUB_READ_BLOCK):
         return fs.open(f"{root}/{name}", "rb", block_size=block_size)

@@ -706,7 +706,7 @@ def verify_push(repo_id: str, commit: str, local: Sequence[LocalFile], *, token:
         if entry is None:
             problems.append(f"{item.path}: pushed, but the Hub's commit {commit[:12]} does not hold it")
             continue
-        remote = RemoteFile(item.path, entry.size, entry.blob_id, entry.lfs.sha256 if entry.lfs else None)
+        remote = RemoteFile(item.path, entry.size, entry.blob_id, entry.lfs_sha256)
         if not remote.matches(item):
             problems.append(f"{item.path}: the Hub serves other bytes at {commit[:12]} than were pushed "
                             f"({entry.size:,} bytes, {item.size:,} sent)")

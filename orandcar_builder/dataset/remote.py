@@ -67,7 +67,7 @@ class HubValidation:
     problems: list[str] = field(default_factory=list)
     shards: int = 0
     shard_bytes: int = 0  # the shards' total size, from the listing
-    files: dict = field(default_factory=dict, repr=False)  # path -> RepoFile of the commit's listing
+    files: dict = field(default_factory=dict, repr=False)  # path -> diff.HubFile of the commit's listing
 
     @property
     def ok(self) -> bool:
