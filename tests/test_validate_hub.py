@@ -357,3 +357,54 @@ def test_schema_prints_the_rows_json_schema(config):
 def test_schema_of_an_unknown_config_is_refused():
     run = CliRunner().invoke(main, ["schema", "accepted"])
     assert run.exit_code == 2 and "unknown config 'accepted'" in run.output and "RS_think" in run.output
+
+
+# -- the GitHub Actions workflow of docs/ci ----------------------------------------------------------
+
+WORKFLOW = TESTS.parent / "docs" / "ci" / "validate-dataset.yml"
+
+
+def test_the_ci_workflow_runs_on_pull_requests_and_tags():
+    import yaml
+
+    flow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    triggers = flow[True]  # YAML 1.1 reads the key `on` as true; GitHub reads it as `on`
+    assert triggers["push"] == {"tags": ["v*"]} and "pull_request" in triggers
+    runs = [step["run"] for step in flow["jobs"]["validate"]["steps"] if "run" in step]
+    assert not any("${{" in run for run in runs)  # what an event brings reaches a script through env only
+    assert runs[-1] == 'orandcar validate "$SPEC" $FLAGS --timeout 120'
+
+
+@pytest.mark.parametrize("event,values,spec,flags", [
+    ("push", {"TAG": "v1.0"}, f"{REPO}@v1.0", "--exhaustive"),
+    ("pull_request", {"HEAD_BRANCH": "dev"}, f"{REPO}@dev", ""),  # the Hub has a branch of that name
+    ("pull_request", {"HEAD_BRANCH": "fix-card"}, f"{REPO}@main", ""),  # it has none: main
+    ("workflow_dispatch", {"INPUT": "refs/pr/1"}, f"{REPO}@refs/pr/1", ""),
+])
+def test_the_ci_workflow_picks_the_revision_and_validates_it(published, hub, tmp_path, event, values, spec, flags):
+    """The workflow's two scripts, run by bash as the runner runs them, against the test hub."""
+    import yaml
+    from huggingface_hub import HfApi
+
+    if "dev" not in hub.repo(REPO).branches:
+        HfApi().create_branch(REPO, repo_type="dataset", branch="dev", revision=published[1].head)
+    if "refs/pr/1" not in hub.repo(REPO).pulls:
+        from huggingface_hub import CommitOperationAdd
+
+        card = (published[0] / "README.md").read_bytes() + b"\nA note.\n"
+        HfApi().create_commit(REPO, [CommitOperationAdd("README.md", card)], commit_message="note",
+                              repo_type="dataset", create_pr=True)
+    steps = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["validate"]["steps"]
+    choose, check = steps[2], steps[3]
+    env = hub.client_env(tmp_path / "hf-home")
+    env.update(PYTHONPATH=str(TESTS.parent), DATASET=REPO, EVENT=event, GITHUB_OUTPUT=str(tmp_path / "out"),
+               PATH=f"{Path(sys.executable).parent}:{env['PATH']}", TAG="", HEAD_BRANCH="", INPUT="")
+    env.update(values)
+    proc = subprocess.run(["bash", "-e", "-c", choose["run"]], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    outputs = dict(line.split("=", 1) for line in (tmp_path / "out").read_text().splitlines())
+    assert outputs == {"spec": spec, "flags": flags}
+    env.update(SPEC=outputs["spec"], FLAGS=outputs["flags"])
+    proc = subprocess.run(["bash", "-e", "-c", check["run"]], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().startswith(f"{spec} (commit ") and proc.stdout.strip().endswith("): ok")
