@@ -9,12 +9,12 @@ only they are a part of them (those a footer, the listing and the card show).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -209,7 +209,12 @@ def test_footers_only_never_read_a_shard_whole(published, hub):
         assert r.summary["range"] and r.summary["bytes"] <= FOOTER_BLOCK < sizes[r.summary["path"]]
     assert sum(r.summary["bytes"] for r in reads) < checked.shard_bytes / 3
     assert checked.shard_bytes == sum(sizes.values())
-    assert [r.route for r in hub.log if r.route != "resolve"] == ["repo-info", "tree", "validate-yaml"]
+    # besides: the revision resolved (and again by the file system, unless it has), one recursive
+    # listing (none when the file system listed this commit before), the Hub's card check
+    others = Counter(r.route for r in hub.log if r.route != "resolve")
+    assert set(others) <= {"repo-info", "tree", "validate-yaml"} and others["validate-yaml"] == 1, others
+    assert others["repo-info"] <= 2 and others["tree"] <= 1, others
+    assert len([r for r in hub.calls("resolve") if not r.summary["path"].endswith(".parquet")]) == 1  # the card
 
     hub.clear_log()
     assert validate_hub(f"{REPO}@v1.0", exhaustive=True).ok
@@ -223,6 +228,11 @@ def test_the_hubs_own_card_check_is_asked(published, hub):
     assert len(checked.problems) == 1, checked.problems
     assert checked.problems[0].startswith("README.md: the Hub refuses the card (")
     assert "license is not a known identifier" in checked.problems[0]
+    hub.fail_next("validate-yaml", 404, "no such endpoint")  # a mirror without the check: nothing to ask
+    assert validate_hub(f"{REPO}@v1.0").ok
+    hub.fail_next("validate-yaml", 500, "down")  # the Hub failing is not the card's problem
+    with pytest.raises(HubReadError, match="HTTP 500"):
+        validate_hub(f"{REPO}@v1.0")
 
 
 def test_a_silent_endpoint_times_out(monkeypatch):
@@ -276,6 +286,21 @@ def test_validate_as_a_user_runs_it_in_ci(published, hub, tmp_path):
     proc = subprocess.run([sys.executable, "-c", script, "validate", f"{REPO}@v1.0"],
                           env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("error:") == 1 and "gated" in proc.stderr, proc.stderr
+
+
+def test_the_hub_listing_is_sorted_into_the_layout_as_a_folder_is(tmp_path):
+    from orandcar_builder.dataset.layout import scan, scan_repo
+
+    names = ["README.md", ".orandcar-dataset", "examples/rejected-1.png", "examples/notes.txt", "examples/sub/a.png",
+             "rejected/train-00000-of-00001.parquet", "rejected/old/train-00000-of-00001.parquet",
+             "rejected/old/train-00001-of-00002.parquet", "RS_think/notes.txt", "work/manifest.json",
+             "work/cache/x", "secrets.txt", "RS_nothink/train-00000-of-00001.parquet.tmp", "Rejected/x"]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    folder, hub = scan(tmp_path), scan_repo([*names, ".gitattributes"])
+    assert (hub.published, hub.unexpected, hub.marker) == (folder.published, folder.unexpected, folder.marker)
+    assert "work/" in hub.unexpected and "rejected/old/" in hub.unexpected and ".gitattributes" not in hub.unexpected
 
 
 # -- the card as huggingface_hub reads it ------------------------------------------------------------

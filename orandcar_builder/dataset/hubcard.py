@@ -70,7 +70,10 @@ def hub_card_problems(text: str, header: dict) -> list[str]:
 
 def hub_validation_problems(text: str) -> list[str]:
     """The Hub's own check of the card (``DatasetCard.validate``, a request to the Hub): one
-    problem when it refuses the card. Failures to reach the Hub are raised, not reported."""
+    problem when it refuses the card. An endpoint without that check (HTTP 404: a mirror) asks
+    nothing more; other failures to reach the Hub are raised, not reported."""
+    from huggingface_hub.errors import HfHubHTTPError
+
     try:
         card = read_card(text)
     except Exception:
@@ -79,4 +82,7 @@ def hub_validation_problems(text: str) -> list[str]:
         card.validate(repo_type=REPO_TYPE)
     except ValueError as exc:
         return [f"{README}: the Hub refuses the card ({_message(exc)})"]
+    except HfHubHTTPError as exc:
+        if getattr(exc.response, "status_code", None) != 404:
+            raise
     return []
