@@ -384,6 +384,8 @@ def validate(folder, exhaustive, timeout, tracked):
     from .dataset.validate import validate_folder
 
     if not (folder.exists() or folder.is_symlink()) and _is_hub_spec(str(folder)):
+        if tracked:
+            _fail(f"{folder}: --tracked checks a folder in a git checkout, not a revision on the Hub")
         sys.exit(_validate_hub(str(folder), exhaustive, timeout))
     check = validate_folder
     if tracked:  # the same report, of the files git tracks in the folder

@@ -162,6 +162,18 @@ def test_a_revision_that_cannot_be_read_is_one_error_line(published, spec, messa
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
 
 
+def test_a_card_too_large_to_be_one_is_not_read(published, hub, monkeypatch):
+    import orandcar_builder.dataset.remote as remote
+
+    monkeypatch.setattr(remote, "MAX_CARD_BYTES", 1000)
+    hub.clear_log()
+    checked = validate_hub(f"{REPO}@v1.0")
+    assert checked.problems[0].startswith("README.md: ") and "more than a card holds (1,000); not read" in checked.problems[0]
+    assert not [r for r in hub.calls("resolve") if r.summary["path"] == "README.md"]
+    run = CliRunner().invoke(main, ["validate", f"{REPO}@v1.0", "--tracked"])
+    assert run.exit_code == 2 and "--tracked checks a folder in a git checkout" in run.output
+
+
 def test_a_wrong_token_is_refused_and_never_printed(published, hub, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_wrong_validate_token_0123456789")
     run = CliRunner().invoke(main, ["validate", f"{REPO}@v1.0"])

@@ -46,6 +46,7 @@ FOOTER_BLOCK = 64 * 1024  # bytes per ranged read while only footers are read (p
 ROWS_BLOCK = 8 * 1024 * 1024  # bytes per ranged read while rows are streamed
 DEFAULT_TIMEOUT_S = 60.0
 GIT_TIMEOUT_S = 60.0  # `git ls-files` of a checkout
+MAX_CARD_BYTES = 16 * 1024 * 1024  # a README.md larger than this is reported, not read (cards are KBs)
 
 
 class HubReadError(OrandCarError):
@@ -190,6 +191,8 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
     header, text = None, ""
     if README not in side.files:
         yield "README.md: missing"
+    elif side.files[README].size > MAX_CARD_BYTES:
+        yield f"README.md: {side.files[README].size:,} bytes, more than a card holds ({MAX_CARD_BYTES:,}); not read"
     else:
         with side.opener(README) as handle:
             header, text, card_problems = check_card_bytes(handle.read())
