@@ -359,7 +359,7 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
 
 
 @main.command()
-@click.argument("folder", metavar="FOLDER | ORG/NAME[@REV]", type=click.Path(path_type=Path))
+@click.argument("folder", metavar="FOLDER|ORG/NAME[@REV]", type=click.Path(path_type=Path))
 @click.option("--exhaustive", is_flag=True,
               help="Run jsonschema on every row, not only on the rows the column-wise check of the "
                    "same schema finds failing (same problems, about 30x slower). On the Hub: also "

@@ -135,6 +135,15 @@ def test_tracked_refuses_a_tracked_symbolic_link(clone):
     assert run.exit_code == 1 and "examples/extra.png (symbolic link): unexpected file" in run.output
 
 
+def test_tracked_names_a_shard_git_lfs_did_not_fetch(clone):
+    shard = clone / "RS_think" / "train-00000-of-00001.parquet"
+    shard.write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"0" * 64 + b"\nsize 380521\n")
+    run = CliRunner().invoke(main, ["validate", "--tracked", str(clone)])
+    assert run.exit_code == 1
+    assert "RS_think/train-00000-of-00001.parquet: a Git LFS pointer, not the file's content (run `git lfs pull`)" \
+        in run.output
+
+
 def test_tracked_outside_a_git_checkout_is_one_error_line(built_sample, tmp_path):
     folder = tmp_path / "OrandCar"
     shutil.copytree(built_sample, folder)

@@ -152,6 +152,18 @@ def tracked_files(folder: Path) -> list[str]:
     return sorted({name.decode("utf-8", "surrogateescape") for name in proc.stdout.split(b"\0") if name})
 
 
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1\n"
+LFS_POINTER_MAX_BYTES = 1024  # a pointer file is about 130 bytes
+
+
+def _is_lfs_pointer(path: Path) -> bool:
+    """Whether ``path`` holds a Git LFS pointer (a clone made without fetching the LFS objects)."""
+    if path.stat().st_size > LFS_POINTER_MAX_BYTES:
+        return False
+    with open(path, "rb") as handle:
+        return handle.read(len(LFS_POINTER)) == LFS_POINTER
+
+
 def validate_checkout(folder: Path, *, exhaustive: bool = False) -> list[str]:
     """The problems of dataset ``folder`` in a git checkout as it is committed, not as it lies on
     disk: the files git tracks (``tracked_files``), sorted into the layout by the Hub's rules
@@ -169,6 +181,8 @@ def validate_checkout(folder: Path, *, exhaustive: bool = False) -> list[str]:
                             f"({expected_layout_text()})")
         elif not full.is_file():
             problems.append(f"{path}: tracked by git, but not in the folder")
+        elif _is_lfs_pointer(full):
+            problems.append(f"{path}: a Git LFS pointer, not the file's content (run `git lfs pull`)")
         else:
             files[path] = _TrackedFile(full.stat().st_size)
     result = HubValidation(str(folder), "", "", exhaustive, files=files)
