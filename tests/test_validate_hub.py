@@ -209,6 +209,25 @@ def test_a_repo_broken_on_the_hub_reads_as_the_broken_folder(published, hub, tmp
     assert run.exit_code == 1 and run.stdout.splitlines() == local
 
 
+@pytest.mark.parametrize("replacement,footers_say", [
+    (r"\g<1>1", "README.md: dataset_info of RS_think: dataset_size {size} differs from the num_bytes 1 of its one split"),
+    (r"\g<1>lots", "README.md: dataset_info of RS_think: num_bytes 'lots' is not a byte count"),
+], ids=["num_bytes-1", "num_bytes-text"])
+def test_num_bytes_without_the_rows(published, hub, tmp_path, replacement, footers_say):
+    """Footers do not give the rows' in-memory size: the card's num_bytes is checked against its
+    own dataset_size; --exhaustive measures it, as a folder's validation does."""
+    folder = tmp_path / "OrandCar"
+    shutil.copytree(published[0], folder)
+    readme = folder / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    size = re.search(r"- name: train\n\s+num_bytes: (\d+)", text).group(1)
+    readme.write_text(re.sub(r"(- name: train\n\s+num_bytes: )\d+", replacement, text, count=1), encoding="utf-8")
+    branch = f"num-bytes-{len(hub.repo(REPO).branches)}"
+    commit_folder(hub, folder, branch)
+    assert validate_hub(f"{REPO}@{branch}").problems == [footers_say.format(size=size)]
+    assert validate_hub(f"{REPO}@{branch}", exhaustive=True).problems == validate_folder(folder)
+
+
 def test_footers_only_never_read_a_shard_whole(published, hub):
     folder, result = published
     hub.clear_log()

@@ -12,7 +12,8 @@ Hub side: ``diff.open_hub_side``), with the token of the environment or the logi
 - each shard's parquet footer, read with range requests (``FOOTER_BLOCK``): its arrow schema and
   features metadata, and its row count for the ``dataset_info`` check; the file sizes come from
   the listing. A footer is all that is read of a shard, so the rows themselves and the
-  ``num_bytes`` the card states (their in-memory size) are checked only with ``exhaustive``;
+  ``num_bytes`` the card states (their in-memory size) are measured only with ``exhaustive``;
+  footers only, ``num_bytes`` must be a byte count equal to the config's ``dataset_size``;
 - ``exhaustive``: every row is streamed through the same row checks as a folder's with
   ``--exhaustive`` (the JSON Schema on every row, image hashes, one row per image, families and
   verifiers), a row group at a time, and ``num_bytes`` is measured.
@@ -275,28 +276,26 @@ def _reraise_if_transport(exc: BaseException) -> None:
         raise exc
 
 
-_NO_SPLIT = object()
-
-
-def _card_num_bytes(header: dict, config: str):
-    """The ``num_bytes`` the card states for ``config``'s split (None when the split has none),
-    or ``_NO_SPLIT`` when the card has no such split (reported by ``_check_dataset_info``)."""
+def _card_entry(header: dict, config: str) -> dict:
+    """The card's ``dataset_info`` entry of ``config`` ({} when it has none)."""
     entries = header.get("dataset_info")
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, dict) and entry.get("config_name") == config:
-            splits = entry.get("splits")
-            for split in splits if isinstance(splits, list) else []:
-                if isinstance(split, dict) and split.get("name") == SPLIT:
-                    return split.get("num_bytes")
-    return _NO_SPLIT
+    return next((e for e in entries if isinstance(e, dict) and e.get("config_name") == config), {}) \
+        if isinstance(entries, list) else {}
+
+
+def _card_split(entry: dict) -> Optional[dict]:
+    splits = entry.get("splits")
+    return next((s for s in splits if isinstance(s, dict) and s.get("name") == SPLIT), None) \
+        if isinstance(splits, list) else None
 
 
 def _expected_info(header: dict, side, shards_by_config: dict, measured: dict) -> tuple[Optional[list], list[str]]:
     """(the ``dataset_info`` the card must carry, as ``validate._expected_info`` gives it, from the
     footers and the listing; problems). None when a shard's footer was unreadable (reported
-    already). Where only footers were read, the Arrow size is the card's own ``num_bytes``, which
-    is then checked only to be a byte count and to equal ``dataset_size``."""
-    sizes, problems = {}, []
+    already). Where only footers were read, the rows' Arrow size is unknown: the card's own
+    ``num_bytes`` stands for it, checked only to be a byte count equal to its ``dataset_size``
+    (one split), in words of its own."""
+    sizes, problems, unmeasured = {}, [], {}
     for config in CONFIGS:
         shards = shards_by_config.get(config, [])
         if any(shard not in measured for shard in shards):
@@ -305,15 +304,21 @@ def _expected_info(header: dict, side, shards_by_config: dict, measured: dict) -
         if all(value is not None for value in arrow):
             arrow_bytes = sum(arrow)
         else:
-            arrow_bytes = _card_num_bytes(header, config)
-            if arrow_bytes is _NO_SPLIT:  # reported by _check_dataset_info; compare nothing more here
-                entries = header.get("dataset_info")
-                entry = next((e for e in entries if isinstance(e, dict) and e.get("config_name") == config), {}) \
-                    if isinstance(entries, list) else {}
-                arrow_bytes = entry.get("dataset_size")
-            elif isinstance(arrow_bytes, bool) or not isinstance(arrow_bytes, int) or arrow_bytes < 0:
-                problems.append(f"README.md: dataset_info of {config}: num_bytes {arrow_bytes!r} is not a byte count")
+            entry = _card_entry(header, config)
+            split = _card_split(entry)
+            arrow_bytes = split.get("num_bytes") if split is not None else entry.get("dataset_size")
+            if split is not None:  # no split: _check_dataset_info reports it
+                if isinstance(arrow_bytes, bool) or not isinstance(arrow_bytes, int) or arrow_bytes < 0:
+                    problems.append(f"README.md: dataset_info of {config}: num_bytes {arrow_bytes!r} is not a byte count")
+                elif entry.get("dataset_size") != arrow_bytes:
+                    problems.append(f"README.md: dataset_info of {config}: dataset_size {entry.get('dataset_size')!r} "
+                                    f"differs from the num_bytes {arrow_bytes} of its one split")
+            unmeasured[config] = entry.get("dataset_size")
         sizes[config] = {"rows": sum(measured[shard][0] for shard in shards),
                          "file_bytes": sum(side.files[shard].size for shard in shards),
                          "arrow_bytes": arrow_bytes}
-    return dataset_info(sizes), problems
+    expected = dataset_info(sizes)
+    for entry in expected:  # an unmeasured dataset_size was checked above
+        if entry["config_name"] in unmeasured:
+            entry["dataset_size"] = unmeasured[entry["config_name"]]
+    return expected, problems
