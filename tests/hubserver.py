@@ -572,7 +572,8 @@ class _Handler(BaseHTTPRequestHandler):
             tags = [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": o} for n, o in sorted(repo.tags.items())]
             pulls = [{"name": n, "ref": n, "targetCommit": o} for n, o in sorted(repo.pulls.items())]
         include = str(query.get("include_prs", "")).lower() in ("1", "true")
-        return self._json({"branches": branches, "converts": [], "tags": tags, "pullRequests": pulls if include else []})
+        return self._json({"branches": branches, "converts": [], "tags": tags,
+                           "pullRequests": pulls if include else []})
 
     def _create_tag(self, repo_type, repo_id, revision, *, query, body, auth, summary):
         data = self._json_body(body)

@@ -63,7 +63,8 @@ def test_the_hooks_file_names_the_hooks():
     for hook in hooks.values():
         assert hook["entry"] == "orandcar validate --tracked" and hook["pass_filenames"] is False
         assert hook["args"] == ["."]
-    assert hooks["orandcar-validate"]["language"] == "python" and hooks["orandcar-validate-system"]["language"] == "system"
+    assert hooks["orandcar-validate"]["language"] == "python"
+    assert hooks["orandcar-validate-system"]["language"] == "system"
 
 
 @needs_pre_commit
@@ -147,5 +148,6 @@ def test_tracked_names_a_shard_git_lfs_did_not_fetch(clone):
 def test_tracked_outside_a_git_checkout_is_one_error_line(built_sample, tmp_path):
     folder = tmp_path / "OrandCar"
     shutil.copytree(built_sample, folder)
-    run = CliRunner().invoke(main, ["validate", "--tracked", str(folder)], env={"GIT_CEILING_DIRECTORIES": str(tmp_path)})
+    run = CliRunner().invoke(main, ["validate", "--tracked", str(folder)],
+                             env={"GIT_CEILING_DIRECTORIES": str(tmp_path)})
     assert run.exit_code == 2 and run.output.count("error:") == 1 and "not in a git checkout" in run.output

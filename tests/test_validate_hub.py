@@ -57,7 +57,8 @@ def nested_shard(folder):
 
 
 CASES = {**{f: expected for f, expected in test_validate.CORRUPTIONS.items()},
-         test_validate.duplicate_image_row: "rejected/train-00000-of-00001.parquet row 13 field image_sha256: image already",
+         test_validate.duplicate_image_row:
+             "rejected/train-00000-of-00001.parquet row 13 field image_sha256: image already",
          remove_example: "README.md: links to examples/rejected-1.png, which the folder does not hold",
          stale_num_examples: "README.md: dataset_info of RS_think: num_examples",
          nested_shard: "rejected/old/: unexpected file"}
@@ -168,7 +169,8 @@ def test_a_card_too_large_to_be_one_is_not_read(published, hub, monkeypatch):
     monkeypatch.setattr(remote, "MAX_CARD_BYTES", 1000)
     hub.clear_log()
     checked = validate_hub(f"{REPO}@v1.0")
-    assert checked.problems[0].startswith("README.md: ") and "more than a card holds (1,000); not read" in checked.problems[0]
+    assert checked.problems[0].startswith("README.md: ")
+    assert "more than a card holds (1,000); not read" in checked.problems[0]
     assert not [r for r in hub.calls("resolve") if r.summary["path"] == "README.md"]
     run = CliRunner().invoke(main, ["validate", f"{REPO}@v1.0", "--tracked"])
     assert run.exit_code == 2 and "--tracked checks a folder in a git checkout" in run.output
@@ -210,7 +212,8 @@ def test_a_repo_broken_on_the_hub_reads_as_the_broken_folder(published, hub, tmp
 
 
 @pytest.mark.parametrize("replacement,footers_say", [
-    (r"\g<1>1", "README.md: dataset_info of RS_think: dataset_size {size} differs from the num_bytes 1 of its one split"),
+    (r"\g<1>1",
+     "README.md: dataset_info of RS_think: dataset_size {size} differs from the num_bytes 1 of its one split"),
     (r"\g<1>lots", "README.md: dataset_info of RS_think: num_bytes 'lots' is not a byte count"),
 ], ids=["num_bytes-1", "num_bytes-text"])
 def test_num_bytes_without_the_rows(published, hub, tmp_path, replacement, footers_say):

@@ -309,7 +309,8 @@ def _expected_info(header: dict, side, shards_by_config: dict, measured: dict) -
             arrow_bytes = split.get("num_bytes") if split is not None else entry.get("dataset_size")
             if split is not None:  # no split: _check_dataset_info reports it
                 if isinstance(arrow_bytes, bool) or not isinstance(arrow_bytes, int) or arrow_bytes < 0:
-                    problems.append(f"README.md: dataset_info of {config}: num_bytes {arrow_bytes!r} is not a byte count")
+                    problems.append(f"README.md: dataset_info of {config}: num_bytes {arrow_bytes!r} "
+                                    "is not a byte count")
                 elif entry.get("dataset_size") != arrow_bytes:
                     problems.append(f"README.md: dataset_info of {config}: dataset_size {entry.get('dataset_size')!r} "
                                     f"differs from the num_bytes {arrow_bytes} of its one split")
