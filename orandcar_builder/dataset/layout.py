@@ -32,8 +32,6 @@ MARKER_TEXT = "This folder is a dataset written by orandcar-builder (`orandcar b
               "A rebuild replaces it as a whole; files added here by hand make a rebuild stop.\n"
 # The card's acceptance-per-family chart, drawn beside the example images.
 ACCEPTANCE_CHART_NAME = "acceptance-by-family.png"
-# Files the Hub writes into every repo itself (a new repo's LFS patterns).
-HUB_FILES = frozenset({".gitattributes"})
 EXAMPLE_NAME = re.compile(rf"^(?:(?:{'|'.join(map(re.escape, CONFIGS))})-\d+\.[a-z0-9]{{1,5}}|{re.escape(ACCEPTANCE_CHART_NAME)})$")
 
 
@@ -96,6 +94,20 @@ def scan(folder: Path) -> Layout:
     return layout
 
 
+def write_marker(folder: Path) -> None:
+    (Path(folder) / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
+
+
+def expected_layout_text() -> str:
+    """One line naming the layout, for messages."""
+    return (f"{README}, {MARKER}, {EXAMPLES_DIR}/<config>-<k>.<ext>, {EXAMPLES_DIR}/{ACCEPTANCE_CHART_NAME}, "
+            f"<config>/{SPLIT}-XXXXX-of-YYYYY.parquet for {', '.join(CONFIGS)}")
+
+
+# Files the Hub writes into every repo itself (a new repo's LFS patterns).
+HUB_FILES = frozenset({".gitattributes"})
+
+
 def scan_repo(paths) -> Layout:
     """``scan`` for the files of a Hub revision (repo paths; the Hub holds regular files only, and
     folders only as parts of paths). The Hub's own ``HUB_FILES`` are neither published nor
@@ -118,13 +130,3 @@ def scan_repo(paths) -> Layout:
             if entry not in layout.unexpected:
                 layout.unexpected.append(entry)
     return layout
-
-
-def write_marker(folder: Path) -> None:
-    (Path(folder) / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
-
-
-def expected_layout_text() -> str:
-    """One line naming the layout, for messages."""
-    return (f"{README}, {MARKER}, {EXAMPLES_DIR}/<config>-<k>.<ext>, {EXAMPLES_DIR}/{ACCEPTANCE_CHART_NAME}, "
-            f"<config>/{SPLIT}-XXXXX-of-YYYYY.parquet for {', '.join(CONFIGS)}")
