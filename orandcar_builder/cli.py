@@ -387,12 +387,11 @@ def validate(folder, exhaustive, timeout, tracked):
         if tracked:
             _fail(f"{folder}: --tracked checks a folder in a git checkout, not a revision on the Hub")
         sys.exit(_validate_hub(str(folder), exhaustive, timeout))
-    check = validate_folder
-    if tracked:  # the same report, of the files git tracks in the folder
-        from .dataset.remote import validate_checkout as check
+    if tracked:
+        sys.exit(_validate_tracked(folder, exhaustive))
     if not folder.is_dir():
         _fail(f"{folder}: not a folder (give the dataset folder that `orandcar build -o` wrote)")
-    problems = check(folder, exhaustive=exhaustive)
+    problems = validate_folder(folder, exhaustive=exhaustive)
     for problem in problems:
         click.echo(problem)
     if problems:
@@ -421,6 +420,22 @@ def _validate_hub(spec: str, exhaustive: bool, timeout: float) -> int:
         click.echo(f"{len(result.problems)} problem(s) in {result.describe()}", err=True)
         return 1
     click.echo(f"{result.describe()}: ok")
+    return 0
+
+
+def _validate_tracked(folder: Path, exhaustive: bool) -> int:
+    """``validate --tracked``: the report of a folder, on the files git tracks in it; the exit status."""
+    from .dataset.remote import validate_checkout
+
+    if not folder.is_dir():
+        _fail(f"{folder}: not a folder (give the dataset folder of a git checkout)")
+    problems = validate_checkout(folder, exhaustive=exhaustive)
+    for problem in problems:
+        click.echo(problem)
+    if problems:
+        click.echo(f"{len(problems)} problem(s) in the files git tracks in {folder}", err=True)
+        return 1
+    click.echo(f"{folder}: ok")
     return 0
 
 

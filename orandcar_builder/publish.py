@@ -169,10 +169,10 @@ class PushResult:
     deletions: tuple[FileChange, ...]
     commits: tuple[str, ...]  # ids of the commits made, oldest first (none in a dry run)
     head: str | None  # commit the branch points at after the push (before it, in a dry run)
+    problems: tuple[str, ...] | None = None  # what reads back wrong from the Hub at ``head`` (None: not checked)
     tag: str | None = None
     tag_created: bool = False
     versions_note: str | None = None  # what the push did to the card's Versions section, if anything
-    problems: tuple[str, ...] | None = None  # what reads back wrong from the Hub at ``head`` (None: not checked)
 
     @property
     def changed(self) -> bool:
@@ -620,6 +620,8 @@ def push(
     verify: bool = True,
 ) -> PushResult:
     """Publish ``folder`` to the dataset repo ``repo_id`` (``ORG/NAME``) and return what was done.
+    After the commits, ``verify`` (not in a dry run) validates what the Hub serves at the final
+    commit (``verify_push``): the result's ``problems`` lists what reads back differently.
 
     Validates the folder first (an InvalidFolderError before any request), then: creates the repo
     when missing (``private`` applies at creation and can make an existing repo private, never
@@ -633,9 +635,7 @@ def push(
     are carried over. ``dry_run`` reads the Hub and returns the plan without writing (not even the
     folder's card). Hub refusals are HubPermissionError / PushError; no error text
     contains the token. Each request may take ``timeout`` seconds per connect, read or write; past
-    that the push ends with a HubTimeoutError. ``verify`` (not in a dry run) then validates what the
-    Hub serves at the final commit (``verify_push``); the result's ``problems`` lists what reads
-    back differently.
+    that the push ends with a HubTimeoutError.
     """
     folder = Path(folder)
     check_repo_id(repo_id)
