@@ -401,17 +401,36 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
 
 
 @main.command()
-@click.argument("folder", type=click.Path(path_type=Path))
+@click.argument("folder", metavar="FOLDER|ORG/NAME[@REV]", type=click.Path(path_type=Path))
 @click.option("--exhaustive", is_flag=True,
               help="Run jsonschema on every row, not only on the rows the column-wise check of the "
-                   "same schema finds failing (same problems, about 30x slower).")
-def validate(folder, exhaustive):
-    """Check every shard, row and the README of a built dataset FOLDER.
+                   "same schema finds failing (same problems, about 30x slower). On the Hub: also "
+                   "stream every row (otherwise only the shards' footers are read).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="On the Hub: seconds each request may wait to connect or read.")
+@click.option("--tracked", is_flag=True,
+              help="FOLDER is in a git checkout (a clone of the Hub repo): check the files git tracks "
+                   "there, staged ones included, as the commit holds them (the pre-commit hook).")
+def validate(folder, exhaustive, timeout, tracked):
+    """Check every shard, row and the README of a built dataset FOLDER, or of a revision of a
+    dataset repo on the Hub: ORG/NAME@REV (a tag, a branch, refs/pr/N or a commit; main when
+    no REV is given), read with range requests, the token from HF_TOKEN or the login.
 
     Exits 0 when clean, 1 with one line per problem otherwise.
+
+    \b
+    Examples:
+        orandcar validate OrandCar
+        orandcar validate my-org/OrandCar@refs/pr/3
     """
     from .dataset.validate import validate_folder
 
+    if not (folder.exists() or folder.is_symlink()) and _is_hub_spec(str(folder)):
+        if tracked:
+            _fail(f"{folder}: --tracked checks a folder in a git checkout, not a revision on the Hub")
+        sys.exit(_validate_hub(str(folder), exhaustive, timeout))
+    if tracked:
+        sys.exit(_validate_tracked(folder, exhaustive))
     if not folder.is_dir():
         _fail(f"{folder}: not a folder (give the dataset folder that `orandcar build -o` wrote)")
     _dataset_folder(folder, "validate")
@@ -422,6 +441,61 @@ def validate(folder, exhaustive):
         click.echo(f"{len(problems)} problem(s) in {folder}", err=True)
         sys.exit(1)
     click.echo(f"{folder}: ok")
+
+
+def _is_hub_spec(spec: str) -> bool:
+    from .diff import hub_spec
+
+    return hub_spec(spec) is not None
+
+
+def _validate_hub(spec: str, exhaustive: bool, timeout: float) -> int:
+    """``validate`` of a Hub revision: the problems on stdout, as for a folder; the exit status."""
+    from .dataset.remote import validate_hub
+
+    result = validate_hub(spec, exhaustive=exhaustive, timeout=timeout)
+    for problem in result.problems:
+        click.echo(problem)
+    if not result.exhaustive:
+        click.echo(f"{result.describe()}: read the footers of {result.shards} shard(s), not their rows "
+                   "(--exhaustive streams every row through the checks)", err=True)
+    if result.problems:
+        click.echo(f"{len(result.problems)} problem(s) in {result.describe()}", err=True)
+        return 1
+    click.echo(f"{result.describe()}: ok")
+    return 0
+
+
+def _validate_tracked(folder: Path, exhaustive: bool) -> int:
+    """``validate --tracked``: the report of a folder, on the files git tracks in it; the exit status."""
+    from .dataset.remote import validate_checkout
+
+    if not folder.is_dir():
+        _fail(f"{folder}: not a folder (give the dataset folder of a git checkout)")
+    problems = validate_checkout(folder, exhaustive=exhaustive)
+    for problem in problems:
+        click.echo(problem)
+    if problems:
+        click.echo(f"{len(problems)} problem(s) in the files git tracks in {folder}", err=True)
+        return 1
+    click.echo(f"{folder}: ok")
+    return 0
+
+
+def _config_names() -> Iterable[str]:
+    from .vocab import CONFIGS
+
+    return CONFIGS
+
+
+@main.command()
+@click.argument("config", type=RegistryChoice("config", _config_names))
+def schema(config):
+    """Print the JSON Schema that every row of CONFIG follows (what `validate` checks rows
+    against), for other tools: `orandcar schema rejected > rejected.schema.json`."""
+    from .dataset.validate import SCHEMA_DIR
+
+    click.echo((SCHEMA_DIR / f"{config}.json").read_text(encoding="utf-8"), nl=False)
 
 
 @main.command("check-answer")
@@ -607,8 +681,11 @@ def report(out, work, target, per_kind):
                                                "token: offline, every file listed as an upload.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Seconds each Hub request may wait to connect, read or write before the push stops.")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="After the commit, validate what the Hub serves at it (footers, card, file hashes); "
+                   "exit 1 when it reads back differently.")
 @progress_option
-def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, progress):
+def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, verify, progress):
     """Validate FOLDER and publish it to the gated dataset repo REPO.
 
     The token comes from HF_TOKEN or the huggingface_hub login; it is never printed.
@@ -621,8 +698,12 @@ def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, progr
 
     _dataset_folder(folder, "push")
     result = run_push(folder, repo_id, revision=revision, tag=tag, gated=gated, private=private,
-                      dry_run=dry_run, progress=progress, timeout=timeout)
+                      dry_run=dry_run, progress=progress, timeout=timeout, verify=verify)
     click.echo(format_push_result(result))
+    for problem in result.problems or ():
+        click.echo(problem)
+    if result.problems:
+        sys.exit(1)
 
 
 @main.command("diff")

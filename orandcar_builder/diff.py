@@ -69,11 +69,21 @@ class Side:
     card: str
     shards: dict[str, list[str]]  # config -> shard names, in order
     opener: Callable[[str], Any] = field(repr=False)  # shard name -> context manager of a binary file
+    files: dict[str, "HubFile"] = field(default_factory=dict)  # a Hub side: every file of the revision
 
     def describe(self) -> str:
         if self.kind == "hub":
             return f"{self.spec} (commit {self.revision[:12]})" if self.revision else self.spec
         return f"{self.spec} (local folder)"
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """A file of a Hub side's listing: its size and the hashes the Hub gives for its content."""
+
+    size: int
+    blob_id: str  # git blob id (of the LFS pointer, for an LFS file)
+    lfs_sha256: Optional[str] = None
 
 
 def _local_side(spec: str, folder: Path) -> Side:
@@ -95,14 +105,24 @@ def _local_side(spec: str, folder: Path) -> Side:
     return Side(spec, "folder", None, card, shards, lambda name: open(folder / name, "rb"))
 
 
-def _hub_side(spec: str, repo_id: str, revision: str, token: Optional[str]) -> Side:
+def _hub_side(spec: str, repo_id: str, revision: str, token: Optional[str], *, strict: bool = True) -> Side:
+    """The side at ``revision`` (resolved to its commit). ``strict``: a revision without a card or
+    shards is a DiffError and the card is read; otherwise the card is left to the caller (``""``),
+    which reports what is missing (``validate``)."""
     from huggingface_hub import HfApi, HfFileSystem
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
     api = HfApi(token=token, library_name="orandcar-builder")
+    fs = HfFileSystem(token=token, endpoint=api.endpoint)
     try:
         info = api.dataset_info(repo_id, revision=revision)
-        files = api.list_repo_files(repo_id, repo_type="dataset", revision=info.sha)
+        root = f"datasets/{repo_id}@{info.sha}"
+        # One recursive listing, through the file system: it keeps the listing, so opening a file
+        # later asks the Hub for nothing but the bytes.
+        entries = {item["name"][len(root) + 1:]: HubFile(item["size"], item.get("blob_id") or "",
+                                                          (item.get("lfs") or {}).get("sha256"))
+                   for item in fs.find(root, detail=True).values() if item.get("type") == "file"}
+        files = sorted(entries)
     except RevisionNotFoundError:
         raise DiffError(f"{spec}: {repo_id} has no tag, branch or commit {revision!r}") from None
     except RepositoryNotFoundError:
@@ -112,25 +132,25 @@ def _hub_side(spec: str, repo_id: str, revision: str, token: Optional[str]) -> S
         raise DiffError(_refused(spec, repo_id, exc)) from None
     except OSError as exc:
         raise DiffError(f"{spec}: could not reach the Hub at {api.endpoint} ({exc})") from None
-    if README not in files:
+    if strict and README not in files:
         raise DiffError(f"{spec}: the repo holds no {README} at {info.sha[:12]} (not an OrandCar dataset)")
-    fs = HfFileSystem(token=token, endpoint=api.endpoint)
-    root = f"datasets/{repo_id}@{info.sha}"
 
-    def opener(name: str):
-        return fs.open(f"{root}/{name}", "rb", block_size=HUB_READ_BLOCK)
+    def opener(name: str, block_size: int = HUB_READ_BLOCK):
+        return fs.open(f"{root}/{name}", "rb", block_size=block_size)
 
+    shards = {config: sorted(f for f in files if f.startswith(f"{config}/") and "/" not in f[len(config) + 1:]
+                             and SHARD_NAME.match(f[len(config) + 1:])) for config in CONFIGS}
+    if not strict:
+        return Side(spec, "hub", info.sha, "", shards, opener, entries)
     try:
         card = fs.read_bytes(f"{root}/{README}").decode("utf-8")
     except HfHubHTTPError as exc:
         raise DiffError(_refused(spec, repo_id, exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DiffError(f"{spec}: cannot read its {README} ({exc})") from None
-    shards = {config: sorted(f for f in files if f.startswith(f"{config}/") and "/" not in f[len(config) + 1:]
-                             and SHARD_NAME.match(f[len(config) + 1:])) for config in CONFIGS}
     if not any(shards.values()):
         raise DiffError(f"{spec}: holds no shards of {', '.join(CONFIGS)} at {info.sha[:12]}")
-    return Side(spec, "hub", info.sha, card, shards, opener)
+    return Side(spec, "hub", info.sha, card, shards, opener, entries)
 
 
 def _refused(spec: str, repo_id: str, exc: Exception) -> str:
@@ -142,16 +162,27 @@ def _refused(spec: str, repo_id: str, exc: Exception) -> str:
     return f"{spec}: the Hub answered HTTP {status} ({getattr(exc, 'server_message', None) or 'no message'})"
 
 
+def hub_spec(spec: str) -> Optional[tuple[str, str]]:
+    """(repo id, revision) of ``ORG/NAME[@REV]`` (``main`` when no REV is given); None otherwise."""
+    match = _HUB_SPEC.match(spec)
+    return (match.group("repo"), match.group("rev") or "main") if match else None
+
+
+def open_hub_side(spec: str, *, token: Optional[str] = None, strict: bool = True) -> Side:
+    """The Hub side ``ORG/NAME[@REV]`` (see ``_hub_side`` for ``strict``)."""
+    parsed = hub_spec(spec)
+    if parsed is None:
+        raise DiffError(f"{spec}: no such folder, and not ORG/NAME@REV (a dataset repo on the Hub at a "
+                        "tag, branch or commit)")
+    return _hub_side(spec, *parsed, token, strict=strict)
+
+
 def open_side(spec: str, *, token: Optional[str] = None) -> Side:
     """A side from its spec: an existing path is a local folder; ``ORG/NAME[@REV]`` is on the Hub."""
     path = Path(spec)
     if path.exists() or path.is_symlink():
         return _local_side(spec, path)
-    match = _HUB_SPEC.match(spec)
-    if not match:
-        raise DiffError(f"{spec}: no such folder, and not ORG/NAME@REV (a dataset repo on the Hub at a "
-                        "tag, branch or commit)")
-    return _hub_side(spec, match.group("repo"), match.group("rev") or "main", token)
+    return open_hub_side(spec, token=token)
 
 
 # --- reading one side ----------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, Revi
 from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 from tqdm import tqdm
 
-from .dataset.layout import expected_layout_text, scan
+from .dataset.layout import HUB_FILES, expected_layout_text, scan
 from .errors import OrandCarError
 from .files import sha256_bytes, update_from_file, write_text_atomic
 
@@ -52,7 +52,7 @@ GATED_MODES = ("auto", "manual")
 COMMIT_MAX_FILES = 100  # files per commit: keeps each commit far below the Hub's per-commit limits
 COMMIT_MAX_BYTES = 2 * 1024**3  # bytes per commit: an interrupted push loses at most this much work
 README = "README.md"
-KEPT_REMOTE_FILES = frozenset({".gitattributes"})  # the Hub's own file; never deleted by a push
+KEPT_REMOTE_FILES = HUB_FILES  # the Hub's own files; never deleted by a push
 DEFAULT_TIMEOUT_S = 60.0  # per connect, read or write of one request; a large upload keeps writing
 # Git ref names (git check-ref-format), kept to what the Hub accepts as a branch or tag name.
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
@@ -171,6 +171,7 @@ class PushResult:
     deletions: tuple[FileChange, ...]
     commits: tuple[str, ...]  # ids of the commits made, oldest first (none in a dry run)
     head: str | None  # commit the branch points at after the push (before it, in a dry run)
+    problems: tuple[str, ...] | None = None  # what reads back wrong from the Hub at ``head`` (None: not checked)
     tag: str | None = None
     tag_created: bool = False
     versions_note: str | None = None  # what the push did to the card's Versions section, if anything
@@ -333,6 +334,11 @@ def format_push_result(result: PushResult) -> str:
         lines.append(f"  card's {result.versions_note}{' (dry run: not written)' if result.dry_run else ''}")
     if not result.dry_run and result.head:
         lines.append(f"  head: {result.head}")
+    if result.problems == ():
+        lines.append("  verified on the Hub: the card, the shards' footers and every file's hash read back as pushed")
+    elif result.problems:
+        lines.append(f"  read back from the Hub at {result.head[:12] if result.head else '?'}: "
+                     f"{len(result.problems)} problem(s), the push is not to be trusted:")
     return "\n".join(lines)
 
 
@@ -638,8 +644,11 @@ def push(
     commit_max_files: int = COMMIT_MAX_FILES,
     commit_max_bytes: int = COMMIT_MAX_BYTES,
     timeout: float = DEFAULT_TIMEOUT_S,
+    verify: bool = True,
 ) -> PushResult:
     """Publish ``folder`` to the dataset repo ``repo_id`` (``ORG/NAME``) and return what was done.
+    After the commits, ``verify`` (not in a dry run) validates what the Hub serves at the final
+    commit (``verify_push``): the result's ``problems`` lists what reads back differently.
 
     Validates the folder first (an InvalidFolderError before any request), then: creates the repo
     when missing (``private`` applies at creation and can make an existing repo private, never
@@ -708,4 +717,26 @@ def push(
                                     {item.path: item for item in local}, progress)
         if create_tag:
             api.create_tag(repo_id, tag=tag, revision=head, repo_type=REPO_TYPE, tag_message=f"OrandCar {tag}")
-    return PushResult(dry_run=False, commits=tuple(commits), head=head, **plan)
+        problems = tuple(verify_push(repo_id, head, local, token=token, timeout=timeout)) if verify else None
+    return PushResult(dry_run=False, commits=tuple(commits), head=head, problems=problems, **plan)
+
+
+def verify_push(repo_id: str, commit: str, local: Sequence[LocalFile], *, token: str, timeout: float) -> list[str]:
+    """What reads back differently from the Hub at ``commit`` after a push of ``local``: every
+    problem of ``orandcar validate ORG/NAME@COMMIT`` (``dataset.remote``: the card as the Hub
+    reads it, the layout, each shard's footer), and each pushed file the commit lacks or holds
+    with another hash."""
+    from .dataset.remote import validate_hub
+
+    result = validate_hub(f"{repo_id}@{commit}", token=token, timeout=timeout)
+    problems = list(result.problems)
+    for item in local:
+        entry = result.files.get(item.path)
+        if entry is None:
+            problems.append(f"{item.path}: pushed, but the Hub's commit {commit[:12]} does not hold it")
+            continue
+        remote = RemoteFile(item.path, entry.size, entry.blob_id, entry.lfs_sha256)
+        if not remote.matches(item):
+            problems.append(f"{item.path}: the Hub serves other bytes at {commit[:12]} than were pushed "
+                            f"({entry.size:,} bytes, {item.size:,} sent)")
+    return problems

@@ -3,8 +3,9 @@
 It speaks the part of the protocol that the real ``huggingface_hub`` client (HfApi, hf_hub_download,
 HfFileSystem) and ``datasets.load_dataset`` use: repo creation and settings, repo info, refs,
 branches and tags, preupload, the LFS batch API with its upload and verify links, the NDJSON commit
-endpoint, tree and paths-info listings (paginated), commit history, README YAML validation, and
-``resolve`` with HEAD, GET and Range.
+endpoint (also with ``create_pr=1``, which opens a pull request ``refs/pr/N``), tree and paths-info
+listings (paginated), commit history, README YAML validation, and ``resolve`` with HEAD, GET and
+Range.
 
 Storage lives in a temporary directory: every object by its sha256 under ``objects/``, every commit
 an immutable snapshot (path -> entry) with a 40-hex id, branches and tags pointing at commits, so a
@@ -125,6 +126,7 @@ class Repo:
     commits: dict = field(default_factory=dict)  # oid -> Commit
     branches: dict = field(default_factory=dict)  # name -> oid
     tags: dict = field(default_factory=dict)  # name -> oid
+    pulls: dict = field(default_factory=dict)  # "refs/pr/N" -> oid of the pull request's head
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ class HubState:
         self.secret = secrets.token_bytes(16)
         self.tree_page_size = TREE_PAGE_SIZE
         self.failures: dict[str, list] = {}  # route -> [None (serve it) or (status, message)], in order
+        self.tamper = None  # (path, bytes) -> bytes: what a commit stores for a file it adds (a faulty Hub)
         self._counter = 0
 
     # -- objects -----------------------------------------------------------------------------
@@ -215,7 +218,7 @@ class HubState:
     @staticmethod
     def resolve(repo: Repo, revision: str) -> Commit | None:
         """A branch, a tag, a full commit id or a commit id prefix of at least 7 characters."""
-        oid = repo.branches.get(revision) or repo.tags.get(revision)
+        oid = repo.branches.get(revision) or repo.tags.get(revision) or repo.pulls.get(revision)
         if oid is None and revision in repo.commits:
             oid = revision
         if oid is None and _HEX.match(revision):
@@ -567,7 +570,10 @@ class _Handler(BaseHTTPRequestHandler):
             branches = [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": o}
                         for n, o in sorted(repo.branches.items())]
             tags = [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": o} for n, o in sorted(repo.tags.items())]
-        return self._json({"branches": branches, "converts": [], "tags": tags, "pullRequests": []})
+            pulls = [{"name": n, "ref": n, "targetCommit": o} for n, o in sorted(repo.pulls.items())]
+        include = str(query.get("include_prs", "")).lower() in ("1", "true")
+        return self._json({"branches": branches, "converts": [], "tags": tags,
+                           "pullRequests": pulls if include else []})
 
     def _create_tag(self, repo_type, repo_id, revision, *, query, body, auth, summary):
         data = self._json_body(body)
@@ -784,25 +790,41 @@ class _Handler(BaseHTTPRequestHandler):
         ops = lines[1:]
         summary.update(revision=revision, summary=header.get("summary"), parentCommit=header.get("parentCommit"),
                        ops=[(op.get("key"), (op.get("value") or {}).get("path")) for op in ops])
-        if str(query.get("create_pr", "")) == "1":
-            raise HubError(400, "pull requests are not supported by the test hub")
+        create_pr = str(query.get("create_pr", "")).lower() in ("1", "true")
+        url_prefix = URL_PREFIX[repo_type]
+        pull_url = None
         with self.state.lock:
             repo = self._repo(repo_type, repo_id, auth, write=True)
-            if revision not in repo.branches:
+            refs = repo.pulls if revision in repo.pulls else repo.branches
+            if revision not in refs:
                 raise HubError(404, f"Invalid rev id: {revision} (commits go to a branch)", "RevisionNotFound")
-            head = repo.commits[repo.branches[revision]]
+            head = repo.commits[refs[revision]]
             parent = header.get("parentCommit")
-            if parent and not head.oid.startswith(parent):
+            if create_pr:  # a new pull request from the parent commit (or the branch head)
+                head = self._commit_at(repo, parent) if parent else head
+                number = len(repo.pulls) + 1
+                revision, refs = f"refs/pr/{number}", repo.pulls
+                pull_url = f"{self.base_url}/{url_prefix}{repo_id}/discussions/{number}"
+            elif parent and not head.oid.startswith(parent):
                 raise HubError(412, f"A commit has happened since {parent}: the branch head is {head.oid}")
             tree = dict(head.tree)
             for op in ops:
                 self._apply(tree, op.get("key"), op.get("value") or {})
             commit = self.state.new_commit(repo, head.oid, tree, header.get("summary") or "",
                                            header.get("description") or "")
-            repo.branches[revision] = commit.oid
-        url_prefix = URL_PREFIX[repo_type]
-        return self._json({"success": True, "commitOid": commit.oid, "hookOutput": "", "pullRequestUrl": None,
+            refs[revision] = commit.oid
+        summary.update(pull_request=revision if create_pr else None)
+        return self._json({"success": True, "commitOid": commit.oid, "hookOutput": "", "pullRequestUrl": pull_url,
                            "commitUrl": f"{self.base_url}/{url_prefix}{repo_id}/commit/{commit.oid}"})
+
+    def _stored(self, path: str, sha256: str) -> tuple[str, int]:
+        """(sha256, size) of what the server keeps for a file added as ``sha256``: the same object,
+        or, with ``HubState.tamper`` set, the object of the bytes that function returns."""
+        data_path = self.state.object_path(sha256)
+        if self.state.tamper is None:
+            return sha256, data_path.stat().st_size
+        data = self.state.tamper(path, data_path.read_bytes())
+        return self.state.put_object(data), len(data)
 
     def _apply(self, tree: dict, key: str, value: dict) -> None:
         path = str(value.get("path") or "").strip("/")
@@ -812,6 +834,8 @@ class _Handler(BaseHTTPRequestHandler):
             if value.get("encoding", "base64") != "base64":
                 raise HubError(400, f"{path}: unsupported encoding {value.get('encoding')!r}")
             data = base64.b64decode(value.get("content") or "")
+            if self.state.tamper is not None:
+                data = self.state.tamper(path, data)
             tree[path] = Entry.make(path, self.state.put_object(data), len(data), False, data)
         elif key == "lfsFile":
             oid, size = value.get("oid"), value.get("size")
@@ -820,7 +844,7 @@ class _Handler(BaseHTTPRequestHandler):
             actual = self.state.object_path(oid).stat().st_size
             if size is not None and size != actual:
                 raise HubError(400, f"{path}: LFS object {oid} has {actual} bytes, commit says {size}")
-            tree[path] = Entry.make(path, oid, actual, True)
+            tree[path] = Entry.make(path, *self._stored(path, oid), True)
         elif key == "deletedFile":
             if tree.pop(path, None) is None:
                 raise HubError(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
@@ -857,6 +881,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Content-Range"] = f"bytes {start}-{end}/{entry.size}"
         length = max(0, end - start + 1)
         headers["Content-Length"] = str(length)
+        summary.update(bytes=0 if self.command == "HEAD" else length)
         if self.command == "HEAD":
             return status, headers, b""
         with open(self.state.object_path(entry.sha256), "rb") as handle:
@@ -952,6 +977,12 @@ class HubServer:
         """
         with self.state.lock:
             self.state.failures.setdefault(route, []).extend([None] * skip + [(status, message)] * times)
+
+    def tamper_with(self, change) -> None:
+        """From now on every file a commit adds is stored as ``change(path, data)`` returns it (None:
+        stored as sent): a Hub that accepts a commit and then serves other bytes."""
+        with self.state.lock:
+            self.state.tamper = change
 
     def clear_log(self) -> None:
         with self.state.lock:

@@ -611,6 +611,26 @@ HfApi().upload_file(path_or_fileobj=tampered, path_in_repo=SHARD, repo_id=repo, 
 report("load-tag", rejected=rows("rejected", "v1.0"), think=rows("RS_think", "v1.0"))
 report("load-main", rejected=rows("rejected", None, "no_checks"))  # the card still counts the old rows
 pushed("push-restore", push(folder, repo, progress=False))
+head = HfApi().dataset_info(repo).sha
+
+def exact(ds):  # every column of every row, the image as its stored bytes and path
+    ds = ds.cast_column("image", datasets.Image(decode=False))
+    return [row_digest(r) for r in ds]
+
+def row_digest(r):
+    r = dict(r, image={"bytes": r["image"]["bytes"].hex(), "path": r["image"]["path"]})
+    return hashlib.sha256(json.dumps(r, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+report("users", **{
+    "rejected": exact(datasets.load_dataset(repo, "rejected", split="train")),
+    "rejected@commit": exact(datasets.load_dataset(repo, "rejected", split="train", revision=head)),
+    "RS_think/streaming": exact(datasets.load_dataset(repo, "RS_think", split="train", streaming=True)),
+    "RS_think/streaming@v1.0": exact(datasets.load_dataset(repo, "RS_think", split="train", streaming=True,
+                                                           revision="v1.0")),
+    "RS_nothink@v1.0": exact(datasets.load_dataset(repo, "RS_nothink", split="train", revision="v1.0")),
+    "features": {c: datasets.load_dataset(repo, c, split="train", streaming=True).features.to_dict()
+                 for c in ("rejected", "RS_think", "RS_nothink")},
+})
 path = hf_hub_download(repo, SHARD, repo_type="dataset", revision="v1.0")
 report("download", sha256=hashlib.sha256(open(path, "rb").read()).hexdigest())
 try:
@@ -661,8 +681,32 @@ def end_to_end(tmp_path_factory, built_sample):
 @pytest.mark.slow
 def test_end_to_end_client_run_succeeds(end_to_end):
     assert end_to_end.proc.returncode == 0, end_to_end.proc.stderr[-4000:]
-    assert list(end_to_end.steps) == ["push", "push-again", "load-tag", "load-main", "push-restore",
+    assert list(end_to_end.steps) == ["push", "push-again", "load-tag", "load-main", "push-restore", "users",
                                       "download", "anonymous"]
+
+
+def exact_rows(path: Path) -> list[str]:
+    """The digest of each row of a shard as the client's ``row_digest`` computes it."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for r in pq.read_table(path).to_pylist():
+        r = dict(r, image={"bytes": r["image"]["bytes"].hex(), "path": r["image"]["path"]})
+        out.append(hashlib.sha256(json.dumps(r, sort_keys=True, ensure_ascii=False).encode()).hexdigest())
+    return out
+
+
+@pytest.mark.slow
+def test_end_to_end_users_load_every_row_byte_for_byte(end_to_end):
+    """What a user's load_dataset returns after the push, plain, streaming and pinned to a tag or a
+    commit: every column of every row as the shard holds it, in order, the image as its bytes."""
+    users, folder = end_to_end.steps["users"], end_to_end.folder
+    shard = {config: folder / config / "train-00000-of-00001.parquet" for config in CONFIGS}
+    assert users["rejected"] == users["rejected@commit"] == exact_rows(shard["rejected"])
+    assert users["RS_think/streaming"] == users["RS_think/streaming@v1.0"] == exact_rows(shard["RS_think"])
+    assert users["RS_nothink@v1.0"] == exact_rows(shard["RS_nothink"])
+    assert all(users[key] for key in ("rejected", "RS_think/streaming", "RS_nothink@v1.0"))
+    assert users["features"] == {config: features(config).to_dict() for config in CONFIGS}
 
 
 @pytest.mark.slow

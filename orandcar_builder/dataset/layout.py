@@ -130,3 +130,31 @@ def expected_layout_text() -> str:
     """One line naming the layout, for messages."""
     return (f"{README}, {MARKER}, {EXAMPLES_DIR}/<config>-<k>.<ext>, {EXAMPLES_DIR}/{ACCEPTANCE_CHART_NAME}, "
             f"<config>/{SPLIT}-XXXXX-of-YYYYY.parquet for {', '.join(CONFIGS)}")
+
+
+# Files the Hub writes into every repo itself (a new repo's LFS patterns).
+HUB_FILES = frozenset({".gitattributes"})
+
+
+def scan_repo(paths) -> Layout:
+    """``scan`` for the files of a Hub revision (repo paths; the Hub holds regular files only, and
+    folders only as parts of paths). The Hub's own ``HUB_FILES`` are neither published nor
+    unexpected; a folder that does not belong is named once, as ``scan`` names it (``work/``)."""
+    layout = Layout()
+    for path in sorted(paths):
+        top, _, rest = path.partition("/")
+        layout_dir = top in CONFIGS or top == EXAMPLES_DIR
+        if path == README:
+            layout.published.append(README)
+        elif path == MARKER:
+            layout.marker = True
+        elif path in HUB_FILES:
+            continue
+        elif layout_dir and rest and "/" not in rest and (SHARD_NAME if top in CONFIGS else EXAMPLE_NAME).match(rest):
+            layout.published.append(path)
+        else:
+            inner = rest.split("/", 1)[0] if layout_dir else ""
+            entry = f"{top}/{inner}/" if layout_dir and "/" in rest else f"{top}/" if rest and not layout_dir else path
+            if entry not in layout.unexpected:
+                layout.unexpected.append(entry)
+    return layout

@@ -105,16 +105,25 @@ def _check_readme(folder: Path) -> tuple[dict | None, str, list[str]]:
     readme = folder / README
     if readme.is_symlink() or not readme.is_file():
         return None, "", ["README.md: missing"]
+    return check_card_bytes(readme.read_bytes())
+
+
+def check_card_bytes(data: bytes) -> tuple[dict | None, str, list[str]]:
+    """``_check_readme`` on the card's bytes, wherever they were read (a folder, a Hub revision):
+    the YAML header and its ``configs:`` block, and the card as huggingface_hub reads it."""
     try:
-        text = readme.read_text(encoding="utf-8")
-        header = split_card(text, source=readme.name)[0]
+        text = data.decode("utf-8")
+        header = split_card(text, source=README)[0]
     except (CardFormatError, UnicodeDecodeError) as exc:
         return None, "", [str(exc) if isinstance(exc, CardFormatError) else f"README.md: {exc}"]
+    from .hubcard import hub_card_problems
+
+    problems = hub_card_problems(text, header)
     expected = configs_block()
     if header.get("configs") != expected:
-        return header, text, [f"README.md: configs block differs from loading_script/orandcar.yaml "
-                              f"(found {_short(header.get('configs'))})"]
-    return header, text, []
+        problems.append(f"README.md: configs block differs from loading_script/orandcar.yaml "
+                        f"(found {_short(header.get('configs'))})")
+    return header, text, problems
 
 
 def _short(value, limit: int = 300) -> str:
@@ -203,17 +212,25 @@ def _check_shard_names(folder: Path, config: str, published: list[str]) -> tuple
     if directory.is_symlink() or not directory.is_dir():
         return [], [f"{config}: folder missing (README declares {config}/{SPLIT}-*)"]
     shards = [folder / path for path in published if path.startswith(f"{config}/")]
-    if not shards:
+    problems.extend(shard_number_problems(config, [shard.name for shard in shards]))
+    return shards, problems
+
+
+def shard_number_problems(config: str, names: list[str]) -> list[str]:
+    """The shard ``names`` of ``config`` (each matches ``SHARD_NAME``, in order) are numbered
+    0..N-1 of N, without gap or duplicate."""
+    problems = []
+    if not names:
         problems.append(f"{config}: no shard matches {config}/{SPLIT}-*")
     totals = set()
-    for index, shard in enumerate(shards):
-        match = SHARD_NAME.match(shard.name)
+    for index, name in enumerate(names):
+        match = SHARD_NAME.match(name)
         if int(match.group(1)) != index:
-            problems.append(f"{config}/{shard.name}: shard index {int(match.group(1))}, expected {index} (gap or duplicate)")
+            problems.append(f"{config}/{name}: shard index {int(match.group(1))}, expected {index} (gap or duplicate)")
         totals.add(int(match.group(2)))
-    if totals and totals != {len(shards)}:
-        problems.append(f"{config}: shard names announce {sorted(totals)} shards, {len(shards)} on disk")
-    return shards, problems
+    if totals and totals != {len(names)}:
+        problems.append(f"{config}: shard names announce {sorted(totals)} shards, {len(names)} on disk")
+    return problems
 
 
 def _check_schema(config: str, schema: pa.Schema, label: str) -> list[str]:
