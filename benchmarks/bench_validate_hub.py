@@ -76,7 +76,7 @@ def main() -> int:
         with HubServer(Path(root) / "hub") as server:
             os.environ.update(HF_ENDPOINT=server.url, HF_TOKEN=server.token, HF_HUB_DISABLE_XET="1",
                               HF_HOME=str(Path(root) / "hf-home"), HF_HUB_DISABLE_PROGRESS_BARS="1")
-            from orandcar_builder.dataset.remote import validate_hub
+            from orandcar_builder.remote import validate_hub
             from orandcar_builder.publish import push
 
             for number, shard_mb in enumerate(args.shard_mb):

@@ -451,7 +451,7 @@ def _is_hub_spec(spec: str) -> bool:
 
 def _validate_hub(spec: str, exhaustive: bool, timeout: float) -> int:
     """``validate`` of a Hub revision: the problems on stdout, as for a folder; the exit status."""
-    from .dataset.remote import validate_hub
+    from .remote import validate_hub
 
     result = validate_hub(spec, exhaustive=exhaustive, timeout=timeout)
     for problem in result.problems:
@@ -468,7 +468,7 @@ def _validate_hub(spec: str, exhaustive: bool, timeout: float) -> int:
 
 def _validate_tracked(folder: Path, exhaustive: bool) -> int:
     """``validate --tracked``: the report of a folder, on the files git tracks in it; the exit status."""
-    from .dataset.remote import validate_checkout
+    from .remote import validate_checkout
 
     if not folder.is_dir():
         _fail(f"{folder}: not a folder (give the dataset folder of a git checkout)")

@@ -45,6 +45,7 @@ from tqdm import tqdm
 from .dataset.layout import HUB_FILES, expected_layout_text, scan
 from .errors import OrandCarError
 from .files import sha256_bytes, update_from_file, write_text_atomic
+from .hubhttp import hub_timeout, redact  # noqa: F401 (re-exported: push's time limit and token-free errors)
 
 REPO_TYPE = "dataset"
 DEFAULT_BRANCH = "main"
@@ -282,11 +283,6 @@ def plan_commits(uploads: Sequence[FileChange], max_files: int, max_bytes: int) 
     return batches
 
 
-def redact(text: str, token: str | None) -> str:
-    """``text`` with every occurrence of the token replaced."""
-    return text.replace(token, "<token>") if token else text
-
-
 def _human_size(size: int) -> str:
     value = float(size)
     for unit in ("B", "kB", "MB", "GB"):
@@ -398,50 +394,6 @@ def _local_files(folder: Path, paths: list[str], progress: bool) -> list[LocalFi
             out.append(LocalFile(path, source, sizes[path], sha256, git_oid))
             bar.update(sizes[path])
     return out
-
-
-class _TimeoutTransport(httpx2.BaseTransport):
-    """Gives every request a connect, read, write and pool timeout of at most ``timeout`` seconds."""
-
-    def __init__(self, inner: httpx2.BaseTransport, timeout: float):
-        self.inner, self.timeout = inner, timeout
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        limits = dict(request.extensions.get("timeout") or {})
-        for key in ("connect", "read", "write", "pool"):
-            value = limits.get(key)
-            limits[key] = self.timeout if value is None else min(value, self.timeout)
-        request.extensions["timeout"] = limits
-        return self.inner.handle_request(request)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-@contextlib.contextmanager
-def hub_timeout(timeout: float) -> Iterator[None]:
-    """Every request of huggingface_hub's shared client inside the block gets ``timeout`` seconds
-    (positive: ``push`` checks it) per connect, read and write (the client's own default is no
-    limit); restored after."""
-    import huggingface_hub.utils._http as hub_http
-
-    previous = hub_http._GLOBAL_CLIENT_FACTORY
-
-    def factory() -> httpx2.Client:
-        client = previous()
-        client.timeout = httpx2.Timeout(timeout)
-        # HfApi passes timeout=None (no limit) on each request, which overrides the client's
-        # default; the transports see the request's final timeouts and put the limit back there.
-        client._transport = _TimeoutTransport(client._transport, timeout)
-        client._mounts = {pattern: _TimeoutTransport(transport, timeout) if transport is not None else None
-                          for pattern, transport in client._mounts.items()}
-        return client
-
-    hub_http.set_client_factory(factory)
-    try:
-        yield
-    finally:
-        hub_http.set_client_factory(previous)
 
 
 @contextlib.contextmanager
@@ -723,10 +675,10 @@ def push(
 
 def verify_push(repo_id: str, commit: str, local: Sequence[LocalFile], *, token: str, timeout: float) -> list[str]:
     """What reads back differently from the Hub at ``commit`` after a push of ``local``: every
-    problem of ``orandcar validate ORG/NAME@COMMIT`` (``dataset.remote``: the card as the Hub
+    problem of ``orandcar validate ORG/NAME@COMMIT`` (``remote``: the card as the Hub
     reads it, the layout, each shard's footer), and each pushed file the commit lacks or holds
     with another hash."""
-    from .dataset.remote import validate_hub
+    from .remote import validate_hub
 
     result = validate_hub(f"{repo_id}@{commit}", token=token, timeout=timeout)
     problems = list(result.problems)

@@ -165,7 +165,7 @@ def test_cli_build_and_validate(tmp_path):
     res = runner.invoke(main, ["build", str(SAMPLES / "pool.jsonl"), "-o", str(out), "--work", str(work),
                                "--limit", "6", "--no-progress", "--threads", "1"])
     assert res.exit_code == 0, res.output
-    assert "validation: ok" in res.output and "pool pool.jsonl: 6 items" in res.output
+    assert "validation: ok" in res.output and "pool pool.jsonl: 6 lines, one QA item each: 6 admitted" in res.output
     res = runner.invoke(main, ["validate", str(out)])
     assert res.exit_code == 0 and res.output.strip().endswith(": ok")
     res = runner.invoke(main, ["build", str(tmp_path / "nope.jsonl"), "-o", str(out)])

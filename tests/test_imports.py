@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # and never another part of its own level.
 LEVELS: list[tuple[str, ...]] = [
     ("__init__", "vocab", "files", "errors"),
-    ("images", "parquetio", "spill", "shipped"),
+    ("images", "parquetio", "spill", "shipped", "hubhttp"),
     ("records", "families"),
     ("prompts",),
     ("verify",),  # below engines: a rule never runs a model
@@ -36,6 +36,7 @@ LEVELS: list[tuple[str, ...]] = [
     ("review",),
     ("card", "diff"),
     ("build",),
+    ("remote",),  # validate ORG/NAME@REV: reads through diff's Hub side; push verifies with it
     ("publish",),
     ("cli",),
 ]

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from orandcar_builder.cli import main
 from orandcar_builder.dataset.hubcard import hub_card_problems
 from orandcar_builder.dataset.layout import MARKER
-from orandcar_builder.dataset.remote import FOOTER_BLOCK, HubReadError, validate_hub
+from orandcar_builder.remote import FOOTER_BLOCK, HubReadError, validate_hub
 from orandcar_builder.dataset.validate import SCHEMA_DIR, json_schema, validate_folder
 from orandcar_builder.publish import push
 from orandcar_builder.vocab import CONFIGS
@@ -164,7 +164,7 @@ def test_a_revision_that_cannot_be_read_is_one_error_line(published, spec, messa
 
 
 def test_a_card_too_large_to_be_one_is_not_read(published, hub, monkeypatch):
-    import orandcar_builder.dataset.remote as remote
+    import orandcar_builder.remote as remote
 
     monkeypatch.setattr(remote, "MAX_CARD_BYTES", 1000)
     hub.clear_log()

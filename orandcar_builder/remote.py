@@ -36,12 +36,12 @@ from typing import Iterator, Optional
 
 import pyarrow.parquet as pq
 
-from ..errors import OrandCarError
-from ..spill import SpillMap
-from ..vocab import CONFIGS, SPLIT
-from .cardfile import header_families
-from .info import dataset_info
-from .layout import README, expected_layout_text, scan_repo
+from .errors import OrandCarError
+from .spill import SpillMap
+from .vocab import CONFIGS, SPLIT
+from .dataset.cardfile import header_families
+from .dataset.info import dataset_info
+from .dataset.layout import README, expected_layout_text, scan_repo
 
 FOOTER_BLOCK = 64 * 1024  # bytes per ranged read while only footers are read (pyarrow reads 64 KiB tails)
 ROWS_BLOCK = 8 * 1024 * 1024  # bytes per ranged read while rows are streamed
@@ -85,8 +85,8 @@ def hub_read_errors(spec: str, repo_id: str, timeout: float, token: Optional[str
     import httpx2
     from huggingface_hub.errors import HfHubHTTPError
 
-    from ..diff import _refused
-    from ..publish import redact
+    from .diff import _refused
+    from .hubhttp import redact
 
     try:
         yield
@@ -105,8 +105,8 @@ def validate_hub(spec: str, *, token: Optional[str] = None, exhaustive: bool = F
     ``validate_folder`` words them (see the module docstring for what is read)."""
     from huggingface_hub import get_token
 
-    from ..diff import hub_spec, open_hub_side
-    from ..publish import hub_timeout
+    from .diff import hub_spec, open_hub_side
+    from .hubhttp import hub_timeout
 
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise HubReadError(f"timeout must be a positive number of seconds, not {timeout!r}")
@@ -195,9 +195,9 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
     """The problems of ``side`` (its ``files`` listing, ``opener``): ``rows`` streams every row
     through the row checks (with jsonschema on every row when ``exhaustive``); ``online`` asks
     the Hub's own card check too."""
-    from ..families import families_in_use
-    from .hubcard import hub_validation_problems
-    from .validate import _check_links, check_card_bytes, shard_number_problems
+    from .families import families_in_use
+    from .dataset.hubcard import hub_validation_problems
+    from .dataset.validate import _check_links, check_card_bytes, shard_number_problems
 
     layout = scan_repo(side.files)
     published = layout.published
@@ -231,7 +231,7 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
                 result.shard_bytes += side.files[shard].size
                 yield from _check_shard(side, config, shard, seen_images, rows, exhaustive, measured)
     if header is not None:
-        from .validate import _check_dataset_info
+        from .dataset.validate import _check_dataset_info
 
         expected, info_problems = _expected_info(header, side, shards_by_config, measured)
         yield from info_problems
@@ -243,7 +243,7 @@ def _check_shard(side, config: str, shard: str, seen_images: SpillMap, rows: boo
                  measured: dict) -> Iterator[str]:
     """The shard's footer (schema, features metadata, rows); with ``rows`` its rows too.
     ``measured[shard]`` gets (rows, Arrow bytes or None) when the footer is readable."""
-    from .validate import _check_schema, _check_shard_rows
+    from .dataset.validate import _check_schema, _check_shard_rows
 
     with side.opener(shard, block_size=ROWS_BLOCK if rows else FOOTER_BLOCK) as handle:
         try:
