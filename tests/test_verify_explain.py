@@ -44,7 +44,7 @@ def test_format_explanation_shows_the_statement_and_its_pattern():
     assert [c["candidate"] for c in result["candidates"]] == ["statement"]
     text = format_explanation(result)
     assert "extraction: boxed -> '0.6' (version 2); the statement alone is checked" in text
-    assert text.endswith("decision:   REJECT (candidate statement, pattern boxed, score 0.0000)")
+    assert text.endswith("decision:   REJECT (candidate statement, pattern boxed, score 0.0000, wrong_pick)")
 
 
 def test_a_sentence_of_reasoning_is_said_to_be_not_searched():
@@ -56,7 +56,7 @@ def test_a_sentence_of_reasoning_is_said_to_be_not_searched():
 
 def test_rejected_and_empty_answers():
     text = format_explanation(explain("chart_qa", "<think>about 40</think>", ["41"], []))
-    assert "candidates: none" in text and text.endswith("decision:   REJECT (candidate full, score 0.0000)")
+    assert "candidates: none" in text and text.endswith("decision:   REJECT (candidate full, score 0.0000, no_pick)")
     text = format_explanation(explain("doc_vqa", "Invoice 1235", ["invoice 1234"], None))
     assert "REJECT score 0.9167" in text
     assert "distance 1 / length 12" in text

@@ -21,7 +21,7 @@ from ..parquetio import open_parquet
 from ..pool.jsonl import SOURCE_OUTSIDE_POOL
 from ..recipe import DEFAULTS_SOURCE, Recipe, options_of, resolve
 from ..verify import get_rule
-from ..vocab import ACCEPTED, FAILED, REJECTED
+from ..vocab import ACCEPTED, FAILED, JUDGE_VERIFIER, NO_OPTION_MATCHED, NO_PICK, REJECT_KINDS, REJECTED, SEVERAL_PICKS
 from .config import BuildConfig, BuildError
 from .work import GenerationFacts
 
@@ -36,13 +36,19 @@ class Tally:
     families: dict = field(default_factory=dict)
     rules: set = field(default_factory=set)  # the rules that decide the items (see families.rule_for)
     rules_by_family: dict = field(default_factory=dict)
+    reject_kinds: dict = field(default_factory=dict)  # family -> Counter of vocab.REJECT_KINDS (rule rejections)
+    promoted: Counter = field(default_factory=Counter)  # family -> QA items the judge promoted
 
 
 def tally(decisions: Path) -> Tally:
     counts = Tally()
-    columns = ["family", "route", "reason", "verifier", "options"]
-    for batch in open_parquet(decisions).iter_batches(batch_size=65536, columns=columns):
-        for family, route_to, reason, verifier, options in zip(*(batch.column(c).to_pylist() for c in columns)):
+    parquet = open_parquet(decisions)
+    # reject_kind: what kind of rejection the rule's decision was (absent in an older work dir)
+    columns = ["family", "route", "reason", "verifier", "options", "reject_kind"]
+    present = [c for c in columns if c in parquet.schema_arrow.names]
+    for batch in parquet.iter_batches(batch_size=65536, columns=present):
+        values = [batch.column(c).to_pylist() if c in present else [None] * batch.num_rows for c in columns]
+        for family, route_to, reason, verifier, options, kind in zip(*values):
             counts.routes[route_to] += 1
             rule = rule_for(family, options)
             counts.rules.add(rule)
@@ -56,9 +62,31 @@ def tally(decisions: Path) -> Tally:
                 counter[f"rejected_{reason}"] += 1
             if route_to == ACCEPTED:
                 counts.accepted_by_verifier[verifier] += 1
+                if verifier == JUDGE_VERIFIER:
+                    counts.promoted[family] += 1
             elif route_to == REJECTED:
                 counts.rejected_by_reason[reason] += 1
+                if kind:
+                    counts.reject_kinds.setdefault(family, Counter())[kind] += 1
     return counts
+
+
+# The kinds of rejection where the rule found no single answer to compare: the rule's share of
+# ``rejected`` (``wrong_pick`` is the model's).
+NO_PICK_KINDS = (NO_PICK, SEVERAL_PICKS, NO_OPTION_MATCHED)
+
+
+def yield_by_family(counts: Tally) -> dict:
+    """Per family: QA items, accepted by the rule, promoted by the judge, rejected with no pick
+    found (``NO_PICK_KINDS``): what a build keeps, and how much of what it throws away is the rule's."""
+    out = {}
+    for family, c in sorted(counts.families.items()):
+        kinds = counts.reject_kinds.get(family, Counter())
+        promoted = counts.promoted.get(family, 0)
+        out[family] = {"qa": c.get("qa", 0), "accepted_by_rule": c.get(ACCEPTED, 0) - promoted,
+                       "promoted_by_judge": promoted,
+                       "rejected_no_pick": sum(kinds.get(k, 0) for k in NO_PICK_KINDS)}
+    return out
 
 
 def build_report(work, counts: Tally, summary: dict) -> dict:
@@ -85,6 +113,8 @@ def build_report(work, counts: Tally, summary: dict) -> dict:
         "families": {f: dict(sorted(c.items())) for f, c in sorted(counts.families.items())},
         "rules": dict(sorted(rules.items())),
         "rules_by_family": rules_by_family,
+        "reject_kinds": {f: {k: c[k] for k in REJECT_KINDS if c.get(k)} for f, c in sorted(counts.reject_kinds.items())},
+        "yield": yield_by_family(counts),
         "configs": summary,
         "cleaning": clean_report,
         "engine": fingerprint,
@@ -264,6 +294,9 @@ def format_summary(result) -> str:
         lines.append(f"  rejected  {reason:<22} {n}")
     for verifier, n in r["accepted_by_verifier"].items():
         lines.append(f"  accepted  by {verifier:<19} {n}")
+    for family, y in (r.get("yield") or {}).items():
+        lines.append(f"  yield     {family:<22} {y['accepted_by_rule']} accepted by the rule, {y['promoted_by_judge']} "
+                     f"promoted by the judge, {y['rejected_no_pick']} rejected with no pick found, of {y['qa']} QA items")
     judge = r.get("judge")
     if judge:
         v = judge["verdicts"]

@@ -26,7 +26,7 @@ from .options import DEFAULT_REPO_ID, CardOptions, header_text
 from .rules import candidates_source, extraction_section
 from .schema import schema_tables
 from .sections import (ACCEPTANCE_CHART, acceptance_chart_png, cleaning_section, engine_fingerprint, family_rows,
-                       generation_facts, has_acceptance_chart, judge_section, lookup, rule_sections)
+                       generation_facts, has_acceptance_chart, judge_section, lookup, reject_kind_rows, rule_sections)
 from .sizes import card_sizes
 from .sources import source_rows
 
@@ -60,6 +60,7 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
     sizes = card_sizes(folder, report)
     header = header_text(sizes, options, report)
     family_columns, family_table = family_rows(report)
+    kind_columns, kind_table = reject_kind_rows(report)
     shown = examples(folder, sizes)
     context = {
         "header": header,
@@ -73,6 +74,7 @@ def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> 
         "generation": generation_facts(report),
         "fingerprint": engine_fingerprint(report),
         "families": {"columns": family_columns, "rows": family_table},
+        "reject_kinds": {"columns": kind_columns, "rows": kind_table},
         "sources": source_rows(folder),
         "contents": CONTENTS_START + "\n" + CONTENTS_END + "\n",  # filled from the headings (dataset/contents.py)
         "candidates_source": fence(candidates_source(), "python"),

@@ -92,6 +92,24 @@ def family_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     return columns, rows
 
 
+def reject_kind_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    """The kinds of the rule's rejections per family (``vocab.REJECT_KINDS``), and the yield:
+    how much of ``rejected`` is the model's wrong pick and how much the rule could not read."""
+    from ..vocab import REJECT_KINDS
+
+    kinds = report.get("reject_kinds") or {}
+    yields = report.get("yield") or {}
+    if not kinds and not yields:
+        return [], []  # a report written before the kinds were recorded
+    columns = ["family", "accepted by rule", "promoted by judge", *REJECT_KINDS]
+    rows = []
+    for family in sorted(set(kinds) | set(yields)):
+        y, k = yields.get(family, {}), kinds.get(family, {})
+        rows.append([f"`{family}`", number(y.get("accepted_by_rule", 0)), number(y.get("promoted_by_judge", 0)),
+                     *(number(k.get(kind, 0)) for kind in REJECT_KINDS)])
+    return columns, rows
+
+
 def family_rules(report: dict, family: str) -> list[str]:
     """The rules that decided a family's items: as the build recorded them (items with options are
     decided by ``choice``, see families.rule_for), else the family's own rule."""

@@ -150,6 +150,9 @@ def _family_rows(report: dict, family_counts: list[charts.FamilyCounts]) -> list
             "qa": f.total, "accepted": f.accepted_by_rule, "promoted": f.promoted, "rejected": f.rejected,
             "failed": f.failed, "rate": _percent(f.accepted, f.total),
             "reasons": sorted(f.rejected_by_reason.items()),
+            # what of the rule's rejections it could not read as one answer (issue: keep every right answer)
+            "no_pick": ((report.get("yield") or {}).get(f.family) or {}).get("rejected_no_pick"),
+            "kinds": sorted(((report.get("reject_kinds") or {}).get(f.family) or {}).items()),
         })
     return rows
 

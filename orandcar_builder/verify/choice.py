@@ -1,34 +1,56 @@
-"""``choice``: multiple choice (MMBench, MMMU, ScienceQA, AI2D, SEED).
+"""``choice``: multiple choice (MMBench, MMMU, ScienceQA, AI2D, SEED, MathVista).
 
 The options are the option texts in order (letter A is ``options[0]``); the reference is a
 letter. The rule extracts exactly one option letter from the answer and passes when it is the
-reference letter. Extraction, first rule that applies wins:
+reference letter. Extraction, first rule that applies wins (``pick`` returns the letter, or why
+there is none: ``vocab.NO_PICK``, ``SEVERAL_PICKS``, ``NO_OPTION_MATCHED``):
 
 1. the whole answer is the text of exactly one option (case-folded, white space collapsed,
-   ``MARKUP`` and trailing periods ignored): that option's letter; or its first clause is
-   (``LEADING_CLAUSE``: up to the first comma, period, colon, semicolon or exclamation mark
-   followed by white space, as in "Yes, the function is even.") and nothing after it names
-   another option's text or stands alone as a capital letter;
-2. the whole answer is one letter once ``DECORATION`` (brackets, periods, bold markup, white
-   space) is stripped from its ends ("B", "(B)", "B.", "**B**", "b"): that letter;
-3. an answer that is a sentence (``shape.is_sentence``: ``SENTENCE_WORDS`` words or more, the
+   ``MARKUP`` and trailing periods ignored; where either side holds LaTeX, the shared
+   normalisation's ``latex_key``, so "\\frac{1}{4}" is "$\\frac{1}{4}$" and "8\\,\\mathrm{kg}" is
+   "8 kg"): that option's letter, unless, the answer being a value, another option equals it in
+   value too;
+2. the whole answer is one letter once ``DECORATION`` (brackets, periods, bold markup, quotes,
+   white space; marks in pairs, ``PAIRED_MARKS``: "_B" is not a letter) is stripped from its ends
+   ("B", "(B)", "B.", "**B**", "'b'"): that letter;
+3. the answer is a value (``is_value``: LaTeX, or digits and operators, and no option letter
+   standing alone): the options whose value math-verify finds equal (``math_answer.equivalent`` on
+   both sides' ``clean_latex``, among options with the same units and symbols: "8 kg" is not
+   "8 g"); exactly one picks it ("96" is "$3 \\cdot 2^{5}$"), two or more pick none, none is
+   ``NO_OPTION_MATCHED``. A value is compared whole, never searched: "\\frac{a+b}{2}" is not
+   option "a+b", "43.75" not option "75", "1: 2" not option "2";
+4. lines that list options ("A. Two birds" / "B. Three birds", two or more with different
+   letters) are set aside: listing the options names none of them;
+5. the first clause is the text of one option (``LEADING_CLAUSE``: "Yes, the function is even.")
+   and nothing after it names another option's text or stands alone as a capital letter;
+6. an answer that excludes (``EXCLUSION``: "All except E", "neither B nor C"; option texts aside,
+   so "(D) None of the above" quotes D) names nothing;
+7. the answer opens with a label and says why (``LEADING_PICK``: "(D) Four wheels are visible.",
+   "**B.** The object is a bus.", "b. the nucleus", "A because ..."), unless what follows starts
+   as a verb or a connective would (``NOT_A_PICK_AFTER``: "(A) is wrong") or names another
+   letter, another option's text or a number the letter's option does not hold;
+8. an answer that is a sentence (``shape.is_sentence``: ``SENTENCE_WORDS`` words or more, the
    words of the options' texts not counted) names nothing: a letter or an option's text
    mentioned in reasoning is not a pick;
-4. the answer's words, after every ``MARKUP`` character becomes a space, include capital option
-   letters standing alone ("(C) 60°", "C. 60°", "Answer: **B**"): exactly one distinct letter is
-   the answer, unless the answer also holds the text of another option (below); two or more
-   letters ("A or B", "B, not C") extract nothing;
-5. no letter stands alone, and exactly one option's text occurs in the answer as whole words
+9. the answer's words, after every ``MARKUP`` character becomes a space (a period, comma or
+   colon between digits kept), include capital option letters standing alone ("(C) 60°", "C.
+   60°", "Answer: **B**"): exactly one distinct letter is the answer, unless the answer also
+   holds the text of another option (below); two or more letters ("A or B", "B, not C") extract
+   nothing. A letter right after a word that is not one of ``PICK_WORDS`` is part of a name
+   ("Vitamin B", "the value of C", "probably B": a hedge is no pick), and so is one after a LaTeX
+   symbol ("\\Delta E"); an opening "A" or "I" before a word is the article or the pronoun ("A
+   cat", "I think C"); a lower-case label opening the answer is its capital ("(b) the nucleus");
+10. no letter stands alone, and exactly one option's text occurs in the answer as whole words
    ("It says STOP"): that option's letter. An option text found inside another option text that
    also occurs counts as that longer option ("quarter past" is not also "quarter").
 
-When rules 1 and 2 name different letters (the answer "(E)" where option C's text is "(e)"),
-the answer is ambiguous and names nothing. Before texts are compared, ``LATEX_SYMBOLS`` are
-replaced by the characters they stand for ("13^\\circ" is "13°").
+When rules 1 and 2 name different letters (the answer "(E)" where option C's text is "(e)"; "B"
+where option A is "\\text{B}"), the answer is ambiguous and names nothing. Before texts are
+compared, ``LATEX_SYMBOLS`` are replaced by the characters they stand for ("13^\\circ" is "13°").
 
 Options whose text is a single character or one of ``PROSE_WORDS`` (words ordinary prose
-contains, such as "a", "yes", "no") are never found inside an answer (rules 4 and 5): "a square"
-is not option A when the options are the letters A to E. Rule 4 finds no pick when the answer
+contains, such as "a", "yes", "no") are never found inside an answer (rules 9 and 10): "a square"
+is not option A when the options are the letters A to E. Rule 9 finds no pick when the answer
 holds, as whole words, the text of an option other than the letter's (and not inside the
 letter's own text): "(D) quarter past" names two options when D is "quarter to"; nor when the
 letter's option text holds numbers and the rest of the answer holds another number ("(D) 140°"
@@ -36,11 +58,13 @@ when D is "20°": the value contradicts the letter; "C) 5√3 m" for "5√{3}m" 
 inside a named option's text are not letters named: "(B) sample A" names B.
 
 Valid letters are the first ``len(options)`` of ``OPTION_LETTERS``; without options, all of
-them. Rule 4 is the token counting of VLMEvalKit's ``can_infer_option`` (same markup set) and
-rule 5 its ``can_infer_text``, restricted to whole words. Without options, a capital "I" or a
-sentence-initial "A" counts as a letter, so "I think C" extracts nothing: give the options.
-Explicit statements ("The answer is (C).", ``\\boxed{C}``) are found before this rule runs, by
-final-answer extraction (``verify/extract.py``), which hands the rule the span "(C)" or "C".
+them. Rule 9 is the token counting of VLMEvalKit's ``can_infer_option`` (same markup set) and
+rule 10 its ``can_infer_text``, restricted to whole words. Explicit statements ("The answer is
+(C).", ``\\boxed{C}``) are found before this rule runs, by final-answer extraction
+(``verify/extract.py``), which hands the rule the span "(C)" or "C"; ``picks`` lets ``verify``
+read a second statement beside the deciding one (``extract.companion``: a box followed by "the
+final answer is (E)", two containers, a last-line letter after a statement), and
+``reject_kind`` names the kind of a rejection.
 
 A reference written as "(B)", "b" or "B." is read as B, and a reference equal to one option's
 text as that option's letter; any other reference matches nothing. Score 1.0 or 0.0.
@@ -53,7 +77,7 @@ import re
 from typing import Optional, Sequence
 
 from ..vocab import NO_OPTION_MATCHED, NO_PICK, OPTION_LETTERS, SEVERAL_PICKS, WRONG_PICK
-from .latex import clean_latex, has_latex, latex_key
+from .latex import NORMALISATION_VERSION, clean_latex, has_latex, latex_key
 from .math_answer import equivalent, is_formula, value_text
 from .shape import SENTENCE_WORDS, is_sentence
 
@@ -434,9 +458,12 @@ def detail(prediction: str, references: Sequence[str], options: Optional[Sequenc
     if letter is None and kind == NO_PICK and is_sentence(prediction, _option_words(options)):
         return f"a sentence ({SENTENCE_WORDS} words or more besides the options' words): names no option"
     wanted = ", ".join(str(reference_letter(ref, options)) for ref in references)
+    # The shared LaTeX normalisation (verify/latex.py, its version) where it shaped the comparison.
+    normalised = (f"; as a value {latex_key(prediction)!r} (LaTeX normalisation {NORMALISATION_VERSION})"
+                  if options and is_value(prediction, options) else "")
     if letter is None:
-        return f"no single letter ({kind}); reference {wanted}"
-    return f"extracted {letter}; reference {wanted}"
+        return f"no single letter ({kind}){normalised}; reference {wanted}"
+    return f"extracted {letter}{normalised}; reference {wanted}"
 
 
 def reference_score(prediction, references, options=None):

@@ -74,5 +74,6 @@ def format_explanation(result: dict) -> str:
     d = result["decision"]
     mark = PASS_MARK if d["passed"] else REJECT_MARK
     how = f"candidate {d['candidate']}" + (f", pattern {d['extraction']}" if d["extraction"] else "")
-    lines.append(f"decision:   {mark} ({how}, score {d['score']:.4f})")
+    kind = f", {d['reject_kind']}" if d.get("reject_kind") else ""  # what kind of rejection (vocab.REJECT_KINDS)
+    lines.append(f"decision:   {mark} ({how}, score {d['score']:.4f}{kind})")
     return "\n".join(lines)

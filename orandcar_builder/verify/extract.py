@@ -24,6 +24,26 @@ The patterns (``STATEMENT_PATTERNS``, plus the boxed form and the lone letter on
 - ``answer_zh``, ``option_zh``, ``option_correct_zh``: the same statements in Chinese ("答案是
   (C)", "答案:D", "选项为C", "故选C", "选项B是正确答案").
 
+- ``answer_tag``: ``<answer>..</answer>`` (the tags reasoning models are asked for); a box and
+  an answer tag are the two *containers*: the last one decides, a statement inside it decides
+  for it ("<answer>The answer is c.</answer>" gives "c"), and a malformed one (tags that do not
+  pair, an unclosed box, an empty last one) holds nothing;
+- ``answer_label_inline``: "Final answer:", "ANSWER:" or, after a sentence, "Answer:" in
+  mid-line ("I pick B. Final answer: E", "... actually, ANSWER: B");
+- ``i_pick``: "I choose C", "I will go with (b)." (the letter, then an end or "because");
+- ``letter_correct``: "(B) is correct", "A seems correct" (at the start of a sentence);
+- ``therefore_letter``: "Therefore, (B)." as a whole sentence;
+- ``answer_ja``, ``answer_ko``: "答えはBです", "정답은 b입니다" (the letter and at most a copula).
+
+A statement's span is at most ``SPAN_LIMIT`` characters, and a statement is looked for from the
+last one back, so deciding a reply takes time linear in its length (a model caught in a loop
+writes "the answer is " thousands of times). ``companion`` names the statement a rule that reads
+two together (``choice``) reads beside the deciding one: the last statement after the last
+container (it decides when the container names nothing), a container of the other kind, or the
+statement before a deciding last-line letter (a different answer there means the reply names
+two). A last-line letter also counts when it is the last clause of the last sentence ("After
+checking the diagram, C."), and lone letters on the lines before it join its span ("B\\nD").
+
 A reply with none of these may still end on a conclusion, which the rules that find values inside
 a text (``math``, ``choice``) are also tried on, after the protocol's candidates (whole answer,
 first line, first paragraph; see ``candidates.py``), which keep serving a reply that answers first
@@ -40,7 +60,11 @@ and explains after. A conclusion is weaker than a statement, so it never decides
   no other number in bold.
 
 A last sentence that denies or doubts (``NEGATION``: "not", "cannot", "impossible", ...)
-concludes nothing.
+concludes nothing, unless the question asked for that negation (the negation and the word after
+it are in the question: "The pattern that could NOT be folded is (D)." answers "Which could not
+be folded?"). A number followed by an operator and a term ("158 + LK") or by a fraction ("11
+6/6") is not a concluded number, nor is a clause's only number when it has numbers in brackets
+("[0,1)").
 
 The span of a statement is the rest of its sentence: up to the end of the line, or a period,
 exclamation or question mark followed by white space (or a Chinese full stop), whichever comes

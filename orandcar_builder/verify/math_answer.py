@@ -17,6 +17,19 @@ A text that is one of ``NUMBER_WORDS`` ("two", "Three"), markup aside, is read a
 Explicit statements ("The answer is 8.", ``\\boxed{0.6}``) are found before this rule runs, by
 final-answer extraction (``verify/extract.py``), which hands the rule the span "8" or "0.6".
 
+Before anything else the shared LaTeX normalisation (``verify/latex.py``, ``clean_latex`` with
+the delimiters kept) rewrites the text: ``\\mathrm{e}`` is ``e`` (math-verify stops at
+``\\mathrm``: "1+\\frac{1}{\\mathrm{e}}" read as 1), an escaped dollar goes ("\\$16386.17"),
+punctuation before a closing delimiter goes ("$2^{10}.$", which math-verify reads as 2). The
+value then compared is ``value_text``'s: a ratio of two numbers is their quotient ("1:1" equals
+1, "1: 2" is not 2), a mixed number its value ("11 5/6"; "11 6/6" and "4 0/0" are no value), an
+equality chain of numbers whose sides all agree its last side ("\\boxed{3 \\cdot 2 \\cdot 1 = 6}"
+is 6), numbers on several lines no value. A formula with an operator between terms is a formula
+even with a word of letters ("158 + LK" has a free symbol: it is not 158). Two numbers
+math-verify equates must agree to the rounding's own reach, and below ``TINY`` to
+``RELATIVE_TOLERANCE`` (1/2^98 is not 1/2^99), and values written with an ellipsis are compared
+as text (math-verify compares the listed terms).
+
 Before parsing, text without a math delimiter (``MATH_DELIMITERS``) is wrapped in ``$...$`` when
 it carries LaTeX markup (``LATEX_MARKUP``), or when it is a formula: only
 ``FORMULA_CHARACTERS``, no word of two or more letters, and not a plain number. math-verify
