@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from .engines.base import Engine, EngineContractError, EngineRequestError
+from .engines.base import Engine, EngineContractError, EngineRequestError, public_fingerprint
 from .errors import OrandCarError
 from .records import Generation, Request
 from .vocab import FINISH_REASONS, GENERATION_BATCH, RECORD_ONLY_KEYS
@@ -369,7 +369,7 @@ def generate_cached(
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     stats = stats if stats is not None else CacheStats()
     stats.total += len(requests)
-    fingerprint = engine.fingerprint()
+    fingerprint = public_fingerprint(engine)
     keys = request_keys(fingerprint, requests)
     known = cache.get_many(keys)
     results: dict[str, Generation] = dict(known)

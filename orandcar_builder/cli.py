@@ -22,7 +22,9 @@ from .errors import OrandCarError, UnknownNameError
 
 
 def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
+    from .redact import scrub
+
+    click.echo(f"error: {scrub(message)}", err=True)
     sys.exit(2)
 
 

@@ -6,7 +6,6 @@ BuildConfig and calls it."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import sqlite3
 import time
@@ -19,7 +18,7 @@ from ..executors import executor_for
 from ..families import families_in_use
 from ..images import ImageError
 from .config import BuildConfig, BuildError, BuildObjects
-from .report import manifest, write_json
+from .report import manifest, without_secrets, write_json
 from .stages import Admission, stages_for
 from .work import BuildWork, StageReport
 
@@ -154,7 +153,7 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     ran = work.ran
     manifest_data = {
         **manifest(config, out, work.report["engine"], work.judge_engine, work.report["rules"], executor),
-        "recipe": json.loads(json.dumps(ran.to_dict(), default=str)),
+        "recipe": without_secrets(ran.to_dict()),
         "recipe_file": ran.source if config.recipe is not None else None,
         "command": work.report["reproduce"]["command"]}
     write_json(work.dir / "manifest.json", manifest_data)

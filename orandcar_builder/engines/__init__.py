@@ -6,7 +6,8 @@ import importlib
 from typing import Any
 
 from ..errors import OrandCarError, UnknownNameError
-from .base import Engine, EngineUnavailable
+from ..redact import scrub, secret_values
+from .base import Engine, EngineUnavailable, secret_options
 
 # name -> "module:factory"; imported lazily so heavy optional dependencies load only when used.
 ENGINES: dict[str, str] = {
@@ -21,15 +22,28 @@ class EngineSettingError(OrandCarError, ValueError):
     """An unknown or out-of-range engine setting; the message names the engine."""
 
 
-def create_engine(name: str, **options: Any) -> Engine:
+def engine_class(name: str) -> Any:
+    """The class (factory) registered as engine ``name``."""
     if name not in ENGINES:
         raise UnknownNameError("engine", name, ENGINES)
     module_name, factory = ENGINES[name].split(":")
-    module = importlib.import_module(module_name)
+    return getattr(importlib.import_module(module_name), factory)
+
+
+def secret_options_of(name: str) -> tuple[str, ...]:
+    """The options engine ``name`` declares secret (``SECRET_OPTIONS``); none for a name that is
+    not an engine (``none``, ``same``)."""
+    return secret_options(engine_class(name)) if name in ENGINES else ()
+
+
+def create_engine(name: str, **options: Any) -> Engine:
+    cls = engine_class(name)
     try:
-        return getattr(module, factory)(**options)
-    except (TypeError, ValueError) as exc:  # an unknown or out-of-range setting
-        raise EngineSettingError(f"engine {name!r}: bad setting ({exc})") from None
+        return cls(**options)
+    except (TypeError, ValueError) as exc:  # an unknown or out-of-range setting (its value may be a secret)
+        hidden = secret_values(options, secret_options(cls))
+        raise EngineSettingError(f"engine {name!r}: bad setting ({scrub(str(exc), hidden)})") from None
 
 
-__all__ = ["Engine", "EngineSettingError", "EngineUnavailable", "ENGINES", "create_engine"]
+__all__ = ["Engine", "EngineSettingError", "EngineUnavailable", "ENGINES", "create_engine", "engine_class",
+           "secret_options_of"]
