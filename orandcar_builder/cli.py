@@ -289,6 +289,9 @@ def main() -> None:
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="Read only the first N pool lines.")
 @click.option("--max-shard-bytes", type=click.IntRange(min=1), default=None, help="Upper bound of one parquet shard.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the generation cache.")
+@click.option("--max-failed-share", type=click.FloatRange(0, 1), default=None,
+              help="Beyond this share of admitted items without an answer the build fails and the old dataset "
+                   "stays (default 0.5, or the recipe's [build] max_failed_share; 1: never on this ground).")
 @admission_options
 @progress_option
 @executor_options
@@ -297,7 +300,8 @@ def main() -> None:
                    "here override it; --engine replaces its whole engine section.")
 @repo_option("Hub id the card names; overrides the recipe's.")
 def build(pool, out, work, engine_name, replay, engine_option, threads, judge_name, judge_replay, judge_option,
-          calibrate, export_generations, limit, max_shard_bytes, no_cache, max_image_bytes, image_read_timeout,
+          calibrate, export_generations, limit, max_shard_bytes, no_cache, max_failed_share, max_image_bytes,
+          image_read_timeout,
           allow_outside_paths, admit_workers, progress, executor, ray_address, engine_replicas, gpus_per_replica,
           recipe_path, repo_id):
     """Build the dataset folder OUT from the pool file POOL.
@@ -355,6 +359,8 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
                          max_image_bytes=images.max_bytes, image_read_timeout=images.read_timeout_s,
                          allow_outside_paths=images.allow_outside_paths,
                          admit_workers=admit_workers).with_recipe(resolved)
+    if max_failed_share is not None:  # the flag wins over the recipe
+        config = config.replace(max_failed_share=max_failed_share)
     result = run_build(config)
     click.echo(format_summary(result))
     sys.exit(0 if result.ok else 1)
@@ -454,6 +460,11 @@ def import_cmd(fmt, source, out, family, dataset, split, question, origin, colum
         options["family_map"] = dict(family_map)
     report = import_source(fmt, source, out, **options)
     click.echo(format_import_report(report))
+    if not report.written:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in report.problem_counts.most_common(3))
+        _fail(f"{source}: no record could be imported ({report.read} read, {report.problems_total} problem(s)"
+              f"{': ' + reasons if reasons else ''}); "
+              f"{f'{out} was left as it was' if out.exists() else f'nothing was written to {out}'}")
 
 
 @main.command("clean")

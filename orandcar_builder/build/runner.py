@@ -18,6 +18,7 @@ from ..executors import executor_for
 from ..families import families_in_use
 from ..images import ImageError
 from .config import BuildConfig, BuildError, BuildObjects
+from .failure import BuildFailed, failed_build
 from .report import manifest, without_secrets, write_json
 from .stages import Admission, stages_for
 from .work import BuildWork, StageReport
@@ -77,6 +78,9 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     not a file nor inside ``out``; the work dir is locked for the whole build; the dataset is
     written beside ``out`` and swapped in only when complete and valid, so a failed or invalid
     rebuild leaves the previous dataset as it was (an invalid one is kept in ``result.staged``).
+    A build that admitted nothing, wrote no row or got no answer for more than
+    ``config.max_failed_share`` of its items is a failed build (``failure.py``): BuildFailed,
+    and the previous dataset stays.
     A failure the user can act on (disk full, a read-only folder, a file removed or changed
     while the build ran, a damaged cache) is a BuildError naming it, never a traceback.
     Generations and verdicts are cached in ``work/cache``: a rerun (after a crash too) asks the
@@ -92,6 +96,9 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
         work.mkdir(parents=True, exist_ok=True)
         with families_in_use(config.families), WorkLock(work), StagedOutput(target) as staged:
             result, manifest_data = _run_stages(config, objects, staged.path)
+            failure = result.report.get("build_failed")
+            if failure:  # leaving the block with an error removes the staged folder
+                raise BuildFailed(f"the build failed: {failure}; {_kept(out)}", result.report)
             if result.ok:
                 staged.publish()
                 # work/manifest.json was written before the swap, naming the staged folder (so a
@@ -143,6 +150,9 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     timings["total"] = time.perf_counter() - t0
 
     judge_stats = vars(work.judge_stats) if work.judge_stats is not None else None
+    failure = failed_build(work.report, work.dir, config.max_failed_share)
+    if failure:
+        work.report["build_failed"] = failure
     write_json(work.dir / "report.json", {
         **work.report, "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "cache": {"generate": vars(work.generation_stats), "judge": judge_stats},
@@ -161,9 +171,12 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
             manifest_data)
 
 
+def _kept(out: Path) -> str:
+    return f"the dataset in {out} was left as it was" if out.exists() else f"nothing was written to {out}"
+
+
 def _failure_message(exc: BaseException, out: Path, work: Path) -> str:
-    kept = (f"the dataset in {out} was left as it was" if out.exists()
-            else f"nothing was written to {out}")
+    kept = _kept(out)
     if isinstance(exc, sqlite3.DatabaseError):
         return (f"{work / 'cache'}: the generation cache is damaged ({exc}); delete the cache folder to start it "
                 f"afresh (the engine is asked again); {kept}")
