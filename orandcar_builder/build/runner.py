@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..dataset.output import StagedOutput, WorkLock, check_paths
+from ..cache import CacheFullError, storage_problem
+from ..dataset.output import OutputLock, StagedOutput, WorkLock, check_paths
 from ..executors import executor_for
 from ..families import families_in_use
 from ..images import ImageError
@@ -75,7 +77,7 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     """Build ``config.out`` from ``config.pool``, safely:
 
     ``out`` must be new, empty or an earlier build of this tool (``dataset/output.py``), ``work``
-    not a file nor inside ``out``; the work dir is locked for the whole build; the dataset is
+    not a file nor inside ``out``; the work dir and ``out`` are locked for the whole build; the dataset is
     written beside ``out`` and swapped in only when complete and valid, so a failed or invalid
     rebuild leaves the previous dataset as it was (an invalid one is kept in ``result.staged``).
     A build that admitted nothing, wrote no row or got no answer for more than
@@ -94,10 +96,14 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     check_paths(target, work)
     try:
         work.mkdir(parents=True, exist_ok=True)
-        with families_in_use(config.families), WorkLock(work), StagedOutput(target) as staged:
+        with families_in_use(config.families), WorkLock(work), OutputLock(target, work), \
+                StagedOutput(target) as staged:
             result, manifest_data = _run_stages(config, objects, staged.path)
+            from ..review import review_after_build
+
             failure = result.report.get("build_failed")
-            if failure:  # leaving the block with an error removes the staged folder
+            if failure:  # its review page shows why; leaving the block with an error removes the staged folder
+                review_after_build(staged.path, work)
                 raise BuildFailed(f"the build failed: {failure}; {_kept(out)}", result.report)
             if result.ok:
                 staged.publish()
@@ -108,11 +114,11 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
                 result.staged = staged.path
             result.out = out
             # work/report.html, of the folder as it now stands (the staged one when it was not swapped in)
-            from ..review import review_after_build
-
             review_after_build(out if result.ok else result.staged, work)
     except (OSError, ImageError, sqlite3.DatabaseError) as exc:
         raise BuildError(_failure_message(exc, out, work)) from None
+    except CacheFullError as exc:
+        raise BuildError(f"{exc}; {_kept(out)}") from None
     return result
 
 
@@ -171,6 +177,20 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
             manifest_data)
 
 
+def _free_space(*paths: Path) -> str:
+    """The free bytes on the disk of each of ``paths`` (or the nearest folder above that exists)."""
+    shown = []
+    for path in paths:
+        folder = Path(os.path.abspath(path))
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        try:
+            shown.append(f"{shutil.disk_usage(folder).free:,} bytes free in {folder}")
+        except OSError:
+            continue
+    return "; ".join(shown) or "free space unknown"
+
+
 def _kept(out: Path) -> str:
     return f"the dataset in {out} was left as it was" if out.exists() else f"nothing was written to {out}"
 
@@ -178,13 +198,17 @@ def _kept(out: Path) -> str:
 def _failure_message(exc: BaseException, out: Path, work: Path) -> str:
     kept = _kept(out)
     if isinstance(exc, sqlite3.DatabaseError):
+        full = storage_problem(exc, work / "cache" / "generations.sqlite")
+        if full:
+            return f"{full}; {kept}"
         return (f"{work / 'cache'}: the generation cache is damaged ({exc}); delete the cache folder to start it "
                 f"afresh (the engine is asked again); {kept}")
     if isinstance(exc, ImageError):
         return f"{exc}; build again to admit the image as it is now; {kept}"
     if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
         what = "the disk is full" if exc.errno != errno.EFBIG else "a file grew past the size limit (ulimit -f)"
-        return f"{exc.filename or f'writing the dataset or {work}'}: {what} ({exc.strerror or exc}); {kept}"
+        where = exc.filename or f"writing the dataset or {work} ({_free_space(work, out)})"
+        return f"{where}: {what} ({exc.strerror or exc}); {kept}"
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return f"{exc.filename or f'writing the dataset or {work}'}: cannot write there ({exc.strerror or exc}); {kept}"
     names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n)
