@@ -11,6 +11,7 @@ is parsed, so a name registered there is listed and accepted without an edit her
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -26,6 +27,17 @@ def _fail(message: str) -> None:
 
     click.echo(f"error: {scrub(message)}", err=True)
     sys.exit(2)
+
+
+def _interrupted() -> None:
+    from .interrupts import INTERRUPTED_EXIT, INTERRUPTED_MESSAGE, ignore_sigint
+
+    ignore_sigint()  # stopping already: a second Ctrl-C must not break the exit with a traceback
+    try:
+        # on a terminal the progress bar (or the echoed ^C) holds the line: start a new one
+        click.echo(("\n" if sys.stderr.isatty() else "") + INTERRUPTED_MESSAGE, err=True)
+    finally:
+        sys.exit(INTERRUPTED_EXIT)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -258,7 +270,9 @@ class _Command(click.Command):
 
 class _Commands(click.Group):
     """Every failure a user can cause (bad input, a file that cannot be read or written, a damaged
-    work dir) ends as one ``error:`` line and exit status 2; exit 1 stays "the result failed"."""
+    work dir) ends as one ``error:`` line and exit status 2; exit 1 stays "the result failed".
+    Ctrl-C ends any command with the one line ``interrupted`` and exit 130, no traceback (each
+    ``with`` block has stopped what it started on the way out; see ``interrupts``)."""
 
     command_class = _Command
 
@@ -267,6 +281,14 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except (OrandCarError, OSError, sqlite3.DatabaseError) as exc:
             _fail(describe_error(exc))
+        except KeyboardInterrupt:
+            _interrupted()
+        except Exception as exc:
+            from .interrupts import interrupted_by
+
+            if interrupted_by(exc):  # a library turned the KeyboardInterrupt into an error of its own
+                _interrupted()
+            raise
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -612,4 +634,15 @@ def diff_cmd(old, new, as_json):
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    try:
+        main()
+    except SystemExit as stop:
+        from .interrupts import INTERRUPTED_EXIT
+
+        if stop.code != INTERRUPTED_EXIT:
+            raise
+        # Run as ``python -m``, the interpreter's shutdown after a Ctrl-C sometimes ended the
+        # process by SIGINT instead of with 130; everything was stopped on the way here.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED_EXIT)

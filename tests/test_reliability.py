@@ -26,10 +26,10 @@ from tests.fake_openai_server import FakeOpenAIServer
 from .conftest import REPO, SAMPLES, write_png, write_pool
 
 
-def _pool(root: Path, n: int = 4) -> Path:
+def _pool(root: Path, n: int = 4, size: tuple = (24, 16)) -> Path:
     lines = []
     for i in range(n):
-        write_png(root / "img" / f"{i}.png", colour=(60 * i, 20, 90))
+        write_png(root / "img" / f"{i}.png", colour=(60 * i % 256, i % 256, 90), size=size)
         lines.append({"id": f"q{i}", "image": f"img/{i}.png", "question": f"What is written on sign {i}?",
                       "answer": f"word{i}", "family": "scene_text"})
     return write_pool(root / "pool.jsonl", lines)
@@ -156,3 +156,44 @@ def test_sqlite_full_is_reported_as_a_full_disk_and_the_cache_keeps_what_it_had(
     exc = sqlite3.OperationalError("database or disk is full")
     assert "disk is full" in storage_problem(exc, path)
     assert storage_problem(sqlite3.OperationalError("no such table: x"), path) is None
+
+
+# -- issue 22 item 12: Ctrl-C -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["terminal", "main-process-only"])
+def test_ctrl_c_exits_130_with_one_line(tmp_path, group):
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does: the admission's spawn
+    workers get it too) or to the build's process alone, while it generates and its workers check
+    images: exit 130, the one line ``interrupted``, no traceback from any process, and the old
+    dataset as it was."""
+    import signal
+
+    pool = _pool(tmp_path / "pool", n=300, size=(400, 300))  # admission goes on while the first are asked
+    out = tmp_path / "OrandCar"
+    with FakeOpenAIServer() as server:
+        common = ["build", pool, "-o", out, "--no-progress", "--admit-workers", "2", "--engine", "openai_compat",
+                  "--engine-option", "model=fake-vlm", "--engine-option", f"base_urls={server.url}",
+                  "--engine-option", "concurrency=2"]
+        first = subprocess.run(_command(*common, "--work", tmp_path / "w0", "--limit", "3"), cwd=REPO, env=ENV,
+                               capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr
+        before = _digest(out)
+        server.delay = lambda question: 0.05
+        asked = len(server.received)
+        build = subprocess.Popen(_command(*common, "--work", tmp_path / "w1"), cwd=REPO, env=ENV,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while len(server.received) < asked + 100 and build.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert build.poll() is None, "the build should still be generating"
+        assert not (tmp_path / "w1" / "admitted.parquet").exists(), "the admission's workers should be at work"
+        if group:
+            os.killpg(build.pid, signal.SIGINT)
+        else:
+            build.send_signal(signal.SIGINT)
+        stdout, stderr = build.communicate(timeout=120)
+    assert build.returncode == 130, (build.returncode, stderr)
+    assert stderr.strip() == "interrupted", stderr
+    assert "Traceback" not in stdout + stderr
+    assert _digest(out) == before and not stage_path(out).exists() and not out_lock_path(out).exists()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence, runtime_checkable
 
 from ..errors import OrandCarError
+from ..interrupts import raise_if_interrupted
 from ..records import Generation, Request
 from ..redact import redact
 from ..vocab import GENERATION_BATCH
@@ -120,6 +121,7 @@ def stream_batches(generate, requests: Iterable[Request], *, batch_size: int, ki
         except FATAL_ERRORS:
             raise
         except Exception as exc:
+            raise_if_interrupted(exc)
             if len(batch) == 1:
                 yield Completion(batch[0], error=error_text(exc))
                 continue
@@ -129,6 +131,7 @@ def stream_batches(generate, requests: Iterable[Request], *, batch_size: int, ki
             except FATAL_ERRORS:
                 raise
             except Exception as exc:
+                raise_if_interrupted(exc)
                 yield Completion(request, error=error_text(exc))
 
 

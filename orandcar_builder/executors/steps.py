@@ -23,6 +23,7 @@ from ..cache import is_complete
 from ..engines.reasoning import answer_status
 from ..families import rule_for
 from ..images import ImageRef
+from ..interrupts import raise_if_interrupted
 from ..judge import candidate_answer, promotion
 from ..prompts import question_text
 from ..redact import scrub
@@ -200,5 +201,6 @@ def decided_or_failed(admitted: Admitted, request: Request, generation: Generati
     try:
         return decided_row(admitted, request, generation)
     except Exception as exc:
+        raise_if_interrupted(exc)
         row = failed_row(admitted, request, f"{type(exc).__name__}: {exc}")
         return {**row, "reason": DECISION_FAILED}
