@@ -9,7 +9,7 @@ the user can fix. It is failed when
 - no pool line was admitted (the message gives the top drop reasons), or
 - no row was written (every admitted item failed), or
 - more than ``max_failed_share`` of the admitted items got no answer (default
-  ``DEFAULT_MAX_FAILED_SHARE``; ``--max-failed-share``, or ``[build] max_failed_share`` in a
+  ``config.DEFAULT_MAX_FAILED_SHARE``; ``--max-failed-share``, or ``[build] max_failed_share`` in a
   recipe; 1 turns this rule off). The message gives the top failure reasons, read from
   work/failed.jsonl, an item's own id taken out of its reason so that equal causes count together.
 
@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from .config import DEFAULT_MAX_FAILED_SHARE, BuildError  # noqa: F401 (the rule's default, named here too)
+from .config import BuildError
 from .report import OUTSIDE_POOL_REASONS  # drops that --allow-outside-paths admits
 TOP_REASONS = 3  # reasons named in the message
 REASON_CHARS = 160  # of each reason's text

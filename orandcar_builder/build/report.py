@@ -123,7 +123,7 @@ def manifest(config: BuildConfig, out: Path, engine_fingerprint: dict, judge_eng
         "max_shard_bytes": config.max_shard_bytes,
         "engine": engine_fingerprint,
         "judge_engine": public_fingerprint(judge_engine) if judge_engine is not None else None,
-        "executor": executor.describe(),
+        "executor": redact(executor.describe()),  # a cluster address may carry credentials
         "rules": rules,
         "versions": {"python": platform.python_version(), **library_versions()},
     }
