@@ -33,7 +33,9 @@ SECRET_WORDS = frozenset({
     "cookies", "bearer",
 })
 # Strings that are credentials by their shape alone.
-_CREDENTIAL = r"(?:Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}|(?:sk|hf|ghp|gho|ghs|ghu|glpat|xox[abpr])[-_][A-Za-z0-9_-]{12,}"
+# (their documented shapes, long enough that no model or file name is taken for one)
+_CREDENTIAL = (r"(?:Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}"
+               r"|gh[opsu]_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}|xox[abpr]-[A-Za-z0-9-]{10,}")
 CREDENTIAL = re.compile(rf"^\s*(?:{_CREDENTIAL})\s*$")
 _CREDENTIAL_IN_TEXT = re.compile(rf"\b(?:{_CREDENTIAL})")
 # scheme://user-info@ : the user-info ends at the first "@" before the host; it holds no "/", "?", "#"

@@ -145,3 +145,12 @@ def test_redact_hides_by_what_the_value_is():
     cleaned = scrub(text, values)
     assert "pw12345" not in cleaned and "abcdefgh" not in cleaned and "abcdef123456" not in cleaned
     assert redact_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
+
+
+@pytest.mark.parametrize("value, hidden", [
+    ("sk-proj-" + "a1B2" * 6, True), ("hf_" + "Ab3" * 12, True), ("ghp_" + "x9" * 18, True), ("Bearer abcdef123456", True),
+    ("hf-internal-testing-tiny-model", False), ("sk-learn-model", False), ("Qwen/Qwen3-VL-8B-Thinking", False),
+    ("/models/hf_cache_of_some_model_folder", False),
+])
+def test_credential_shapes_are_not_model_names(value, hidden):
+    assert (redact({"model": value})["model"] == SET) is hidden
