@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -24,7 +25,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from .engines.base import Engine, EngineContractError, EngineRequestError
+from .engines.base import Engine, EngineContractError, EngineRequestError, public_fingerprint
 from .errors import OrandCarError
 from .records import Generation, Request
 from .vocab import FINISH_REASONS, GENERATION_BATCH, RECORD_ONLY_KEYS
@@ -57,6 +58,67 @@ CREATE TABLE IF NOT EXISTS engines (
 
 class CacheError(OrandCarError):
     """A cache file that cannot be used; the message names it."""
+
+
+class CacheFullError(CacheError):
+    """The cache cannot be written: the disk under it is full (or a file size limit was reached).
+    Nothing is wrong with the file: what was stored before stays."""
+
+
+# SQLite's primary result codes for a write the disk refused (the extended codes keep them in the low byte).
+SQLITE_FULL = getattr(sqlite3, "SQLITE_FULL", 13)
+SQLITE_IOERR = getattr(sqlite3, "SQLITE_IOERR", 10)
+# Below this many free bytes a failed write is put down to a full disk.
+LOW_SPACE_BYTES = 1 << 20
+
+
+def _file_size_limit() -> Optional[int]:
+    """The largest file this process may write (``ulimit -f``), or None when unlimited."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _largest_file(path: str | os.PathLike) -> int:
+    """The size of the largest of a SQLite file and its journals."""
+    sizes = [0]
+    for suffix in ("", "-wal", "-journal"):
+        try:
+            sizes.append(os.path.getsize(f"{path}{suffix}"))
+        except OSError:
+            pass
+    return max(sizes)
+
+
+def storage_problem(exc: BaseException, path: str | os.PathLike) -> Optional[str]:
+    """The message for a SQLite error that says the disk refused a write to ``path`` (SQLITE_FULL,
+    or a disk I/O error), naming the folder and its free space; None for any other error."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    base = code & 0xFF if isinstance(code, int) else None
+    text = str(exc)
+    full = base == SQLITE_FULL or "disk is full" in text
+    if not (full or base == SQLITE_IOERR or "disk I/O error" in text):
+        return None
+    folder = Path(path).parent
+    try:
+        free: Optional[int] = shutil.disk_usage(folder).free
+    except OSError:
+        free = None
+    limit = _file_size_limit()
+    hint = "make room there or choose another --work"
+    if full or (free is not None and free < LOW_SPACE_BYTES):
+        what = "the disk is full"
+    elif limit is not None and _largest_file(path) + LOW_SPACE_BYTES >= limit:  # EFBIG: an I/O error to SQLite
+        what, hint = f"a file reached this process's file size limit (ulimit -f: {limit:,} bytes)", "raise the limit"
+    else:
+        what = "the disk refused a write (disk I/O error: a full disk or quota, a file size limit, or a failing disk)"
+    room = f"{free:,} bytes free in {folder}" if free is not None else f"in {folder}"
+    return (f"{path}: cannot store generations: {what} ({room}); {hint} and build again: the generations "
+            f"stored so far are kept")
 
 
 def _canonical(obj: object) -> str:
@@ -156,6 +218,9 @@ class GenerationCache:
             self._conn.executescript(_SCHEMA)
             self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
+            full = storage_problem(exc, self.path)
+            if full:
+                raise CacheFullError(full) from None
             raise CacheError(f"{self.path}: not a usable generation cache ({exc})") from None
 
     def __enter__(self) -> "GenerationCache":
@@ -218,8 +283,12 @@ class GenerationCache:
                 [(key, gen.item_id, ehash, generation_to_json(gen)) for key, gen in entries],
             )
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            if conn.in_transaction:  # SQLite has already rolled back after a full disk, say
+                conn.execute("ROLLBACK")
+            full = storage_problem(exc, self.path) if isinstance(exc, sqlite3.DatabaseError) else None
+            if full:
+                raise CacheFullError(full) from None
             raise
         return len(entries)
 
@@ -299,6 +368,8 @@ class CommitBuffer:
     def _raise_error(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
+            if isinstance(error, CacheError):
+                raise error
             raise CacheError(f"{self.path}: cannot store generations ({type(error).__name__}: {error})") from error
 
     def _run(self) -> None:
@@ -369,7 +440,7 @@ def generate_cached(
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     stats = stats if stats is not None else CacheStats()
     stats.total += len(requests)
-    fingerprint = engine.fingerprint()
+    fingerprint = public_fingerprint(engine)
     keys = request_keys(fingerprint, requests)
     known = cache.get_many(keys)
     results: dict[str, Generation] = dict(known)

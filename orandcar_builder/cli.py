@@ -11,6 +11,7 @@ is parsed, so a name registered there is listed and accepted without an edit her
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -23,8 +24,21 @@ from .files import loads_bounded
 
 
 def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
+    from .redact import scrub
+
+    click.echo(f"error: {scrub(message)}", err=True)
     sys.exit(2)
+
+
+def _interrupted() -> None:
+    from .interrupts import INTERRUPTED_EXIT, INTERRUPTED_MESSAGE, ignore_sigint
+
+    ignore_sigint()  # stopping already: a second Ctrl-C must not break the exit with a traceback
+    try:
+        # on a terminal the progress bar (or the echoed ^C) holds the line: start a new one
+        click.echo(("\n" if sys.stderr.isatty() else "") + INTERRUPTED_MESSAGE, err=True)
+    finally:
+        sys.exit(INTERRUPTED_EXIT)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -298,7 +312,9 @@ class _Command(click.Command):
 
 class _Commands(click.Group):
     """Every failure a user can cause (bad input, a file that cannot be read or written, a damaged
-    work dir) ends as one ``error:`` line and exit status 2; exit 1 stays "the result failed"."""
+    work dir) ends as one ``error:`` line and exit status 2; exit 1 stays "the result failed".
+    Ctrl-C ends any command with the one line ``interrupted`` and exit 130, no traceback (each
+    ``with`` block has stopped what it started on the way out; see ``interrupts``)."""
 
     command_class = _Command
 
@@ -307,6 +323,14 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except (OrandCarError, OSError, sqlite3.DatabaseError) as exc:
             _fail(describe_error(exc))
+        except KeyboardInterrupt:
+            _interrupted()
+        except Exception as exc:
+            from .interrupts import interrupted_by
+
+            if interrupted_by(exc):  # a library turned the KeyboardInterrupt into an error of its own
+                _interrupted()
+            raise
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -329,6 +353,9 @@ def main() -> None:
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="Read only the first N pool lines.")
 @click.option("--max-shard-bytes", type=click.IntRange(min=1), default=None, help="Upper bound of one parquet shard.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the generation cache.")
+@click.option("--max-failed-share", type=click.FloatRange(0, 1), default=None,
+              help="Beyond this share of admitted items without an answer the build fails and the old dataset "
+                   "stays (default 0.5, or the recipe's [build] max_failed_share; 1: never on this ground).")
 @admission_options
 @progress_option
 @executor_options
@@ -337,7 +364,8 @@ def main() -> None:
                    "here override it; --engine replaces its whole engine section.")
 @repo_option("Hub id the card names; overrides the recipe's.")
 def build(pool, out, work, engine_name, replay, engine_option, threads, judge_name, judge_replay, judge_option,
-          calibrate, export_generations, limit, max_shard_bytes, no_cache, max_image_bytes, image_read_timeout,
+          calibrate, export_generations, limit, max_shard_bytes, no_cache, max_failed_share, max_image_bytes,
+          image_read_timeout,
           allow_outside_paths, admit_workers, progress, executor, ray_address, engine_replicas, gpus_per_replica,
           recipe_path, repo_id):
     """Build the dataset folder OUT from the pool file POOL.
@@ -395,6 +423,8 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
                          max_image_bytes=images.max_bytes, image_read_timeout=images.read_timeout_s,
                          allow_outside_paths=images.allow_outside_paths,
                          admit_workers=admit_workers).with_recipe(resolved)
+    if max_failed_share is not None:  # the flag wins over the recipe
+        config = config.replace(max_failed_share=max_failed_share)
     result = run_build(config)
     click.echo(format_summary(result))
     sys.exit(0 if result.ok else 1)
@@ -570,6 +600,11 @@ def import_cmd(fmt, source, out, family, dataset, split, question, origin, colum
         options["family_map"] = dict(family_map)
     report = import_source(fmt, source, out, **options)
     click.echo(format_import_report(report))
+    if not report.written:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in report.problem_counts.most_common(3))
+        _fail(f"{source}: no record could be imported ({report.read} read, {report.problems_total} problem(s)"
+              f"{': ' + reasons if reasons else ''}); "
+              f"{f'{out} was left as it was' if out.exists() else f'nothing was written to {out}'}")
 
 
 @main.command("clean")
@@ -732,4 +767,15 @@ def diff_cmd(old, new, as_json):
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    try:
+        main()
+    except SystemExit as stop:
+        from .interrupts import INTERRUPTED_EXIT
+
+        if stop.code != INTERRUPTED_EXIT:
+            raise
+        # Run as ``python -m``, the interpreter's shutdown after a Ctrl-C sometimes ended the
+        # process by SIGINT instead of with 130; everything was stopped on the way here.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED_EXIT)

@@ -50,6 +50,18 @@ def replaced_on_success(path: PathLike, suffix: str = ".partial") -> Iterator[Pa
         raise
 
 
+@contextmanager
+def naming(path: PathLike) -> Iterator[None]:
+    """Give an OSError raised inside the block that names no file (pyarrow's writers raise such:
+    "[errno 28] No space left on device") the name ``path``, so the message says where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
+
+
 class StagedFile:
     """A file written over time under a temporary name beside ``path`` (``path`` + ``suffix``):
     ``commit`` closes it (after an fsync when ``fsync``) and renames it into place, ``abort``

@@ -29,6 +29,7 @@ from typing import Optional
 from PIL import Image
 
 from .files import sha256_bytes, within  # noqa: F401  (importable from here too)
+from .interrupts import ignore_sigint
 
 # Pillow's own default (about 89 megapixels); kept as a named constant so the card can cite it.
 MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
@@ -246,6 +247,13 @@ def check_images(paths: list[str], root: str, policy: ImagePolicy) -> "list[Imag
     """``check_image`` of each path (``pool.prefetch`` runs it on worker processes: an ImageError
     pickles with its ``reason``, which an exception keeps in its ``__dict__``)."""
     return [check_image(path, root, policy) for path in paths]
+
+
+def start_worker(parent: int) -> None:
+    """A worker process's initializer (``pool.prefetch``): Ctrl-C is the parent's to handle
+    (``interrupts``), and the worker ends once ``parent`` is gone (``exit_with_parent``)."""
+    ignore_sigint()
+    exit_with_parent(parent)
 
 
 def exit_with_parent(parent: int, every_s: float = 0.5) -> None:

@@ -1,7 +1,8 @@
 """Build recipes: one TOML file that says how a release of the dataset is made.
 
 A recipe names the dataset (its Hub repo, license, access form and other card options), the engine
-that answers and its options, the judge and its options, the calibration size, and the families:
+that answers and its options, the judge and its options, the calibration size, how the build runs
+(``[build]``: the share of failed items beyond which it is a failed build), and the families:
 for each, the instruction appended to its questions, the separator between question and
 instruction, and the rule that decides its answers. A family the code does not know is added by
 giving an instruction and an existing rule; no code is needed.
@@ -92,6 +93,12 @@ RECIPE_SCHEMA: dict = {
             "properties": {"size": {"type": "integer", "minimum": 0}},
             "additionalProperties": False,
         },
+        "build": {
+            "type": "object",
+            # beyond this share of admitted items without an answer the build fails (build/failure.py)
+            "properties": {"max_failed_share": {"type": "number", "minimum": 0, "maximum": 1}},
+            "additionalProperties": False,
+        },
         "families": {
             "type": "object",
             "additionalProperties": {
@@ -154,6 +161,7 @@ class Recipe:
     judge: Optional[dict] = None
     calibration: Optional[int] = None
     families: dict[str, FamilySettings] = field(default_factory=dict)
+    build: dict = field(default_factory=dict)  # how the build runs ([build]: max_failed_share)
     changed_families: tuple[str, ...] = ()  # the families the recipe named
 
     @property
@@ -175,13 +183,15 @@ class Recipe:
     def build_settings(self) -> dict[str, Any]:
         """What this recipe sets of a build, by ``build.BuildConfig`` field: the engine and judge
         (names and options; a section the recipe leaves out is not set), the calibration size,
-        the families (``families.Family`` records), the card options and the repo."""
+        the families (``families.Family`` records), the card options, the repo and the ``[build]``
+        settings (``max_failed_share``) the recipe gives."""
         settings: dict[str, Any] = {"calibrate": self.calibration or 0, "families": self.family_registry(),
                                     "card_options": self.card_options(), "repo": self.repo}
         if self.engine is not None:
             settings.update(engine=self.engine["name"], engine_options=options_of(self.engine))
         if self.judge is not None:
             settings.update(judge=self.judge["name"], judge_options=options_of(self.judge))
+        settings.update(self.build)
         return settings
 
     def to_dict(self) -> dict:
@@ -195,6 +205,8 @@ class Recipe:
             out["judge"] = dict(self.judge)
         if self.calibration is not None:
             out["calibration"] = {"size": self.calibration}
+        if self.build:
+            out["build"] = dict(self.build)
         out["families"] = {name: f.to_dict() for name, f in self.families.items()}
         return out
 
@@ -460,7 +472,8 @@ def _resolve(data: dict, source: str) -> Recipe:
     return Recipe(source=source, dataset=dict(data.get("dataset") or {}),
                   engine=dict(data["engine"]) if "engine" in data else None,
                   judge=dict(data["judge"]) if "judge" in data else None,
-                  calibration=calibration, families=families, changed_families=tuple(given))
+                  calibration=calibration, families=families, changed_families=tuple(given),
+                  build=dict(data.get("build") or {}))
 
 
 def shipped_recipe_path(name: str = SHIPPED_RECIPE) -> Path:
@@ -502,7 +515,8 @@ def resolve(recipe: Optional[Recipe], *, engine: Optional[str] = None, engine_op
     if calibration is None and judge_section["name"] == DEFAULT_JUDGE:
         size = 0  # the judge was turned off over the recipe: nothing left to calibrate
     return Recipe(source=recipe.source, dataset=dataset, engine=engine_section, judge=judge_section,
-                  calibration=size, families=dict(recipe.families), changed_families=recipe.changed_families)
+                  calibration=size, families=dict(recipe.families), changed_families=recipe.changed_families,
+                  build=dict(recipe.build))
 
 
 def options_of(section: dict) -> dict:

@@ -10,7 +10,9 @@ question, so tests can check order and content:
 - a question containing ``[[length]]``: the thinking never ends, ``finish_reason`` ``length``
   (content null, as vLLM's qwen3 parser reports it);
 - a question containing ``[[empty]]``: thinking ended, empty answer;
-- a question containing ``[[bad]]``: HTTP 400, as vLLM answers a prompt that is too long.
+- a question containing ``[[bad]]``: HTTP 400, as vLLM answers a prompt that is too long;
+- with ``api_key``, a request without ``Authorization: Bearer <api_key>`` gets HTTP 401, whose
+  message repeats the key it was given (as OpenAI's does: a client must not log it).
 
 ``reasoning_field`` picks where reasoning goes: ``"reasoning"`` (vLLM >= 0.10),
 ``"reasoning_content"`` (older) or ``None`` (no reasoning parser: inline ``<think>`` tags in
@@ -131,8 +133,11 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAIServer:
     """Start with ``with FakeOpenAIServer() as server:``; ``server.url`` is the base URL."""
 
-    def __init__(self, *, model: str = "fake-vlm", reasoning_field: Optional[str] = "reasoning", port: int = 0):
+    def __init__(self, *, model: str = "fake-vlm", reasoning_field: Optional[str] = "reasoning", port: int = 0,
+                 api_key: Optional[str] = None):
         self.model = model
+        self.api_key = api_key
+        self.authorizations: list[Optional[str]] = []  # the Authorization header of each chat request
         self.reasoning_field = reasoning_field
         self.received: list[dict] = []  # request bodies in arrival order
         self.statuses: list[tuple[str, int]] = []  # (question, status answered)
@@ -171,6 +176,13 @@ class FakeOpenAIServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def refused(self, authorization: Optional[str]) -> Optional[dict]:
+        """The 401 body for a request whose ``Authorization`` header is not the server's key."""
+        if self.api_key is None or authorization == f"Bearer {self.api_key}":
+            return None
+        given = (authorization or "").removeprefix("Bearer ")
+        return error_body(401, f"Incorrect API key provided: {given}", "AuthenticationError")
 
     def _answer(self, body: dict) -> tuple[int, Optional[dict]]:
         with self._lock:
@@ -240,6 +252,13 @@ class FakeOpenAIServer:
                     body = json.loads(raw)
                 except json.JSONDecodeError as exc:
                     self._send(400, error_body(400, f"invalid JSON: {exc}", "BadRequestError"))
+                    return
+                authorization = self.headers.get("Authorization")
+                with server._lock:
+                    server.authorizations.append(authorization)
+                refusal = server.refused(authorization)
+                if refusal is not None:
+                    self._send(401, refusal)
                     return
                 status, answer = server._answer(body)
                 if status == 0:

@@ -247,8 +247,8 @@ def test_incomplete_and_reasoning_only_generations(tmp_path):
 ])
 def test_more_bad_pool_fields(tmp_path, ocr_engine, line, reason):
     write_png(tmp_path / "a.png")
-    pool = write_pool(tmp_path / "pool.jsonl", [{"id": "x", "image": "a.png", "question": "What is written?",
-                                                 "answer": "HARBOR", "family": "scene_text", **line}])
+    good = {"id": "ok", "image": "a.png", "question": "What is written?", "answer": "HARBOR", "family": "scene_text"}
+    pool = write_pool(tmp_path / "pool.jsonl", [good, {**good, "id": "x", **line}])  # a pool of only drops fails
     result = build(pool, tmp_path / "out", work=tmp_path / "work", engine=ocr_engine, progress=False)
     assert result.ok and result.report["dropped_by_reason"] == {reason: 1}
 

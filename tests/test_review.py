@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from orandcar_builder.build import build, format_summary
+from orandcar_builder.build import BuildFailed, build, format_summary
 from orandcar_builder.cli import main
 from orandcar_builder.review import REVIEW_FILE, ReviewError, review_after_build, write_review
 from orandcar_builder.review.charts import (FamilyCounts, LengthHistogram, acceptance_chart, bin_label,
@@ -508,9 +509,10 @@ def empty_build(tmp_path_factory, ocr_engine):
     root = tmp_path_factory.mktemp("empty")
     pool = write_pool(root / "pool.jsonl", ["{not json", {"id": "x", "image": "gone.png", "question": "q",
                                                           "answer": "a", "family": "vqa"}])
-    result = build(pool, root / "out", work=root / "work", engine=ocr_engine, progress=False)
-    assert result.ok, result.problems
-    return result
+    # nothing admitted is a failed build (build/failure.py); its review page still shows the drops
+    with pytest.raises(BuildFailed):
+        build(pool, root / "out", work=root / "work", engine=ocr_engine, progress=False)
+    return SimpleNamespace(work=root / "work")
 
 
 def test_a_build_where_nothing_reaches_the_model(empty_build):

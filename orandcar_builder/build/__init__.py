@@ -23,9 +23,10 @@ The settings of a build are one ``BuildConfig`` (``config.py``; a recipe fills i
 from __future__ import annotations
 
 from .config import BuildConfig, BuildError, BuildObjects
+from .failure import BuildFailed
 from .report import format_summary, reproducible
 from .runner import BuildResult, build, run_build
 from .work import BuildWork, StageReport
 
-__all__ = ["BuildConfig", "BuildError", "BuildObjects", "BuildResult", "BuildWork", "StageReport", "build",
+__all__ = ["BuildConfig", "BuildError", "BuildFailed", "BuildObjects", "BuildResult", "BuildWork", "StageReport", "build",
            "format_summary", "reproducible", "run_build"]

@@ -22,6 +22,10 @@ from ..recipe import DEFAULT_ENGINE, DEFAULT_JUDGE, Recipe
 from ..vocab import GENERATION_BATCH
 
 
+# More than this share of the admitted items without an answer makes a failed build (build/failure.py).
+DEFAULT_MAX_FAILED_SHARE = 0.5
+
+
 class BuildError(OrandCarError):
     pass
 
@@ -39,7 +43,9 @@ class BuildConfig:
     ``gpus_per_replica`` GPUs each). ``max_image_bytes``, ``image_read_timeout`` and
     ``allow_outside_paths`` make the ImagePolicy; ``admit_workers`` processes check the pool's
     images (None: ``pool.prefetch.default_workers()``); on the local executor admission
-    overlaps generation unless ``overlap_admit`` is False. ``families`` (``families.Family``
+    overlaps generation unless ``overlap_admit`` is False. Beyond ``max_failed_share`` of the
+    admitted items without an answer the build is a failed build and the old dataset stays
+    (``failure.py``). ``families`` (``families.Family``
     records, None: the code's own), ``card_options`` (``card.CardOptions`` keywords) and ``repo``
     come from the recipe; ``recipe`` is the resolved recipe itself, recorded in the manifest and
     the card (None: the code's defaults with the settings above).
@@ -68,6 +74,7 @@ class BuildConfig:
     allow_outside_paths: bool = False
     admit_workers: Optional[int] = None
     overlap_admit: bool = True
+    max_failed_share: float = DEFAULT_MAX_FAILED_SHARE
     families: Optional[tuple] = None
     card_options: Mapping[str, Any] = field(default_factory=dict)
     repo: Optional[str] = None
@@ -97,6 +104,9 @@ class BuildConfig:
         if not isinstance(self.executor, str):
             raise BuildError(f"executor must be a name (local, ray), not {self.executor!r}; pass an Executor "
                              "object in BuildObjects")
+        share = self.max_failed_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise BuildError(f"max_failed_share must be a share of the admitted items from 0 to 1, not {share!r}")
         if self.max_shard_bytes is None or self.max_shard_bytes < 1:
             raise BuildError(f"max_shard_bytes must be at least 1, got {self.max_shard_bytes!r}")
         try:

@@ -14,12 +14,15 @@ import pyarrow as pa
 
 from .. import __version__
 from ..dataset.writer import DEFAULT_MAX_SHARD_BYTES
+from ..engines import secret_options_of
+from ..engines.base import public_fingerprint
 from ..families import rule_for
 from ..files import write_text_atomic
 from ..images import IMAGE_OUTSIDE_POOL
 from ..parquetio import open_parquet
 from ..pool.jsonl import SOURCE_OUTSIDE_POOL
 from ..recipe import DEFAULTS_SOURCE, Recipe, options_of, resolve
+from ..redact import redact
 from ..verify import get_rule
 from ..vocab import ACCEPTED, FAILED, JUDGE_VERIFIER, NO_OPTION_MATCHED, NO_PICK, REJECT_KINDS, REJECTED, SEVERAL_PICKS
 from .config import BuildConfig, BuildError
@@ -97,7 +100,7 @@ def build_report(work, counts: Tally, summary: dict) -> dict:
     clean_report, facts = work.clean_report, work.facts
     rules = {rule: get_rule(rule).VERSION for rule in sorted(counts.rules)}
     rules_by_family = {family: sorted(r) for family, r in sorted(counts.rules_by_family.items())}
-    fingerprint = engine.fingerprint()
+    fingerprint = public_fingerprint(engine)
     return {
         "pool": pool.name,
         "limit": limit,
@@ -149,8 +152,8 @@ def manifest(config: BuildConfig, out: Path, engine_fingerprint: dict, judge_eng
         "limit": config.limit,
         "max_shard_bytes": config.max_shard_bytes,
         "engine": engine_fingerprint,
-        "judge_engine": judge_engine.fingerprint() if judge_engine is not None else None,
-        "executor": executor.describe(),
+        "judge_engine": public_fingerprint(judge_engine) if judge_engine is not None else None,
+        "executor": redact(executor.describe()),  # a cluster address may carry credentials
         "rules": rules,
         "versions": {"python": platform.python_version(), **library_versions()},
     }
@@ -198,10 +201,24 @@ FILE_OPTIONS = ("replay",)
 MACHINE_OPTIONS = ("threads",)
 
 
-def reproducible(recipe: dict) -> dict:
-    """A resolved recipe as the card shows it: file options reduced to the file's name, options
-    of the machine left out (work/manifest.json keeps them as given)."""
+def without_secrets(recipe: dict) -> dict:
+    """A resolved recipe (``Recipe.to_dict``) as JSON values with every secret of its engine and
+    judge sections hidden (``redact.redact``: a key the engine declares secret, a secret-named
+    option, a URL's user-info): what work/manifest.json records and the card starts from."""
     out = json.loads(json.dumps(recipe, default=str))
+    engine_name = (out.get("engine") or {}).get("name")
+    for section in ("engine", "judge"):
+        table = out.get(section)
+        if isinstance(table, dict):
+            name = engine_name if section == "judge" and table.get("name") == "same" else table.get("name")
+            out[section] = redact(table, secret_options_of(name) if isinstance(name, str) else ())
+    return out
+
+
+def reproducible(recipe: dict) -> dict:
+    """A resolved recipe as the card shows it: secrets hidden (``without_secrets``), file options
+    reduced to the file's name, options of the machine left out (work/manifest.json keeps them)."""
+    out = without_secrets(recipe)
     for section in ("engine", "judge"):
         table = out.get(section) or {}
         for key in FILE_OPTIONS:

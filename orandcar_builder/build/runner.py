@@ -6,20 +6,22 @@ BuildConfig and calls it."""
 from __future__ import annotations
 
 import errno
-import json
 import os
+import shutil
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..dataset.output import StagedOutput, WorkLock, check_paths
+from ..cache import CacheFullError, storage_problem
+from ..dataset.output import OutputLock, StagedOutput, WorkLock, check_paths
 from ..executors import executor_for
 from ..families import families_in_use
 from ..images import ImageError
 from .config import BuildConfig, BuildError, BuildObjects
-from .report import manifest, write_json
+from .failure import BuildFailed, failed_build
+from .report import manifest, without_secrets, write_json
 from .stages import Admission, stages_for
 from .work import BuildWork, StageReport
 
@@ -75,9 +77,12 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     """Build ``config.out`` from ``config.pool``, safely:
 
     ``out`` must be new, empty or an earlier build of this tool (``dataset/output.py``), ``work``
-    not a file nor inside ``out``; the work dir is locked for the whole build; the dataset is
+    not a file nor inside ``out``; the work dir and ``out`` are locked for the whole build; the dataset is
     written beside ``out`` and swapped in only when complete and valid, so a failed or invalid
     rebuild leaves the previous dataset as it was (an invalid one is kept in ``result.staged``).
+    A build that admitted nothing, wrote no row or got no answer for more than
+    ``config.max_failed_share`` of its items is a failed build (``failure.py``): BuildFailed,
+    and the previous dataset stays.
     A failure the user can act on (disk full, a read-only folder, a file removed or changed
     while the build ran, a damaged cache) is a BuildError naming it, never a traceback.
     Generations and verdicts are cached in ``work/cache``: a rerun (after a crash too) asks the
@@ -91,8 +96,15 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     check_paths(target, work)
     try:
         work.mkdir(parents=True, exist_ok=True)
-        with families_in_use(config.families), WorkLock(work), StagedOutput(target, work) as staged:
+        with families_in_use(config.families), WorkLock(work), OutputLock(target, work), \
+                StagedOutput(target, work) as staged:
             result, manifest_data = _run_stages(config, objects, staged.path)
+            from ..review import review_after_build
+
+            failure = result.report.get("build_failed")
+            if failure:  # its review page shows why; leaving the block with an error removes the staged folder
+                review_after_build(staged.path, work)
+                raise BuildFailed(f"the build failed: {failure}; {_kept(out)}", result.report)
             if result.ok:
                 staged.publish()
                 # work/manifest.json was written before the swap, naming the staged folder (so a
@@ -102,11 +114,11 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
                 result.staged = staged.path
             result.out = out
             # work/report.html, of the folder as it now stands (the staged one when it was not swapped in)
-            from ..review import review_after_build
-
             review_after_build(out if result.ok else result.staged, work)
     except (OSError, ImageError, sqlite3.DatabaseError) as exc:
         raise BuildError(_failure_message(exc, out, work)) from None
+    except CacheFullError as exc:
+        raise BuildError(f"{exc}; {_kept(out)}") from None
     return result
 
 
@@ -144,6 +156,9 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     timings["total"] = time.perf_counter() - t0
 
     judge_stats = vars(work.judge_stats) if work.judge_stats is not None else None
+    failure = failed_build(work.report, work.dir, config.max_failed_share)
+    if failure:
+        work.report["build_failed"] = failure
     write_json(work.dir / "report.json", {
         **work.report, "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "cache": {"generate": vars(work.generation_stats), "judge": judge_stats},
@@ -154,7 +169,7 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     ran = work.ran
     manifest_data = {
         **manifest(config, out, work.report["engine"], work.judge_engine, work.report["rules"], executor),
-        "recipe": json.loads(json.dumps(ran.to_dict(), default=str)),
+        "recipe": without_secrets(ran.to_dict()),
         "recipe_file": ran.source if config.recipe is not None else None,
         "command": work.report["reproduce"]["command"]}
     write_json(work.dir / "manifest.json", manifest_data)
@@ -162,17 +177,38 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
             manifest_data)
 
 
+def _free_space(*paths: Path) -> str:
+    """The free bytes on the disk of each of ``paths`` (or the nearest folder above that exists)."""
+    shown = []
+    for path in paths:
+        folder = Path(os.path.abspath(path))
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        try:
+            shown.append(f"{shutil.disk_usage(folder).free:,} bytes free in {folder}")
+        except OSError:
+            continue
+    return "; ".join(shown) or "free space unknown"
+
+
+def _kept(out: Path) -> str:
+    return f"the dataset in {out} was left as it was" if out.exists() else f"nothing was written to {out}"
+
+
 def _failure_message(exc: BaseException, out: Path, work: Path) -> str:
-    kept = (f"the dataset in {out} was left as it was" if out.exists()
-            else f"nothing was written to {out}")
+    kept = _kept(out)
     if isinstance(exc, sqlite3.DatabaseError):
+        full = storage_problem(exc, work / "cache" / "generations.sqlite")
+        if full:
+            return f"{full}; {kept}"
         return (f"{work / 'cache'}: the generation cache is damaged ({exc}); delete the cache folder to start it "
                 f"afresh (the engine is asked again); {kept}")
     if isinstance(exc, ImageError):
         return f"{exc}; build again to admit the image as it is now; {kept}"
     if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
         what = "the disk is full" if exc.errno != errno.EFBIG else "a file grew past the size limit (ulimit -f)"
-        return f"{exc.filename or f'writing the dataset or {work}'}: {what} ({exc.strerror or exc}); {kept}"
+        where = exc.filename or f"writing the dataset or {work} ({_free_space(work, out)})"
+        return f"{where}: {what} ({exc.strerror or exc}); {kept}"
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return f"{exc.filename or f'writing the dataset or {work}'}: cannot write there ({exc.strerror or exc}); {kept}"
     names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..executors.base import CHUNK_SIZE
-from ..files import StagedFile
+from ..files import StagedFile, naming
 
 
 class ParquetFile(StagedFile):
@@ -35,7 +35,8 @@ class ParquetFile(StagedFile):
     def write_rows(self, rows: list[dict]) -> None:
         self.flush()
         if rows:
-            self.writer.write_table(pa.Table.from_pylist(rows, schema=self.schema))
+            with naming(self.path):
+                self.writer.write_table(pa.Table.from_pylist(rows, schema=self.schema))
             self.rows += len(rows)
 
     def flush(self) -> None:
@@ -48,7 +49,8 @@ class ParquetFile(StagedFile):
         super().commit()
 
     def close(self, *, sync: bool) -> None:
-        self.writer.close()
+        with naming(self.path):
+            self.writer.close()
 
 
 class WorkFiles:

@@ -12,6 +12,10 @@ and the lock that keeps two builds off one work dir.
   undone by the next build.
 - ``WorkLock`` holds an exclusive ``flock`` on ``<work>/.lock`` for the whole build; a second
   build on the same work dir stops at once with a message naming the holder's pid.
+- ``OutputLock`` does the same for ``-o``: a lock file beside it (``.<name>.orandcar-lock``, where
+  the staged and old copies go too), so two builds into one folder with different work dirs do
+  not share (and delete) one staged folder; the second stops at once, naming the first's pid and
+  work dir. The lock file is removed when the build ends.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from .layout import MARKER, scan, write_marker
 
 STAGE_SUFFIX = ".orandcar-new"
 OLD_SUFFIX = ".orandcar-old"
+OUT_LOCK_SUFFIX = ".orandcar-lock"
 LOCK_FILE = ".lock"
 
 
@@ -47,6 +52,10 @@ def stage_path(out: Path) -> Path:
 
 def old_path(out: Path) -> Path:
     return out.with_name(f".{out.name}{OLD_SUFFIX}")
+
+
+def out_lock_path(out: Path) -> Path:
+    return out.with_name(f".{out.name}{OUT_LOCK_SUFFIX}")
 
 
 def check_work(work: Path, out: Optional[Path] = None) -> None:
@@ -116,6 +125,53 @@ class WorkLock:
     def __exit__(self, *exc_info) -> None:
         if self.fd is not None:
             os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
+
+
+class OutputLock:
+    """An exclusive lock on the dataset folder ``out`` for the length of a build (``with
+    OutputLock(out, work):``), held on a file beside it that is removed when the build ends.
+    ``work`` is named to a second build that finds the lock taken."""
+
+    def __init__(self, out: Path, work: Optional[Path] = None):
+        self.out = Path(out)
+        self.path = out_lock_path(self.out)
+        self.work = work
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> "OutputLock":
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN):
+                    raise OutputError(f"{self.out}: another build is writing this dataset folder ({holder}); "
+                                      f"wait for it to finish, or give this build another -o") from None
+                raise
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # not a file the previous holder removed after this one opened it
+                break
+            os.close(fd)
+        self.fd = fd
+        work = f", work dir {os.path.abspath(self.work)}" if self.work is not None else ""
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}{work}\n".encode("utf-8"), 0)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.fd is not None:
+            try:
+                os.unlink(self.path)  # while still held: a build that opened it meanwhile sees it gone
+            except OSError:
+                pass
+            os.close(self.fd)
             self.fd = None
 
 

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from ..errors import OrandCarError, UnknownNameError
 from ..families import families_in_use, rule_for
+from ..interrupts import ignore_sigint, sigint_blocked
 from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
 from ..vocab import (ACCEPTED_CONFIGS, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_THINK, CONFIGS, COUNTED_REASONS,
                      JUDGE_VERIFIER, RECHECKED_REASONS, SHARD_GLOB)
@@ -277,9 +278,10 @@ def recheck(folder: Path, workers: int = 1) -> RecheckReport:
     shards = find_shards(folder)
     families = recorded_families(folder)  # read once; Family pickles, so it travels to the workers
     if workers > 1 and len(shards) > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, len(shards))) as pool:
-            parts = list(pool.map(_recheck_shard, [folder] * len(shards), *zip(*shards),
-                                  [families] * len(shards)))
+        with ProcessPoolExecutor(max_workers=min(workers, len(shards)), initializer=ignore_sigint) as pool:
+            with sigint_blocked():  # the workers start here: Ctrl-C is this process's to handle
+                results = pool.map(_recheck_shard, [folder] * len(shards), *zip(*shards), [families] * len(shards))
+            parts = list(results)
     else:
         parts = [_recheck_shard(folder, config, path, families) for config, path in shards]
     report = RecheckReport(folder=folder)

@@ -29,6 +29,7 @@ from typing import Iterable, Optional
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..files import naming
 from ..vocab import CONFIGS, SPLIT, shard_name
 from .features import features
 
@@ -114,14 +115,16 @@ class ConfigWriter:
     def _write_group(self) -> None:
         if self._group:
             table = pa.Table.from_pylist(self._group, schema=self.schema)
-            self._shard.write_table(table, row_group_size=ROW_GROUP_SIZE)
+            with naming(self._temp_shards[-1]):
+                self._shard.write_table(table, row_group_size=ROW_GROUP_SIZE)
             self._shard_rows += table.num_rows
             self._shard_arrow_bytes += table.nbytes
             self._group, self._group_bytes = [], 0
 
     def _close_shard(self) -> None:
         self._write_group()
-        self._shard.close()
+        with naming(self._temp_shards[-1]):
+            self._shard.close()
         self._counted.append((self._shard_rows, self._shard_arrow_bytes))
         self._shard, self._shard_bytes, self._shard_rows, self._shard_arrow_bytes = None, 0, 0, 0
 

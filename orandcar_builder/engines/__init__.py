@@ -6,7 +6,8 @@ import importlib
 from typing import Any
 
 from ..errors import OrandCarError, UnknownNameError
-from .base import Engine, EngineUnavailable
+from ..redact import scrub, secret_values
+from .base import Engine, EngineUnavailable, secret_options
 
 # name -> "module:factory"; imported lazily so heavy optional dependencies load only when used.
 ENGINES: dict[str, str] = {
@@ -39,13 +40,20 @@ def judge_engine_names() -> list[str]:
     return [name for name in ENGINES if getattr(engine_class(name), "can_judge", False)]
 
 
+def secret_options_of(name: str) -> tuple[str, ...]:
+    """The options engine ``name`` declares secret (``SECRET_OPTIONS``); none for a name that is
+    not an engine (``none``, ``same``)."""
+    return secret_options(engine_class(name)) if name in ENGINES else ()
+
+
 def create_engine(name: str, **options: Any) -> Engine:
-    factory = engine_class(name)
+    cls = engine_class(name)
     try:
-        return factory(**options)
-    except (TypeError, ValueError) as exc:  # an unknown or out-of-range setting
-        raise EngineSettingError(f"engine {name!r}: bad setting ({exc})") from None
+        return cls(**options)
+    except (TypeError, ValueError) as exc:  # an unknown or out-of-range setting (its value may be a secret)
+        hidden = secret_values(options, secret_options(cls))
+        raise EngineSettingError(f"engine {name!r}: bad setting ({scrub(str(exc), hidden)})") from None
 
 
 __all__ = ["Engine", "EngineSettingError", "EngineUnavailable", "ENGINE_EXTRAS", "ENGINES", "create_engine",
-           "engine_class", "judge_engine_names"]
+           "engine_class", "judge_engine_names", "secret_options_of"]

@@ -14,10 +14,12 @@ request at a time so that one bad request fails only itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence, runtime_checkable
 
 from ..errors import OrandCarError
+from ..interrupts import raise_if_interrupted
 from ..records import Generation, Request
+from ..redact import redact
 from ..vocab import GENERATION_BATCH
 
 
@@ -64,10 +66,24 @@ class Engine(Protocol):
 
     def fingerprint(self) -> dict:
         """Everything that shapes its output: model id and revision, sampling and template
-        settings. JSON-serialisable; part of the generation cache key and of the manifest."""
+        settings. JSON-serialisable; part of the generation cache key and of the manifest, read
+        through ``public_fingerprint``. An engine that takes secrets (keys, tokens) names those
+        options in a ``SECRET_OPTIONS`` class attribute and leaves them out of it."""
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         """One generation per request, in the order of ``requests``."""
+
+
+def secret_options(engine: Any) -> tuple[str, ...]:
+    """The option names an engine (an instance or its class) declares secret."""
+    return tuple(getattr(engine, "SECRET_OPTIONS", ()))
+
+
+def public_fingerprint(engine: Engine) -> dict:
+    """``engine.fingerprint()`` with every secret in it hidden (``redact.redact``): what the cache
+    keys, the manifest, the report and the card hold. A key or password changed between two runs
+    therefore changes no cache key."""
+    return redact(engine.fingerprint(), secret_options(engine))
 
 
 def error_text(exc: BaseException) -> str:
@@ -105,6 +121,7 @@ def stream_batches(generate, requests: Iterable[Request], *, batch_size: int, ki
         except FATAL_ERRORS:
             raise
         except Exception as exc:
+            raise_if_interrupted(exc)
             if len(batch) == 1:
                 yield Completion(batch[0], error=error_text(exc))
                 continue
@@ -114,6 +131,7 @@ def stream_batches(generate, requests: Iterable[Request], *, batch_size: int, ki
             except FATAL_ERRORS:
                 raise
             except Exception as exc:
+                raise_if_interrupted(exc)
                 yield Completion(request, error=error_text(exc))
 
 

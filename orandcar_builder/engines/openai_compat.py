@@ -30,6 +30,7 @@ from ..errors import OrandCarError
 from ..files import image_format, loads_bounded
 from ..images import ImageRef
 from ..records import Generation, Request
+from ..redact import redact_url, scrub, secret_values
 from .base import (Completion, EngineRequestError, EngineUnavailable, error_text,  # noqa: F401 (re-exported)
                    generate_from_stream)
 from .reasoning import THINK_CLOSE, THINK_OPEN, make_generation
@@ -142,6 +143,9 @@ class OpenAICompatEngine:
 
     kind = "openai_compat"
     can_judge = True
+    # Options that authenticate: kept out of the fingerprint, every file and every message
+    # (credentials in a base URL are hidden as well, see redact.py).
+    SECRET_OPTIONS = ("api_key",)
 
     def __init__(
         self,
@@ -166,8 +170,9 @@ class OpenAICompatEngine:
         if not urls:
             raise ValueError("openai_compat needs at least one base URL")
         for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"base URL {url!r} must start with http:// or https://")
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                shown = redact_url(url) if isinstance(url, str) else url
+                raise ValueError(f"base URL {shown!r} must start with http:// or https://")
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if max_tokens < 1:
@@ -176,6 +181,9 @@ class OpenAICompatEngine:
         self.revision = revision
         self.base_urls = [u.rstrip("/") for u in urls]
         self.api_key = api_key
+        # what messages name and hide: the URLs without their user-info, the secrets' values
+        self._shown_urls = [redact_url(u) for u in self.base_urls]
+        self._secrets = secret_values({"api_key": api_key, "base_urls": self.base_urls}, self.SECRET_OPTIONS)
         self.max_tokens = max_tokens
         self.seed = seed
         self.chat_template_kwargs = dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs)
@@ -277,13 +285,13 @@ class OpenAICompatEngine:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         unreachable: list[str] = []
         with httpx.Client(timeout=min(self.timeout_s, PROBE_TIMEOUT_S), headers=headers) as client:
-            for base in self.base_urls:
+            for base, shown in zip(self.base_urls, self._shown_urls):
                 error = ""
                 for attempt in range(PROBE_ATTEMPTS):
                     try:
                         response = client.get(f"{base}/models")
                     except httpx.TransportError as exc:
-                        error = f"{type(exc).__name__}: {exc}"
+                        error = self._scrub(f"{type(exc).__name__}: {exc}")
                         time.sleep(min(self.backoff_s * (2 ** attempt), MAX_BACKOFF_S) if self.backoff_s else 0)
                         continue
                     error = ""
@@ -293,12 +301,12 @@ class OpenAICompatEngine:
                         except (ValueError, AttributeError):
                             served = []
                         if served and self.model not in served:
-                            raise EngineUnavailable(
-                                f"{base} does not serve model {self.model!r} (it serves {', '.join(map(str, served))}); "
-                                "pass the served name with --model")
+                            raise EngineUnavailable(self._scrub(
+                                f"{shown} does not serve model {self.model!r} (it serves {', '.join(map(str, served))}); "
+                                "pass the served name with --model"))
                     break
                 if error:
-                    unreachable.append(f"{base} ({error})")
+                    unreachable.append(f"{shown} ({error})")
         if len(unreachable) == len(self.base_urls):
             raise EngineUnavailable(f"cannot reach the OpenAI-compatible server at {'; '.join(unreachable)}; "
                                     "start it, or pass its address with --engine-option base_urls=...")
@@ -317,22 +325,28 @@ class OpenAICompatEngine:
         last_error = ""
         for attempt in range(self.max_retries + 1):
             # Spread requests over the servers; a retry moves on to the next one.
-            url = f"{self.base_urls[(index + attempt) % len(self.base_urls)]}/chat/completions"
+            server = (index + attempt) % len(self.base_urls)
+            url, shown = f"{self.base_urls[server]}/chat/completions", f"{self._shown_urls[server]}/chat/completions"
             delay: Optional[float] = None
             try:
                 response = await client.post(url, json=body)
             except httpx.TransportError as exc:
-                last_error = f"{url}: {type(exc).__name__}: {exc}"
+                last_error = self._scrub(f"{shown}: {type(exc).__name__}: {exc}")
             else:
                 if response.status_code == 200:
-                    return self._generation(request, response, url)
-                last_error = f"{url}: HTTP {response.status_code}: {response.text[:500]}"
+                    return self._generation(request, response, shown)
+                # a server may echo the key it refused
+                last_error = self._scrub(f"{shown}: HTTP {response.status_code}: {response.text[:500]}")
                 if response.status_code not in TRANSIENT_STATUS:
                     raise _RequestFailed(last_error + " (not retried)")
                 delay = _retry_after(response.headers)
             if attempt < self.max_retries:
                 await asyncio.sleep(delay if delay is not None else backoff_delay(attempt, self.backoff_s))
         raise _RequestFailed(f"{last_error} (gave up after {self.max_retries + 1} attempts)")
+
+    def _scrub(self, text: str) -> str:
+        """A message without this engine's secrets (its key, the user-info of its URLs)."""
+        return scrub(text, self._secrets)
 
     def _generation(self, request: Request, response: Any, url: str) -> Generation:
         try:

@@ -26,7 +26,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..cache import CommitBuffer, for_request, is_complete, request_keys
-from ..engines.base import stream_of
+from ..engines.base import public_fingerprint, stream_of
 from ..parquetio import open_parquet
 from ..records import Admitted, Generation, Request
 from .base import DecidedChunk, GenerationJob
@@ -67,7 +67,7 @@ class LocalExecutor:
 
     def run(self, job: GenerationJob) -> Iterator[DecidedChunk]:
         status = bytearray()  # per admitted item in pool order: ASK, HIT or SHARED
-        fingerprint = job.engine.fingerprint()
+        fingerprint = public_fingerprint(job.engine)
         cache = job.cache
         stats = job.stats
         asks = CachedAsks(cache, fingerprint)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from ..files import replaced_on_success
+from ..files import naming, replaced_on_success
 from ..parquetio import open_parquet
 
 BUCKET_ROWS = 8192
@@ -52,7 +54,7 @@ def sort_by_order(src: Path, dst: Path, *, bucket_rows: int = BUCKET_ROWS, row_g
         raise ValueError(f"{src}: order {duplicate} appears more than once")
     bounds = ranked[::bucket_rows]  # the first order of each bucket
     scratch = Path(tempfile.mkdtemp(prefix=".order-", dir=dst.parent))
-    try:
+    with naming(dst), _removed(scratch):
         parts: list[list[Path]] = [[] for _ in bounds]
         for number, batch in enumerate(source.iter_batches(batch_size=bucket_rows)):
             buckets = np.searchsorted(bounds, batch.column(schema.get_field_index("order")).to_numpy(), side="right") - 1
@@ -74,6 +76,12 @@ def sort_by_order(src: Path, dst: Path, *, bucket_rows: int = BUCKET_ROWS, row_g
                     table = table.take(pc.sort_indices(table, sort_keys=[("order", "ascending")]))
                     writer.write_table(table, row_group_size=row_group)
         src.unlink()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return len(orders)
+
+
+@contextmanager
+def _removed(folder: Path) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

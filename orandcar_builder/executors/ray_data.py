@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..cache import engine_hash, for_request, generation_from_json, generation_to_json, is_complete, request_keys
-from ..engines.base import EngineUnavailable, stream_of
+from ..engines.base import EngineUnavailable, public_fingerprint, stream_of
 from ..errors import OrandCarError
 from ..images import ImageRef
 from ..parquetio import open_parquet
@@ -81,7 +81,7 @@ class GenerateAndDecide:
 
             use_families(families)
         self.engine = factory.create()
-        fingerprint = self.engine.fingerprint()
+        fingerprint = public_fingerprint(self.engine)
         if engine_hash(fingerprint) != expected_engine:
             raise ExecutorError(
                 f"the engine made on this Ray worker has another fingerprint than the driver's "
@@ -185,7 +185,7 @@ class RayExecutor:
         asks_dir = job.work / "ray"
         shutil.rmtree(asks_dir, ignore_errors=True)
         asks_dir.mkdir(parents=True)
-        fingerprint = job.engine.fingerprint()
+        fingerprint = public_fingerprint(job.engine)
         t0 = time.perf_counter()
         asks = CachedAsks(job.cache, fingerprint)
         status, files = self._write_asks(job, asks, asks_dir)

@@ -23,8 +23,10 @@ from ..cache import is_complete
 from ..engines.reasoning import answer_status
 from ..families import rule_for
 from ..images import ImageRef
+from ..interrupts import raise_if_interrupted
 from ..judge import candidate_answer, promotion
 from ..prompts import question_text
+from ..redact import scrub
 from ..records import (DECISION_SCHEMA, Admitted, Decision, Generation, Outcome, PoolItem, Request, Source, Verdict,
                        outcome_from_record, outcome_record)
 from ..verify import verify
@@ -148,11 +150,12 @@ def decision_row(outcome: Outcome, generation: Generation, decision: Optional[De
 
 
 def failed_row(admitted: Admitted, request: Request, error: str) -> dict:
-    """The record of an item with no generation: route ``failed``, the error kept for the report."""
+    """The record of an item with no generation: route ``failed``, the error kept for the report
+    (without a URL's user-info or anything shaped like a credential: ``redact.scrub``)."""
     outcome = Outcome(route=FAILED, reason=GENERATION_FAILED, **_common(admitted, request))
     row = {name: None for name in DECISION_SCHEMA.names}
     row.update(outcome_record(outcome))
-    row["error"] = error
+    row["error"] = scrub(error)
     return row
 
 
@@ -201,5 +204,6 @@ def decided_or_failed(admitted: Admitted, request: Request, generation: Generati
     try:
         return decided_row(admitted, request, generation)
     except Exception as exc:
+        raise_if_interrupted(exc)
         row = failed_row(admitted, request, f"{type(exc).__name__}: {exc}")
         return {**row, "reason": DECISION_FAILED}

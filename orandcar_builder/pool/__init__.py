@@ -52,7 +52,8 @@ def import_source(fmt: str, source: Path, out: Path, **options) -> ImportReport:
     """Convert ``source`` (format ``fmt``) to the native pool file ``out``.
 
     Returns the counts and problems; the full problem list also goes to ``<out stem>.problems.jsonl``
-    beside ``out``. ``out`` is replaced only when the import finishes. Raises ``OrandCarError``
+    beside ``out``. ``out`` is replaced only when the import finishes having written a line: an
+    import whose every record is unusable leaves ``out`` as it was. Raises ``OrandCarError``
     (with a did-you-mean for names) for an unknown format or option, or a source that cannot be
     read at all; a bad record never raises.
     """
@@ -64,9 +65,18 @@ def import_source(fmt: str, source: Path, out: Path, **options) -> ImportReport:
     if not source.exists():
         raise OrandCarError(f"{source}: no such file or folder to import")
     report = ImportReport(format=fmt, source=str(source), out=str(out))
-    with PoolWriter(out, report) as writer:
-        importer(source, writer, **options)
+    try:
+        with PoolWriter(out, report) as writer:
+            importer(source, writer, **options)
+            if not report.written:
+                raise _NothingWritten  # an empty pool must not replace one
+    except _NothingWritten:
+        pass
     return report
+
+
+class _NothingWritten(Exception):
+    """Leaves a PoolWriter without replacing its file."""
 
 
 __all__ = [

@@ -13,8 +13,8 @@ dropped for another reason (a repeated id) is only wasted work.
 
 Memory stays bounded: at most ``depth`` chunks of lines and their checks (a path, a hash and a
 size each) are held. Workers are started with ``spawn`` (a build may already run threads, which
-``fork`` does not copy safely), import only ``images``, and end when the build's process is gone,
-even if it was killed outright.
+``fork`` does not copy safely), import only ``images``, leave Ctrl-C to the build's process
+(``interrupts``) and end when that process is gone, even if it was killed outright.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional
 
 from ..errors import OrandCarError
-from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_images, exit_with_parent
+from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_images, start_worker
+from ..interrupts import sigint_blocked
 
 # Lines per task sent to a worker: enough to make a task's overhead small against its images.
 CHUNK_LINES = 16
@@ -90,7 +91,7 @@ class ImagePrefetch:
 
     def __enter__(self) -> "ImagePrefetch":
         self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=exit_with_parent, initargs=(os.getpid(),))
+                                         initializer=start_worker, initargs=(os.getpid(),))
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -129,7 +130,10 @@ class ImagePrefetch:
                     self.pending[path] = index
                     named.append(path)
                     send.append(path)
-            future = self._pool.submit(check_images, send, self.root, self.policy) if send else None
+            future = None
+            if send:
+                with sigint_blocked():  # a worker this starts never sees the terminal's Ctrl-C
+                    future = self._pool.submit(check_images, send, self.root, self.policy)
             window.append((index, chunk, future, send, named))
             return True
 

@@ -14,6 +14,7 @@ from ...cache import CacheStats, GenerationCache
 from ...executors import generate_through_cache
 from ...judge.prompt import candidate_text
 from ...executors.base import CHUNK_SIZE
+from ...engines.base import public_fingerprint
 from ...executors.steps import decision_from_row, generation_from_row, with_verdict
 from ...records import DECISION_SCHEMA
 from ...parquetio import open_parquet
@@ -139,7 +140,7 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
             calibration = judging.calibrate(judge_engine, calibration_pool.items(), calibrate, generate=run).to_dict()
         set_progress(bar, stats.done, stats.done)
     return {
-        "engine": judge_engine.fingerprint(),
+        "engine": public_fingerprint(judge_engine),
         "prompt_version": judging.JUDGE_PROMPT_VERSION,
         "judged": sum(labels.values()),
         "verdicts": {label: labels.get(label, 0) for label in VERDICT_LABELS},
