@@ -13,8 +13,9 @@ images must lie inside the pool file's folder unless ``allow_outside_paths`` is 
 (``within``), so a pool someone else wrote cannot embed any file the user can read.
 
 Kept rather than a library (issue 26): the read deadline is a ``time.monotonic()`` check between
-chunked ``read`` calls, no thread and no signal (``signal.alarm`` works only on the main thread,
-and image checks run on prefetch workers' threads too). ``exit_with_parent`` (a daemon thread
+chunked ``read`` calls, no thread and no signal (``signal.alarm`` works only on a process's main
+thread and one timer per process, and the check is a library function any caller's thread may
+run; a stalled ``read`` call is not ended by a library either). ``exit_with_parent`` (a daemon thread
 that polls ``os.getppid()``) ends a prefetch worker whose build was killed outright: neither
 ``concurrent.futures`` nor ``multiprocessing`` notices a parent killed with SIGKILL (their workers
 block on the task queue for ever), ``prctl(PR_SET_PDEATHSIG)`` is Linux-only, needs ctypes and
