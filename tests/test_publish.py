@@ -186,6 +186,23 @@ def test_hash_file_gives_sha256_and_git_blob_id(tmp_path):
     assert hash_file(path) == (hashlib.sha256(b"hello\n").hexdigest(), "ce013625030ba8dba906f756967f9e9ca394464a")
 
 
+def test_a_file_the_hub_keeps_in_lfs_is_hashed_once_without_its_git_blob_id(tmp_path):
+    """At LFS_SIZE_THRESHOLD bytes and more the Hub matches a file by its LFS sha256: the blob id is
+    not computed (benchmarks/README.md: the unchanged 2 GB re-push decision), and a remote regular
+    file can never match such a file (it is sent again, never skipped unseen)."""
+    from orandcar_builder.publish import LFS_SIZE_THRESHOLD, _local_files
+
+    for name, size in (("below.bin", LFS_SIZE_THRESHOLD - 1), ("at.bin", LFS_SIZE_THRESHOLD)):
+        (tmp_path / name).write_bytes(b"\x01" * size)
+    below, at = _local_files(tmp_path, ["below.bin", "at.bin"], progress=False)
+    assert below.git_oid == git_blob_id((tmp_path / "below.bin").read_bytes()) and at.git_oid is None
+    assert at.sha256 == hashlib.sha256((tmp_path / "at.bin").read_bytes()).hexdigest()
+    as_regular = RemoteFile("at.bin", at.size, blob_id=git_blob_id((tmp_path / "at.bin").read_bytes()))
+    as_lfs = RemoteFile("at.bin", at.size, blob_id="0" * 40, lfs_sha256=at.sha256)
+    assert not as_regular.matches(at) and as_lfs.matches(at)
+    assert plan_changes([at], {"at.bin": as_regular})[0] == [FileChange("at.bin", at.size, "update")]
+
+
 def test_folder_files_are_the_dataset_layout_only(tmp_path):
     for name in ("README.md", "rejected/train-00000-of-00001.parquet", ".cache/huggingface/x", ".DS_Store",
                  "examples/.hidden.png", "examples/rejected-1.png", ".orandcar-dataset", "secrets.txt",
