@@ -7,8 +7,8 @@ timeouts, HTTP 408, 429 and 5xx) are retried with exponential backoff, honouring
 (seconds or an HTTP date, at most ``MAX_BACKOFF_S``); any other error (a 400 for a prompt too
 long, say) fails at once. The retry loops (each request's, and the probe of the servers before
 the first) are tenacity's: stop after so many attempts, retry on these errors only, wait the
-server's ``Retry-After`` or ``backoff_delay``. Reasoning is read from ``message.reasoning`` (``reasoning_content`` on older
-servers) when the server runs a reasoning parser, otherwise split from the text by
+server's ``Retry-After`` or ``backoff_delay``. Reasoning is read from ``message.reasoning``
+(``reasoning_content`` on older servers) when the server runs a reasoning parser, otherwise split from the text by
 ``<think>...</think>``. ``chat_template_kwargs`` travel in the request body, as the OpenAI
 client's ``extra_body`` would put them. With ``record_prompt`` (the default) the request asks
 vLLM for the rendered prompt (``return_prompt_text``) and records it; servers that do not know
