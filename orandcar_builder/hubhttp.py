@@ -16,45 +16,44 @@ def redact(text: str, token: str | None) -> str:
 
 
 
-class _TimeoutTransport(httpx2.BaseTransport):
-    """Gives every request a connect, read, write and pool timeout of at most ``timeout`` seconds."""
+def _bound_request(timeout: float):
+    """An httpx request hook that caps the request's connect, read, write and pool timeouts at
+    ``timeout`` seconds. HfApi passes ``timeout=None`` (no limit) on most requests, and a request's
+    own timeout overrides the client's ``timeout=``, so the limit goes onto each request as it is
+    sent (``request.extensions["timeout"]``, the documented place httpx reads it from)."""
 
-    def __init__(self, inner: httpx2.BaseTransport, timeout: float):
-        self.inner, self.timeout = inner, timeout
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+    def bound(request: httpx2.Request) -> None:
         limits = dict(request.extensions.get("timeout") or {})
         for key in ("connect", "read", "write", "pool"):
             value = limits.get(key)
-            limits[key] = self.timeout if value is None else min(value, self.timeout)
+            limits[key] = timeout if value is None else min(value, timeout)
         request.extensions["timeout"] = limits
-        return self.inner.handle_request(request)
 
-    def close(self) -> None:
-        self.inner.close()
+    return bound
 
 
 @contextlib.contextmanager
 def hub_timeout(timeout: float) -> Iterator[None]:
     """Every request of huggingface_hub's shared client inside the block gets ``timeout`` seconds
     (positive: ``push`` checks it) per connect, read and write (the client's own default is no
-    limit); restored after."""
-    import huggingface_hub.utils._http as hub_http
+    limit); restored after. Blocks nest: the shortest limit holds.
 
-    previous = hub_http._GLOBAL_CLIENT_FACTORY
+    Public API only: ``huggingface_hub.get_session()`` (the shared ``httpx`` client every HfApi,
+    HfFileSystem and download call sends through) and httpx's ``Client.event_hooks``. The hook is
+    added to that client and removed after, so a client factory the caller installed, and the
+    hooks huggingface_hub puts on its client, stay as they are. Not ``set_client_factory``: a
+    factory building a client with ``timeout=`` does not bound HfApi's requests (each passes its
+    own ``timeout=None``), and a replaced factory cannot be put back (there is no public getter).
+    The async client (``set_async_client_factory``) serves only the inference API, which no
+    command here calls."""
+    from huggingface_hub import get_session
 
-    def factory() -> httpx2.Client:
-        client = previous()
-        client.timeout = httpx2.Timeout(timeout)
-        # HfApi passes timeout=None (no limit) on each request, which overrides the client's
-        # default; the transports see the request's final timeouts and put the limit back there.
-        client._transport = _TimeoutTransport(client._transport, timeout)
-        client._mounts = {pattern: _TimeoutTransport(transport, timeout) if transport is not None else None
-                          for pattern, transport in client._mounts.items()}
-        return client
-
-    hub_http.set_client_factory(factory)
+    client = get_session()
+    hook = _bound_request(timeout)
+    hooks = client.event_hooks
+    client.event_hooks = {**hooks, "request": [*hooks["request"], hook]}
     try:
         yield
     finally:
-        hub_http.set_client_factory(previous)
+        hooks = client.event_hooks
+        client.event_hooks = {**hooks, "request": [h for h in hooks["request"] if h is not hook]}

@@ -11,6 +11,16 @@ between them (``read_timeout_s``: a slow or stalled network mount ends the read 
 single read call the kernel never returns from cannot be interrupted from Python). A pool's
 images must lie inside the pool file's folder unless ``allow_outside_paths`` is set
 (``within``), so a pool someone else wrote cannot embed any file the user can read.
+
+Kept rather than a library (issue 26): the read deadline is a ``time.monotonic()`` check between
+chunked ``read`` calls, no thread and no signal (``signal.alarm`` works only on a process's main
+thread and one timer per process, and the check is a library function any caller's thread may
+run; a stalled ``read`` call is not ended by a library either). ``exit_with_parent`` (a daemon thread
+that polls ``os.getppid()``) ends a prefetch worker whose build was killed outright: neither
+``concurrent.futures`` nor ``multiprocessing`` notices a parent killed with SIGKILL (their workers
+block on the task queue for ever), ``prctl(PR_SET_PDEATHSIG)`` is Linux-only, needs ctypes and
+fires when the forking *thread* ends rather than the process, and ``psutil`` (not a dependency)
+would poll just the same.
 """
 
 from __future__ import annotations

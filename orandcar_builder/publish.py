@@ -55,6 +55,9 @@ COMMIT_MAX_BYTES = 2 * 1024**3  # bytes per commit: an interrupted push loses at
 README = "README.md"
 KEPT_REMOTE_FILES = HUB_FILES  # the Hub's own files; never deleted by a push
 DEFAULT_TIMEOUT_S = 60.0  # per connect, read or write of one request; a large upload keeps writing
+# The Hub stores every file of this size or more through LFS (it refuses a regular file that large),
+# so such a file matches by its LFS sha256 and its git blob id is never compared: it is not computed.
+LFS_SIZE_THRESHOLD = 10 * 1024 * 1024
 # Git ref names (git check-ref-format), kept to what the Hub accepts as a branch or tag name.
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -117,7 +120,7 @@ class LocalFile:
     source: Path
     size: int
     sha256: str
-    git_oid: str  # git blob id of the content
+    git_oid: str | None  # git blob id of the content; None at LFS_SIZE_THRESHOLD bytes or more
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ class RemoteFile:
         """Same content: compare the LFS sha256 for LFS files, the git blob id otherwise."""
         if self.lfs_sha256 is not None:
             return self.lfs_sha256 == local.sha256
-        return self.blob_id == local.git_oid
+        return local.git_oid is not None and self.blob_id == local.git_oid  # no blob id: not a match, sent
 
 
 @dataclass(frozen=True)
@@ -229,9 +232,13 @@ def folder_files(folder: Path) -> list[str]:
     return scan(Path(folder)).published
 
 
-def hash_file(path: Path) -> tuple[str, str]:
-    """(sha256, git blob id) of a file, read once in chunks."""
-    sha256, git = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+def hash_file(path: Path, *, git_oid: bool = True) -> tuple[str, str | None]:
+    """(sha256, git blob id) of a file, read once in chunks; the blob id None without ``git_oid``."""
+    sha256 = hashlib.sha256()
+    if not git_oid:
+        update_from_file(path, sha256)
+        return sha256.hexdigest(), None
+    git = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
     update_from_file(path, sha256, git)
     return sha256.hexdigest(), git.hexdigest()
 
@@ -390,7 +397,7 @@ def _local_files(folder: Path, paths: list[str], progress: bool) -> list[LocalFi
     with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="hashing", disable=not progress) as bar:
         for path in paths:
             source = folder / path
-            sha256, git_oid = hash_file(source)
+            sha256, git_oid = hash_file(source, git_oid=sizes[path] < LFS_SIZE_THRESHOLD)
             out.append(LocalFile(path, source, sizes[path], sha256, git_oid))
             bar.update(sizes[path])
     return out

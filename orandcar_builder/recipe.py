@@ -524,56 +524,21 @@ def options_of(section: dict) -> dict:
     return {k: v for k, v in section.items() if k != "name"}
 
 
-# --- writing TOML (tomllib only reads) -------------------------------------------------------------
+# --- writing TOML (tomllib only reads; tomli_w is its writer) -------------------------------------
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else _toml_string(key)
-
-
-def _toml_string(text: str) -> str:
-    import json
-
-    # JSON escapes what TOML requires escaped, except DEL
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) if value == value and value not in (float("inf"), float("-inf")) else (
-            "nan" if value != value else "inf" if value > 0 else "-inf")
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+def _without_none(value: Any) -> Any:
+    """``value`` with every None left out, at any depth (TOML has no null)."""
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items()
-                                if v is not None) + " }" if value else "{}"
-    return _toml_string(str(value))
+        return {str(k): _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_without_none(v) for v in value if v is not None]
+    return value
 
 
 def to_toml(data: dict) -> str:
-    """``data`` (a resolved recipe) as TOML text that ``tomllib`` reads back equal: top-level
-    values first, then one ``[table]`` per section and one ``[families.NAME]`` per family; deeper
-    mappings inline. ``None`` values are left out (TOML has no null)."""
-    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict) and v is not None]
-    for section, value in data.items():
-        if not isinstance(value, dict):
-            continue
-        if section == "families":
-            nested, plain = dict(value), {}
-        else:
-            nested, plain = {}, value
-        if plain or not nested:
-            lines += ["", f"[{_toml_key(section)}]"]
-            lines += [f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in plain.items() if v is not None]
-        for name, table in nested.items():
-            lines += ["", f"[{_toml_key(section)}.{_toml_key(str(name))}]"]
-            lines += [f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in table.items() if v is not None]
-    return "\n".join(lines).lstrip("\n") + "\n"
+    """``data`` (a resolved recipe) as TOML text that ``tomllib`` reads back equal, written by
+    ``tomli_w``: top-level values first, then one ``[table]`` per section, one ``[families.NAME]``
+    per family, and a sub-table for each deeper mapping. ``None`` values are left out."""
+    import tomli_w
+
+    return tomli_w.dumps(_without_none(data))

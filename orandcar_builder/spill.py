@@ -16,6 +16,15 @@ The file is scratch data: no journal, no fsync, one transaction that is never co
 folder is removed on ``close()`` (or when the structure is garbage-collected). Keys and values are
 str without lone surrogates (SQLite stores UTF-8); SQLite's JSON functions are needed (built in
 since SQLite 3.38, and in the usual Python builds before). Not for use from several threads at once.
+
+Kept rather than a library (issue 26, measured 2026-12-02 on 200,000 new keys): the closest kept
+package, ``diskcache`` (SQLite too), writes each key in a transaction of its own: 20,000 adds took
+4.0 s (1.2 s with its sync and journal off), i.e. 12-40 s for the 200,000 a ``SpillSet`` adds in
+0.5 s, and it keeps no in-memory phase for small pools nor a filter for new keys. ``shelve``/``dbm``
+(standard library) pickle every value, answer "seen?" from disk for every key, and which backend
+exists depends on the platform (``dbm.dumb`` holds its whole index in memory). Bloom filter
+packages (``pybloom-live``, last release 2022) would replace the twenty lines of ``_bloom_position``
+and ``_set_bits`` only.
 """
 
 from __future__ import annotations

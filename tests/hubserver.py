@@ -167,7 +167,8 @@ class HubState:
         self.lock = threading.RLock()
         self.secret = secrets.token_bytes(16)
         self.tree_page_size = TREE_PAGE_SIZE
-        self.failures: dict[str, list] = {}  # route -> [None (serve it) or (status, message)], in order
+        self.failures: dict[str, list] = {}  # route -> [None (serve it), (status, message) or ("stall", s)], in order
+        self.stopped = threading.Event()  # set when the server stops: ends every stall at once
         self.tamper = None  # (path, bytes) -> bytes: what a commit stores for a file it adds (a faulty Hub)
         self._counter = 0
 
@@ -337,7 +338,9 @@ class _Handler(BaseHTTPRequestHandler):
             with self.state.lock:
                 planned = self.state.failures.get(route)
                 failure = planned.pop(0) if planned else None
-            if failure is not None:
+            if failure is not None and failure[0] == "stall":  # accept the request, answer late
+                self.state.stopped.wait(failure[1])
+            elif failure is not None:
                 raise HubError(failure[0], failure[1])
             status, headers, payload = handler(*args, query=query, body=body, auth=auth, summary=summary)
         except HubError as err:
@@ -936,6 +939,7 @@ class HubServer:
         return self._server.url
 
     def start(self) -> "HubServer":
+        self.state.stopped.clear()
         self._server = _Server(self.state)
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         name="hubserver", daemon=True)
@@ -943,6 +947,7 @@ class HubServer:
         return self
 
     def stop(self) -> None:
+        self.state.stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -977,6 +982,12 @@ class HubServer:
         """
         with self.state.lock:
             self.state.failures.setdefault(route, []).extend([None] * skip + [(status, message)] * times)
+
+    def stall_next(self, route: str, seconds: float, *, times: int = 1, skip: int = 0) -> None:
+        """Serve ``skip`` more requests of ``route``, then hold ``times`` of them ``seconds`` before
+        answering (the body read, no byte sent back): an endpoint that stops answering mid-push."""
+        with self.state.lock:
+            self.state.failures.setdefault(route, []).extend([None] * skip + [("stall", seconds)] * times)
 
     def tamper_with(self, change) -> None:
         """From now on every file a commit adds is stored as ``change(path, data)`` returns it (None:

@@ -306,3 +306,38 @@ def test_report_and_card_use_the_work_dir_the_folder_remembers(sample_build, sam
         assert f"the work dir that built it, {gone}, is gone; give the work dir with --work" in res.output
     res = run("report", sample_copy, "--work", result.work, "-o", tmp_path / "again.html")
     assert res.exit_code == 0, res.output  # --work wins over the marker
+
+
+HEAVY_MODULES = ("matplotlib", "sympy", "math_verify", "datasets", "tenacity")  # drawn, math, Hub, engines
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"],
+    ["check-answer", "--family", "scene_text", "--answer", "Hello!", "--reference", "HELLO"],
+    ["check-answer", "--family", "multiple_choice", "--answer", "(B)", "--reference", "B", "--option", "x",
+     "--option", "y"],
+])
+def test_light_commands_never_import_the_heavy_libraries(args):
+    """matplotlib (charts) and sympy (math-verify) are imported by the code that draws or checks
+    math, never at start-up: `orandcar --help` and a non-math check-answer stay fast."""
+    import subprocess
+    import sys
+
+    code = ("import sys, runpy; sys.argv = ['orandcar', *sys.argv[1:]]\n"
+            "try:\n    runpy.run_module('orandcar_builder.cli', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            f"print('LOADED', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO,
+                         timeout=120).stdout
+    assert "LOADED []" in out, out[-500:]
+
+
+def test_a_math_check_answer_does_load_math_verify():  # the test above can fail: the probe sees imports
+    import subprocess
+    import sys
+
+    code = ("import sys, runpy; sys.argv = ['orandcar', 'check-answer', '--family', 'math', '--answer', '1/2',"
+            " '--reference', '0.5']\ntry:\n    runpy.run_module('orandcar_builder.cli', run_name='__main__')\n"
+            "except SystemExit:\n    pass\nprint('LOADED', 'sympy' in sys.modules)")
+    assert "LOADED True" in subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                                           timeout=120).stdout

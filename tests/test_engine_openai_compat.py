@@ -266,3 +266,37 @@ def test_a_model_the_server_does_not_serve_stops_before_any_request(server):
     with pytest.raises(EngineUnavailable, match="does not serve model 'other'"):
         OpenAICompatEngine("other", server.url).generate([req("a", "Q")])
     assert server.received == []
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("3", 3.0), ("0.5", 0.5), ("-4", 0.0), ("inf", 60.0), ("1e12", 60.0), ("nan", None), ("soon", None),
+    ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # a date in the past: no wait
+])
+def test_retry_after_is_read_as_seconds_or_an_http_date_and_capped(value, expected):
+    from orandcar_builder.engines.openai_compat import MAX_BACKOFF_S, _retry_after
+
+    assert MAX_BACKOFF_S == 60.0
+    assert _retry_after({"retry-after": value}) == expected
+    assert _retry_after({}) is None
+
+
+def test_retry_after_as_a_future_http_date():
+    from email.utils import format_datetime
+    from datetime import datetime, timedelta, timezone
+
+    from orandcar_builder.engines.openai_compat import _retry_after
+
+    when = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True)
+    assert 25 <= _retry_after({"retry-after": when}) <= 30
+
+
+def test_the_servers_retry_after_wins_over_the_backoff(server):
+    """The fake server answers 429 with ``Retry-After: 0``: with a 30 s backoff the retry still
+    goes at once."""
+    import time
+
+    server.fail_next("Q", [429, 429])
+    start = time.monotonic()
+    (gen,) = engine_for(server, backoff_s=30.0).generate([req("a", "Q")])
+    assert gen.final_answer == "answer to: Q" and time.monotonic() - start < 10
+    assert [s for q, s in server.statuses if q == "Q"] == [429, 429, 200]

@@ -186,6 +186,23 @@ def test_hash_file_gives_sha256_and_git_blob_id(tmp_path):
     assert hash_file(path) == (hashlib.sha256(b"hello\n").hexdigest(), "ce013625030ba8dba906f756967f9e9ca394464a")
 
 
+def test_a_file_the_hub_keeps_in_lfs_is_hashed_once_without_its_git_blob_id(tmp_path):
+    """At LFS_SIZE_THRESHOLD bytes and more the Hub matches a file by its LFS sha256: the blob id is
+    not computed (benchmarks/README.md: the unchanged 2 GB re-push decision), and a remote regular
+    file can never match such a file (it is sent again, never skipped unseen)."""
+    from orandcar_builder.publish import LFS_SIZE_THRESHOLD, _local_files
+
+    for name, size in (("below.bin", LFS_SIZE_THRESHOLD - 1), ("at.bin", LFS_SIZE_THRESHOLD)):
+        (tmp_path / name).write_bytes(b"\x01" * size)
+    below, at = _local_files(tmp_path, ["below.bin", "at.bin"], progress=False)
+    assert below.git_oid == git_blob_id((tmp_path / "below.bin").read_bytes()) and at.git_oid is None
+    assert at.sha256 == hashlib.sha256((tmp_path / "at.bin").read_bytes()).hexdigest()
+    as_regular = RemoteFile("at.bin", at.size, blob_id=git_blob_id((tmp_path / "at.bin").read_bytes()))
+    as_lfs = RemoteFile("at.bin", at.size, blob_id="0" * 40, lfs_sha256=at.sha256)
+    assert not as_regular.matches(at) and as_lfs.matches(at)
+    assert plan_changes([at], {"at.bin": as_regular})[0] == [FileChange("at.bin", at.size, "update")]
+
+
 def test_folder_files_are_the_dataset_layout_only(tmp_path):
     for name in ("README.md", "rejected/train-00000-of-00001.parquet", ".cache/huggingface/x", ".DS_Store",
                  "examples/.hidden.png", "examples/rejected-1.png", ".orandcar-dataset", "secrets.txt",
@@ -361,6 +378,61 @@ def test_silent_endpoint_times_out_with_a_clear_message(tmp_path, monkeypatch, f
         for conn in accepted:
             conn.close()
     assert accepted and time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("route", ["repo-info", "commit"])
+def test_a_request_that_outlives_the_timeout_ends_the_push(hub, folder_v1, route):
+    """The Hub stops answering mid-push (reading the repo, committing; requests the client sends
+    once): the push ends within a few multiples of ``timeout``, naming the limit, and the shared
+    client is left without the limit afterwards."""
+    import time
+
+    from huggingface_hub import get_session
+
+    hooks_before = list(get_session().event_hooks["request"])
+    skip = 1 if route == "repo-info" else 0  # the first repo-info is the 404 of a new repo
+    hub.stall_next(route, 20, skip=skip)
+    start = time.monotonic()
+    with pytest.raises(HubTimeoutError, match=r"did not answer within 0.5 s"):
+        quiet_push(folder_v1, timeout=0.5)
+    assert time.monotonic() - start < 10
+    assert not hub.state.failures[route]  # the stall was reached
+    assert get_session().event_hooks["request"] == hooks_before
+
+
+def test_a_stalled_request_the_client_retries_is_cut_and_sent_again(hub, folder_v1):
+    """huggingface_hub retries preupload and the LFS requests on a timeout: the stalled attempt is
+    cut after ``timeout`` and the push completes on the next one, in seconds rather than the 20 s
+    the Hub holds the first attempt."""
+    import time
+
+    for route in ("preupload", "lfs-upload", "resolve"):  # resolve: the read-back after the commit
+        hub.stall_next(route, 20)
+    start = time.monotonic()
+    assert quiet_push(folder_v1, timeout=0.5).commits
+    assert time.monotonic() - start < 15
+    assert not any(hub.state.failures[route] for route in ("preupload", "lfs-upload", "resolve"))  # all stalled
+    assert all(hub.calls(route) for route in ("preupload", "lfs-upload", "resolve"))  # and answered later
+
+
+def test_a_slow_answer_within_the_timeout_is_waited_for(hub, folder_v1):
+    hub.stall_next("commit", 0.3)
+    assert quiet_push(folder_v1, timeout=5).commits
+
+
+def test_nested_time_limits_keep_the_shortest_and_restore_the_outer(hub):
+    import httpx2
+    from huggingface_hub import HfApi, get_session
+
+    from orandcar_builder.publish import hub_timeout
+
+    hub.stall_next("whoami", 2)
+    with hub_timeout(30):
+        with hub_timeout(0.3), pytest.raises(httpx2.TimeoutException):
+            HfApi().whoami()
+        assert len(get_session().event_hooks["request"]) >= 1
+        hub.stall_next("whoami", 0.6)
+        assert HfApi().whoami()["name"]
 
 
 def test_missing_folder_is_refused(hub, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from jsonschema import Draft202012Validator
 
 from orandcar_builder.families import FAMILIES
@@ -151,3 +152,32 @@ rule = "exact"
     written = to_toml(data)
     assert tomllib.loads(written) == data
     assert parse_recipe(written).to_dict() == data  # and it is a valid recipe again
+
+
+def test_toml_leaves_out_none_at_any_depth_and_quotes_hostile_keys():
+    from orandcar_builder.recipe import to_toml, tomllib
+
+    data = {"format": 1, "dataset": {"repo": "o/n", "license_name": None},
+            "engine": {"name": "x", "opts": {"a": None, "b": [1, None, {"c": None, "d": "e"}]},
+                       'we"ird.key = [x]\n': "\x00\x1f\x7f\u2028", "big": 2**63 - 1, "f": -0.0, "inf": float("inf")},
+            "families": {"a.b": {"rule": "exact", "instruction": "'''\"\"\"", "separator": "\r\n"}}}
+    written = to_toml(data)
+    assert tomllib.loads(written) == {
+        "format": 1, "dataset": {"repo": "o/n"},
+        "engine": {"name": "x", "opts": {"b": [1, {"d": "e"}]}, 'we"ird.key = [x]\n': "\x00\x1f\x7f\u2028",
+                   "big": 2**63 - 1, "f": -0.0, "inf": float("inf")},
+        "families": {"a.b": {"rule": "exact", "instruction": "'''\"\"\"", "separator": "\r\n"}}}
+
+
+_toml_scalars = st.one_of(st.text(), st.integers(min_value=-2**63, max_value=2**63 - 1), st.booleans(),
+                          st.floats(allow_nan=False))
+_toml_values = st.recursive(_toml_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), st.dictionaries(st.text(max_size=8), _toml_values, max_size=4), max_size=4))
+def test_any_table_of_json_values_is_written_as_toml_that_reads_back_equal(data):
+    from orandcar_builder.recipe import to_toml, tomllib
+
+    assert tomllib.loads(to_toml(data)) == data

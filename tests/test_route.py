@@ -166,3 +166,20 @@ def test_outcome_record_round_trip(route_to):
 def test_empty_decisions(tmp_path):
     path = _write_decisions(tmp_path / "d.parquet", [], 10)
     assert all(list(RoutePlan(path).rows(c)) == [] for c in CONFIGS)
+
+
+def test_row_groups_are_read_once_while_cached_and_the_cache_is_bounded(tmp_path, monkeypatch):
+    from orandcar_builder.route.plan import CACHED_ROW_GROUPS
+
+    outcomes = [_outcome(i, i // 2, ACCEPTED) for i in range(40)]  # two items per image, side by side
+    path = _write_decisions(tmp_path / "d.parquet", outcomes, 4)  # 10 row groups
+    plan = RoutePlan(path, window=3)
+    reads = []
+    real = plan._file.read_row_group
+    monkeypatch.setattr(plan._file, "read_row_group", lambda g, **kw: reads.append(g) or real(g, **kw))
+    assert len(list(plan.rows("RS_think"))) == 20
+    info = plan._row_group.cache_info()
+    assert sorted(reads) == list(range(10))  # each group read once: its rows are wanted while it is held
+    assert info.currsize <= CACHED_ROW_GROUPS and info.misses == 10
+    plan.close()
+    assert plan._row_group.cache_info().currsize == 0  # a closed plan holds no table

@@ -10,9 +10,9 @@ locator when no base directory is known to resolve it against (a recorded hash i
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
@@ -45,7 +45,8 @@ class SourceImageHashes:
     def __init__(self, base_dir: Optional[os.PathLike | str], *, keep: int = 4096):
         self.base_dir = os.path.abspath(base_dir) if base_dir is not None else None
         self.keep = keep
-        self._digests: OrderedDict[str, str | OSError] = OrderedDict()
+        # A failure is remembered as its OSError (a value, so lru_cache keeps it like a digest).
+        self.digest = functools.lru_cache(maxsize=max(0, keep))(self._digest)
 
     def path(self, recorded: str) -> Optional[str]:
         """The absolute path ``recorded`` names, or None when it is relative and there is no base."""
@@ -53,18 +54,11 @@ class SourceImageHashes:
             return None
         return os.path.abspath(os.path.join(self.base_dir or "", recorded))
 
-    def digest(self, path: str) -> str | OSError:
-        if path in self._digests:
-            self._digests.move_to_end(path)
-            return self._digests[path]
+    def _digest(self, path: str) -> str | OSError:
         try:
-            digest: str | OSError = sha256_file(path)
+            return sha256_file(path)
         except OSError as exc:
-            digest = exc
-        self._digests[path] = digest
-        if len(self._digests) > self.keep:
-            self._digests.popitem(last=False)
-        return digest
+            return exc
 
 
 def check_provenance(item: PoolItem, hashes: SourceImageHashes) -> ProvenanceResult:

@@ -2,10 +2,13 @@
 
 Requests stream through one sliding window (asyncio on a thread of its own, at most
 ``concurrency`` in flight), spread over one or more base URLs; each answer is handed back as soon
-as it arrives and the next request is sent in its place. Transient failures (connection errors, timeouts, HTTP 429 and 5xx) are retried with
-exponential backoff, honouring ``Retry-After``; any other error (a 400 for a prompt too long,
-say) fails at once. Reasoning is read from ``message.reasoning`` (``reasoning_content`` on older
-servers) when the server runs a reasoning parser, otherwise split from the text by
+as it arrives and the next request is sent in its place. Transient failures (connection errors,
+timeouts, HTTP 408, 429 and 5xx) are retried with exponential backoff, honouring ``Retry-After``
+(seconds or an HTTP date, at most ``MAX_BACKOFF_S``); any other error (a 400 for a prompt too
+long, say) fails at once. The retry loops (each request's, and the probe of the servers before
+the first) are tenacity's: stop after so many attempts, retry on these errors only, wait the
+server's ``Retry-After`` or ``backoff_delay``. Reasoning is read from ``message.reasoning``
+(``reasoning_content`` on older servers) when the server runs a reasoning parser, otherwise split from the text by
 ``<think>...</think>``. ``chat_template_kwargs`` travel in the request body, as the OpenAI
 client's ``extra_body`` would put them. With ``record_prompt`` (the default) the request asks
 vLLM for the rendered prompt (``return_prompt_text``) and records it; servers that do not know
@@ -22,9 +25,11 @@ import base64
 import concurrent.futures
 import queue
 import threading
-import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any, Iterable, Iterator, Optional, Sequence
+
+from tenacity import AsyncRetrying, Retrying, retry_if_exception_type, stop_after_attempt
 
 from ..errors import OrandCarError
 from ..files import image_format, loads_bounded
@@ -125,17 +130,52 @@ def reply_from_response(body: dict) -> ServerReply:
     )
 
 
-def _retry_after(headers: Any) -> Optional[float]:
+def _retry_after(headers: Any, cap: float = MAX_BACKOFF_S) -> Optional[float]:
+    """Seconds the server asks to wait (``Retry-After``: delta-seconds or an HTTP date), at most
+    ``cap`` (a server asking for hours, or ``inf``, does not stall the build); None when absent or
+    unreadable (our own backoff applies)."""
     value = headers.get("retry-after") if headers is not None else None
+    if value is None:
+        return None
     try:
-        return max(0.0, float(value)) if value is not None else None
+        seconds = float(value)
     except ValueError:
-        return None  # an HTTP date; fall back to our own backoff
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        from datetime import datetime, timezone
+
+        seconds = (when - datetime.now(timezone.utc)).total_seconds()
+    if seconds != seconds:  # nan
+        return None
+    return min(cap, max(0.0, seconds))
 
 
 def backoff_delay(attempt: int, base: float, cap: float = MAX_BACKOFF_S) -> float:
     """Seconds to wait before retry number ``attempt`` (0-based): ``base * 2**attempt``, capped."""
     return min(cap, base * (2 ** attempt))
+
+
+class _Transient(Exception):
+    """A failure worth another attempt; ``retry_after``: the seconds the server asked for."""
+
+    def __init__(self, message: str, retry_after: Optional[float] = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _retry_wait(base: float):
+    """tenacity's wait: the server's ``Retry-After`` when it sent one, else ``backoff_delay``."""
+
+    def wait(state) -> float:
+        error = state.outcome.exception() if state.outcome is not None else None
+        asked = getattr(error, "retry_after", None)
+        return asked if asked is not None else backoff_delay(state.attempt_number - 1, base)
+
+    return wait
 
 
 class OpenAICompatEngine:
@@ -286,27 +326,22 @@ class OpenAICompatEngine:
         unreachable: list[str] = []
         with httpx.Client(timeout=min(self.timeout_s, PROBE_TIMEOUT_S), headers=headers) as client:
             for base, shown in zip(self.base_urls, self._shown_urls):
-                error = ""
-                for attempt in range(PROBE_ATTEMPTS):
+                probe = Retrying(stop=stop_after_attempt(PROBE_ATTEMPTS), retry=retry_if_exception_type(httpx.TransportError),
+                                 wait=_retry_wait(self.backoff_s), reraise=True)
+                try:
+                    response = probe(client.get, f"{base}/models")
+                except httpx.TransportError as exc:
+                    unreachable.append(f"{shown} ({self._scrub(f'{type(exc).__name__}: {exc}')})")
+                    continue
+                if response.status_code == 200:
                     try:
-                        response = client.get(f"{base}/models")
-                    except httpx.TransportError as exc:
-                        error = self._scrub(f"{type(exc).__name__}: {exc}")
-                        time.sleep(min(self.backoff_s * (2 ** attempt), MAX_BACKOFF_S) if self.backoff_s else 0)
-                        continue
-                    error = ""
-                    if response.status_code == 200:
-                        try:
-                            served = [m.get("id") for m in loads_bounded(response.content).get("data", [])]
-                        except (ValueError, AttributeError):
-                            served = []
-                        if served and self.model not in served:
-                            raise EngineUnavailable(self._scrub(
-                                f"{shown} does not serve model {self.model!r} (it serves {', '.join(map(str, served))}); "
-                                "pass the served name with --model"))
-                    break
-                if error:
-                    unreachable.append(f"{shown} ({error})")
+                        served = [m.get("id") for m in loads_bounded(response.content).get("data", [])]
+                    except (ValueError, AttributeError):
+                        served = []
+                    if served and self.model not in served:
+                        raise EngineUnavailable(self._scrub(
+                            f"{shown} does not serve model {self.model!r} (it serves {', '.join(map(str, served))}); "
+                            "pass the served name with --model"))
         if len(unreachable) == len(self.base_urls):
             raise EngineUnavailable(f"cannot reach the OpenAI-compatible server at {'; '.join(unreachable)}; "
                                     "start it, or pass its address with --engine-option base_urls=...")
@@ -321,28 +356,34 @@ class OpenAICompatEngine:
         return await self._generate_one(client, index, request, body)
 
     async def _generate_one(self, client: Any, index: int, request: Request, body: dict) -> Generation:
+        retrying = AsyncRetrying(stop=stop_after_attempt(self.max_retries + 1), retry=retry_if_exception_type(_Transient),
+                                 wait=_retry_wait(self.backoff_s), reraise=True)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    # Spread requests over the servers; a retry moves on to the next one.
+                    server = (index + attempt.retry_state.attempt_number - 1) % len(self.base_urls)
+                    return await self._attempt(client, server, request, body)
+        except _Transient as exc:
+            raise _RequestFailed(f"{exc} (gave up after {self.max_retries + 1} attempts)") from None
+        raise AssertionError("unreachable: tenacity returns or re-raises")
+
+    async def _attempt(self, client: Any, server: int, request: Request, body: dict) -> Generation:
+        """One POST to server ``server``: the generation, a _Transient to retry, or a _RequestFailed
+        for good; every message names the server by its shown URL and holds no secret."""
         httpx = self._httpx
-        last_error = ""
-        for attempt in range(self.max_retries + 1):
-            # Spread requests over the servers; a retry moves on to the next one.
-            server = (index + attempt) % len(self.base_urls)
-            url, shown = f"{self.base_urls[server]}/chat/completions", f"{self._shown_urls[server]}/chat/completions"
-            delay: Optional[float] = None
-            try:
-                response = await client.post(url, json=body)
-            except httpx.TransportError as exc:
-                last_error = self._scrub(f"{shown}: {type(exc).__name__}: {exc}")
-            else:
-                if response.status_code == 200:
-                    return self._generation(request, response, shown)
-                # a server may echo the key it refused
-                last_error = self._scrub(f"{shown}: HTTP {response.status_code}: {response.text[:500]}")
-                if response.status_code not in TRANSIENT_STATUS:
-                    raise _RequestFailed(last_error + " (not retried)")
-                delay = _retry_after(response.headers)
-            if attempt < self.max_retries:
-                await asyncio.sleep(delay if delay is not None else backoff_delay(attempt, self.backoff_s))
-        raise _RequestFailed(f"{last_error} (gave up after {self.max_retries + 1} attempts)")
+        url, shown = f"{self.base_urls[server]}/chat/completions", f"{self._shown_urls[server]}/chat/completions"
+        try:
+            response = await client.post(url, json=body)
+        except httpx.TransportError as exc:
+            raise _Transient(self._scrub(f"{shown}: {type(exc).__name__}: {exc}")) from None
+        if response.status_code == 200:
+            return self._generation(request, response, shown)
+        # a server may echo the key it refused
+        error = self._scrub(f"{shown}: HTTP {response.status_code}: {response.text[:500]}")
+        if response.status_code not in TRANSIENT_STATUS:
+            raise _RequestFailed(error + " (not retried)")
+        raise _Transient(error, _retry_after(response.headers))
 
     def _scrub(self, text: str) -> str:
         """A message without this engine's secrets (its key, the user-info of its URLs)."""

@@ -229,6 +229,11 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
     root = os.path.realpath(base)  # the folder the pool's paths must stay in, links resolved
     # One hash and decode check per image file while its QA items come close together; bounded, so
     # memory does not grow with the pool (an image seen again much later is checked again).
+    # An OrderedDict LRU, not functools.lru_cache: the prefetcher asks whether a path is held
+    # (``images.__contains__``) without checking it, to skip sending it to a worker, and the value
+    # comes from a check that depends on the caller (inline here, a worker's result with the
+    # prefetcher); lru_cache has neither a peek nor a per-call filler. cachetools.LRUCache would
+    # serve, as a new dependency for these six lines; not worth it.
     images: OrderedDict[str, ImageRef | ImageError] = OrderedDict()
     lines = islice(decode_json_lines(path), limit)
     here = lambda image_path: check_image(image_path, root, policy)  # noqa: E731

@@ -9,8 +9,8 @@ window of decisions, whatever the pool size.
 
 from __future__ import annotations
 
+import functools
 import tempfile
-from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -101,7 +101,8 @@ class RoutePlan:
         self._rows = meta.num_rows
         self._buckets = max(1, -(-self._rows // bucket_rows))
         self._bucket_rows = bucket_rows
-        self._cache: OrderedDict[int, pa.Table] = OrderedDict()
+        # The last CACHED_ROW_GROUPS row groups read, per plan (an lru_cache of this instance's method).
+        self._row_group = functools.lru_cache(maxsize=CACHED_ROW_GROUPS)(self._read_row_group)
         self._folder: Optional[tempfile.TemporaryDirectory] = tempfile.TemporaryDirectory(
             prefix=".route-", dir=self.path.parent)
         self._dir = Path(self._folder.name)
@@ -123,7 +124,7 @@ class RoutePlan:
             self._folder.cleanup()
             self._folder = None
             self._file.close()
-        self._cache.clear()
+        self._row_group.cache_clear()
 
     def __enter__(self) -> "RoutePlan":
         return self
@@ -250,12 +251,5 @@ class RoutePlan:
             records.update(zip(wanted.tolist(), rows))
         return records
 
-    def _row_group(self, group: int) -> pa.Table:
-        if group in self._cache:
-            self._cache.move_to_end(group)
-            return self._cache[group]
-        table = self._file.read_row_group(group, columns=list(OUTCOME_COLUMNS), use_threads=False)
-        self._cache[group] = table
-        if len(self._cache) > CACHED_ROW_GROUPS:
-            self._cache.popitem(last=False)
-        return table
+    def _read_row_group(self, group: int) -> pa.Table:
+        return self._file.read_row_group(group, columns=list(OUTCOME_COLUMNS), use_threads=False)

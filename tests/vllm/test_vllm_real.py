@@ -181,20 +181,20 @@ def server_url(tiny_model, tmp_path_factory):
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + SERVER_START_S
         import httpx2
+        from tenacity import RetryError, Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
 
-        while True:
-            if proc.poll() is not None:
+        def up() -> bool:
+            if proc.poll() is not None:  # pytest.fail is a BaseException: tenacity does not retry it
                 pytest.fail(f"vLLM server exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                if httpx2.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM server not up after {SERVER_START_S} s:\n{log_path.read_text()[-4000:]}")
-            time.sleep(1)
+            return httpx2.get(f"{url}/models", timeout=2).status_code == 200
+
+        waiting = Retrying(stop=stop_after_delay(SERVER_START_S), wait=wait_fixed(1),
+                           retry=retry_if_exception_type(httpx2.TransportError) | retry_if_result(lambda ok: not ok))
+        try:
+            waiting(up)
+        except RetryError:
+            pytest.fail(f"vLLM server not up after {SERVER_START_S} s:\n{log_path.read_text()[-4000:]}")
         yield url
     finally:
         proc.terminate()
