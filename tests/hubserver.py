@@ -24,6 +24,7 @@ such a subprocess fail loudly on any connection that does not go to the loopback
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import fnmatch
 import hashlib
@@ -1075,3 +1076,34 @@ def forbid_network() -> None:
 
     socket.socket.connect = connect
     socket.getaddrinfo = getaddrinfo
+
+
+@contextlib.contextmanager
+def silent_endpoint(monkeypatch, token: str):
+    """huggingface_hub pointed at a loopback socket that accepts connections and never answers
+    (an endpoint that hangs); yields the list of accepted connections, closed on exit."""
+    import huggingface_hub.constants as constants
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setenv("HF_TOKEN", token)
+    try:
+        yield accepted
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+

@@ -31,7 +31,7 @@ import pytest
 import yaml
 from PIL import Image as PILImage
 
-from tests.hubserver import HubServer, git_blob_id
+from tests.hubserver import HubServer, git_blob_id, silent_endpoint
 from orandcar_builder.dataset.features import configs_block, features, qa_fields
 from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.errors import OrandCarError
@@ -347,36 +347,12 @@ def test_bad_tag_or_branch_names_are_refused_before_any_request(hub, folder_v1, 
 
 def test_silent_endpoint_times_out_with_a_clear_message(tmp_path, monkeypatch, folder_v1):
     """An endpoint that accepts connections and never answers: the push ends, naming the limit."""
-    import socket
-    import threading
     import time
 
-    import huggingface_hub.constants as constants
-
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    accepted = []
-
-    def accept() -> None:
-        while True:
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{listener.getsockname()[1]}")
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    monkeypatch.setenv("HF_TOKEN", "hf_timeout_test_token")
     start = time.monotonic()
-    try:
+    with silent_endpoint(monkeypatch, "hf_timeout_test_token") as accepted:
         with pytest.raises(HubTimeoutError, match=r"did not answer within 0.5 s"):
             quiet_push(folder_v1, timeout=0.5)
-    finally:
-        listener.close()
-        for conn in accepted:
-            conn.close()
     assert accepted and time.monotonic() - start < 30
 
 

@@ -28,7 +28,7 @@ from orandcar_builder.dataset.validate import SCHEMA_DIR, json_schema, validate_
 from orandcar_builder.publish import push
 from orandcar_builder.vocab import CONFIGS
 from tests import test_validate
-from tests.hubserver import HubServer
+from tests.hubserver import HubServer, silent_endpoint
 
 REPO = "orandcar-org/OrandCar-ci"
 TESTS = Path(__file__).resolve().parent
@@ -270,35 +270,11 @@ def test_the_hubs_own_card_check_is_asked(published, hub):
 
 
 def test_a_silent_endpoint_times_out(monkeypatch):
-    import socket
-    import threading
     import time
 
-    import huggingface_hub.constants as constants
-
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    accepted = []
-
-    def accept() -> None:
-        while True:
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{listener.getsockname()[1]}")
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    monkeypatch.setenv("HF_TOKEN", "hf_timeout_validate_token")
     start = time.monotonic()
-    try:
+    with silent_endpoint(monkeypatch, "hf_timeout_validate_token") as accepted:
         run = CliRunner().invoke(main, ["validate", f"{REPO}@v1.0", "--timeout", "0.5"])
-    finally:
-        listener.close()
-        for conn in accepted:
-            conn.close()
     assert run.exit_code == 2 and "did not answer within 0.5 s" in run.output, run.output
     assert "hf_timeout_validate_token" not in run.output and accepted and time.monotonic() - start < 30
     with pytest.raises(HubReadError, match="timeout must be a positive number"):
