@@ -27,10 +27,10 @@ import pyarrow.parquet as pq
 
 from .errors import OrandCarError
 
-# What one row group of a dataset shard may decode to (Arrow bytes). Our writer closes a row group
-# at dataset.writer.ROW_GROUP_SIZE rows or ROW_GROUP_MAX_BYTES (100 MiB, as datasets does), so
-# ours stay under 100 MiB plus one row (an image of at most images.DEFAULT_MAX_IMAGE_BYTES, 64 MiB,
-# and its text): 512 MiB leaves three times that, and bounds a reader (validate holds a row group
+# What one row group of a dataset shard may decode to (Arrow bytes). Our writer bounds a row group
+# by dataset.writer.ROW_GROUP_MAX_BYTES (100 MB of Arrow data, as datasets does), so ours stay
+# under 100 MB unless one row alone is larger (an image of at most images.DEFAULT_MAX_IMAGE_BYTES,
+# 64 MiB, and its text): 512 MiB leaves five times that, and bounds a reader (validate holds a row group
 # about four times over: Arrow, Python objects, JSON) to about 2 GB whatever a shard claims.
 MAX_ROW_GROUP_BYTES = 512 * 1024 * 1024
 # Decoded bytes per value besides its own bytes: an offset, validity, the list offsets above it.
