@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from orandcar_builder import diff as diff_module, diffstore
 from orandcar_builder.dataset.writer import write_dataset
 from orandcar_builder.diff import DiffError, diff_sides, open_side
 from orandcar_builder.vocab import CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_THINK, WRONG_ANSWER
@@ -62,7 +63,10 @@ def _python_peak(old, new, scratch: Path) -> tuple[int, object]:
         tracemalloc.stop()
 
 
-def test_python_memory_does_not_grow_with_the_dataset(tmp_path):
+def test_python_memory_does_not_grow_with_the_dataset(tmp_path, monkeypatch):
+    # small buffers, so that the small side already fills them (the defaults: 4096 items, 1024 rows)
+    monkeypatch.setattr(diffstore, "BATCH", 256)
+    monkeypatch.setattr(diff_module, "READ_BATCH", 64)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     small_peak, small = _python_peak(*_sides(tmp_path, 300, 20), scratch)
