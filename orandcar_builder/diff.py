@@ -51,6 +51,7 @@ ITEM_PARTS = (*QA_PARTS, "qa_other", "references", "options", "family", "source_
 PART_DIGEST = 8  # bytes of blake2b per part: an item's digest is its parts' digests, in ITEM_PARTS order
 CONTEXT_CHARS = 24  # characters either side of where two questions differ, in the human output
 READ_BATCH = 1024  # rows turned into Python objects at a time
+READ_BUFFER = 1 << 20  # bytes of each column's read buffer
 HUB_READ_BLOCK = 1 << 20  # bytes per ranged read of a Hub shard: the columns read, not the images
 _HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>.+))?$")
 
@@ -240,7 +241,9 @@ def _rows(side: Side, config: str) -> Iterator[dict]:
     for name in side.shards.get(config, []):
         try:
             with side.opener(name) as handle:
-                parquet = pq.ParquetFile(handle, pre_buffer=False)
+                # Buffered, unthreaded reads: a reader holds a buffer per column, not a row group's
+                # column chunks (row groups grow with the dataset up to the writer's 100 MB).
+                parquet = pq.ParquetFile(handle, pre_buffer=False, buffer_size=READ_BUFFER)
                 missing = [c for c in COLUMNS if c not in parquet.schema_arrow.names]
                 if missing:
                     raise DiffError(f"{side.spec}: {name} has no column(s) {', '.join(missing)}")
@@ -248,7 +251,7 @@ def _rows(side: Side, config: str) -> Iterator[dict]:
                     check_row_groups(handle, parquet, columns=COLUMNS)
                 except ShardTooLargeError as exc:
                     raise DiffError(f"{side.spec}: {name}: {exc}") from None
-                for batch in parquet.iter_batches(batch_size=READ_BATCH, columns=list(COLUMNS)):
+                for batch in parquet.iter_batches(batch_size=READ_BATCH, columns=list(COLUMNS), use_threads=False):
                     yield from batch.to_pylist()
         except DiffError:
             raise
