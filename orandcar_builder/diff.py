@@ -251,8 +251,11 @@ def _rows(side: Side, config: str) -> Iterator[dict]:
                     check_row_groups(handle, parquet, columns=COLUMNS)
                 except ShardTooLargeError as exc:
                     raise DiffError(f"{side.spec}: {name}: {exc}") from None
-                for batch in parquet.iter_batches(batch_size=READ_BATCH, columns=list(COLUMNS), use_threads=False):
-                    yield from batch.to_pylist()
+                for group in range(parquet.num_row_groups):  # one reader per row group: one over
+                    # the whole file holds more as it goes (measured: benchmarks/bench_diff.py)
+                    for batch in parquet.iter_batches(batch_size=READ_BATCH, row_groups=[group],
+                                                      columns=list(COLUMNS), use_threads=False):
+                        yield from batch.to_pylist()
         except DiffError:
             raise
         except HfHubHTTPError as exc:

@@ -33,6 +33,8 @@ from .errors import OrandCarError
 # 64 MiB, and its text): 512 MiB leaves five times that, and bounds a reader (validate holds a row group
 # about four times over: Arrow, Python objects, JSON) to about 2 GB whatever a shard claims.
 MAX_ROW_GROUP_BYTES = 512 * 1024 * 1024
+# Rows per batch when a row group's dictionary-encoded columns are measured.
+MEASURE_BATCH_ROWS = 4096
 # Decoded bytes per value besides its own bytes: an offset, validity, the list offsets above it.
 PER_VALUE_BYTES = 8
 _FIXED_WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12}
@@ -86,8 +88,11 @@ def _measured(source, group: int, columns: list[str], shared: list[str]) -> int:
     """The decoded size of ``columns`` of row group ``group``, read with the ``shared`` leaf
     columns in dictionary form (what the footer bounds)."""
     reader = pq.ParquetFile(source, pre_buffer=False, read_dictionary=shared)
-    table = reader.read_row_group(group, columns=columns, use_threads=False)
-    return sum(_decoded_nbytes(chunk) for column in table.columns for chunk in column.chunks)
+    total = 0  # batch by batch: memory holds a batch, not the row group's columns (up to 100 MB)
+    for batch in reader.iter_batches(batch_size=MEASURE_BATCH_ROWS, row_groups=[group], columns=columns,
+                                     use_threads=False):
+        total += sum(_decoded_nbytes(column) for column in batch.columns)
+    return total
 
 
 def check_row_groups(source: Union[str, os.PathLike, IO[bytes]], parquet: Optional[pq.ParquetFile] = None, *,
