@@ -103,3 +103,22 @@ def test_repeated_images_and_items_in_one_config_are_told_apart(tmp_path):
     assert qa["old"] == 9 and qa["new"] == 4
     assert [k.get("occurrence") for k in qa["removed_keys"]] == [2, 2, 3, 3, 4]
     assert [k["id"] for k in qa["removed_keys"]] == ["2", "3", "2", "3", "2"]
+
+
+def test_a_full_scratch_disk_is_one_error_naming_tmpdir(tmp_path, monkeypatch):
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from orandcar_builder.cli import main
+
+    old, new = _sides(tmp_path, 20, 2)
+
+    def full(self):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(diffstore.DiffStore, "finish", full)
+    res = CliRunner().invoke(main, ["diff", old.spec, new.spec])
+    assert res.exit_code == 2, res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "disk is full" in errors[0] and "TMPDIR" in errors[0], res.output
