@@ -143,7 +143,8 @@ def _rows_with_null_values(n: int, seed: int = 1):
 @pytest.mark.parametrize("rows, max_bytes", [(lambda: _rows(0), 10**9), (lambda: _rows(7), 10**9),
                                              (lambda: _rows(2 * CONVERT_ROWS + 7), 10**9),
                                              (lambda: _rows(300), 20_000),
-                                             (lambda: _rows_with_null_values(250), 30_000)])
+                                             (lambda: _rows_with_null_values(250), 30_000),
+                                             (lambda: _rows_with_null_values(1500, 2), 10**9)])
 def test_the_summary_counts_what_a_reader_gets_back(tmp_path, rows, max_bytes):
     """Per shard, the rows, file bytes and Arrow bytes the writer counted while writing are what
     reading the shard back gives (the figures the card's dataset_info states and validate checks)."""

@@ -14,8 +14,8 @@ image larger than the bound). A shard is closed once its rows reach the shard's 
 memory holds one row group, not one shard, and a reader's row group stays within
 ``parquetio.MAX_ROW_GROUP_BYTES``. Shards are written under temporary names and renamed once their
 total is known. Nothing here depends on the clock or the machine: the same rows give the same
-bytes (a shard whose rows fit in one row group has the same bytes as writing them with one
-``pq.write_table``).
+bytes (a row group is written from one contiguous table, so a shard whose rows fit in one row
+group has the same bytes as writing them with one ``pq.write_table``).
 
 Like datasets' ``ArrowWriter``, the writer counts what it writes: per shard the rows, the file's
 bytes and the Arrow size of its row groups (the ``num_bytes`` of a card's ``dataset_info``), so
@@ -138,11 +138,21 @@ class ConfigWriter:
 
     def _write_group(self) -> None:
         if self._group:
-            table = pa.concat_tables(self._group)
+            table = self._contiguous()
             self._shard.write_table(table, row_group_size=max(1, table.num_rows))
             self._shard_rows += table.num_rows
-            self._shard_arrow_bytes += self._group_arrow_bytes
-            self._group, self._group_arrow_bytes = [], 0
+            self._shard_arrow_bytes += table.nbytes  # a reader's row group is contiguous too
+            self._group_arrow_bytes = 0
+
+    def _contiguous(self) -> pa.Table:
+        """The row group's chunks as one contiguous table (what a reader gets back, so its Arrow
+        size is the reader's), a column at a time: memory holds the chunks and one column twice."""
+        table, self._group = pa.concat_tables(self._group), []
+        arrays = []
+        while table.num_columns:
+            arrays.append(table.column(0).combine_chunks())
+            table = table.remove_column(0)
+        return pa.Table.from_arrays(arrays, schema=self.schema)
 
     def _close_shard(self) -> None:
         self._convert()
