@@ -17,9 +17,9 @@ the kernel's high-water mark (VmHWM, reset through /proc/self/clear_refs as each
     .venv/bin/python benchmarks/bench_memory.py                    # 10000 and 100000 QA
     .venv/bin/python benchmarks/bench_memory.py --sizes 10000 50000 --engine replay
 
-Target: the build's peak does not grow with the pool beyond the writer's buffer (one row group
-of ROW_GROUP_SIZE rows) and fixed-size buffers (spill.py's dict threshold and Bloom filter,
-RoutePlan's bucket).
+Target: the build's peak does not grow with the pool beyond the writer's buffer (one row group,
+at most writer.ROW_GROUP_MAX_BYTES of Arrow data) and fixed-size buffers (spill.py's dict
+threshold and Bloom filter, RoutePlan's bucket).
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sqlite3
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -38,6 +40,7 @@ from .dataset.layout import README
 from .errors import OrandCarError
 from .dataset.cardfile import CardFormatError, card_settings, header_families, split_card
 from .families import FAMILIES
+from .diffstore import NEW, OLD, DiffStore, decode_key
 from .parquetio import ShardTooLargeError, check_row_groups
 from .vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIGS, REJECTED, SHARD_NAME
 
@@ -49,6 +52,9 @@ QA_PARTS = ("question", "answer", "think", "org_answer", "verifier", "wrong_vlm"
 ITEM_PARTS = (*QA_PARTS, "qa_other", "references", "options", "family", "source_other", "image", "policy")
 PART_DIGEST = 8  # bytes of blake2b per part: an item's digest is its parts' digests, in ITEM_PARTS order
 CONTEXT_CHARS = 24  # characters either side of where two questions differ, in the human output
+READ_BATCH = 1024  # rows turned into Python objects at a time
+READ_BUFFER = 1 << 20
+SCRATCH_BYTES_PER_ITEM = 2000  # diffstore's file, both sides (measured: 186 MB for two 100k-item folders)  # bytes of each column's read buffer
 HUB_READ_BLOCK = 1 << 20  # bytes per ranged read of a Hub shard: the columns read, not the images
 _HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>.+))?$")
 
@@ -187,26 +193,10 @@ def open_side(spec: str, *, token: Optional[str] = None) -> Side:
 
 # --- reading one side ----------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Item:
-    """What a diff keeps of one QA item: a digest of each part it holds, and what to show."""
-
-    digest: bytes  # the parts' digests, in ITEM_PARTS order
-    family: str
-    question: str  # the full text the model received
-    shown: dict  # the answer fields the list of flipped items shows
-    match: tuple = ()  # (dataset, split, id, image sha256): pairs items whose keys differ
-
-    def changed_parts(self, other: "Item") -> list[str]:
-        """The names (ITEM_PARTS) of the parts that differ between this item and ``other``."""
-        return [name for i, name in enumerate(ITEM_PARTS)
-                if self.digest[i * PART_DIGEST:(i + 1) * PART_DIGEST] != other.digest[i * PART_DIGEST:(i + 1) * PART_DIGEST]]
-
-
-@dataclass
-class ConfigContent:
-    rows: dict[str, bytes] = field(default_factory=dict)  # image_sha256 -> digest of the row
-    items: dict[tuple, Item] = field(default_factory=dict)  # item key -> Item
+def changed_parts(before: bytes, after: bytes) -> list[str]:
+    """The names (ITEM_PARTS) of the parts whose digests differ between two item digests."""
+    return [name for i, name in enumerate(ITEM_PARTS)
+            if before[i * PART_DIGEST:(i + 1) * PART_DIGEST] != after[i * PART_DIGEST:(i + 1) * PART_DIGEST]]
 
 
 def _digest(value: Any, size: int = 16) -> bytes:
@@ -254,7 +244,9 @@ def _rows(side: Side, config: str) -> Iterator[dict]:
     for name in side.shards.get(config, []):
         try:
             with side.opener(name) as handle:
-                parquet = pq.ParquetFile(handle)
+                # Buffered, unthreaded reads: a reader holds a buffer per column, not a row group's
+                # column chunks (row groups grow with the dataset up to the writer's 100 MB).
+                parquet = pq.ParquetFile(handle, pre_buffer=False, buffer_size=READ_BUFFER)
                 missing = [c for c in COLUMNS if c not in parquet.schema_arrow.names]
                 if missing:
                     raise DiffError(f"{side.spec}: {name} has no column(s) {', '.join(missing)}")
@@ -262,8 +254,11 @@ def _rows(side: Side, config: str) -> Iterator[dict]:
                     check_row_groups(handle, parquet, columns=COLUMNS)
                 except ShardTooLargeError as exc:
                     raise DiffError(f"{side.spec}: {name}: {exc}") from None
-                for group in range(parquet.num_row_groups):
-                    yield from parquet.read_row_group(group, columns=list(COLUMNS)).to_pylist()
+                for group in range(parquet.num_row_groups):  # one reader per row group: one over
+                    # the whole file holds more as it goes (measured: benchmarks/bench_diff.py)
+                    for batch in parquet.iter_batches(batch_size=READ_BATCH, row_groups=[group],
+                                                      columns=list(COLUMNS), use_threads=False):
+                        yield from batch.to_pylist()
         except DiffError:
             raise
         except HfHubHTTPError as exc:
@@ -272,94 +267,78 @@ def _rows(side: Side, config: str) -> Iterator[dict]:
             raise DiffError(f"{side.spec}: cannot read {name} ({type(exc).__name__}: {exc})") from None
 
 
-def read_config(side: Side, config: str, instructions: Optional[dict] = None) -> ConfigContent:
-    """Rows and QA items of one config of ``side``, keyed as the diff compares them: (dataset,
-    split, id, question without its family's instruction); ``instructions`` is
-    ``side_instructions(side)`` (read from the card when not given)."""
-    if instructions is None:
-        instructions = side_instructions(side)
-    content = ConfigContent()
-    for row in _rows(side, config):
+def load_config(store: DiffStore, side_index: int, side: Side, config: str, instructions: dict) -> None:
+    """Put the rows and QA items of one config of ``side`` into ``store``, keyed as the diff
+    compares them: a row by its image, an item by (dataset, split, id, question without its
+    family's instruction); ``instructions`` is ``side_instructions(side)``."""
+    cfg = CONFIGS.index(config)
+    for pos, row in enumerate(_rows(side, config)):
         sha = row.get("image_sha256") or ""
         qa = row.get("qa") or []
         meta = row.get("clean_meta") or {}
         sources = meta.get("sources") or []
-        row_key = sha if sha not in content.rows else f"{sha}#{len(content.rows)}"
-        content.rows[row_key] = _digest([qa, meta])
+        store.add_row(side_index, cfg, pos, sha, _digest([qa, meta]))
         for i, item in enumerate(qa):
             source = sources[i] if i < len(sources) and isinstance(sources[i], dict) else {}
             family = str(source.get("family", ""))
             question = str(item.get("question", ""))
             ref = (str(source.get("dataset", "")), str(source.get("split", "")), str(source.get("id", "")))
             key = ref + (question_stem(question, instructions.get(family)),)
-            if key in content.items:  # the same item twice in one config: count each
-                n = 2
-                while key + (n,) in content.items:
-                    n += 1
-                key = key + (n,)
             shown = {k: _cut(item.get(k)) for k in ("answer", "wrong_vlm", "reason", "verifier") if k in item}
-            content.items[key] = Item(_item_digest(item, source, sha, meta.get("policy")), family, question, shown,
-                                      ref + (sha,))
-    return content
-
-
-def _pair_leftovers(old: list[ConfigContent], new: list[ConfigContent]) -> None:
-    """Give an item of ``new`` whose key no config of ``old`` holds the key of the one item of
-    ``old`` (absent from ``new``) with its source and image, where exactly one such item is left
-    on each side: the same item, asked differently. Rekeys ``new`` in place."""
-    old_items = {k: item for content in old for k, item in content.items.items()}
-    new_items = {k: item for content in new for k, item in content.items.items()}
-    groups: dict[tuple, tuple[list, list]] = {}
-    for k, item in old_items.items():
-        if k not in new_items:
-            groups.setdefault(item.match, ([], []))[0].append(k)
-    for k, item in new_items.items():
-        if k not in old_items:
-            groups.setdefault(item.match, ([], []))[1].append(k)
-    rename = {news[0]: olds[0] for olds, news in groups.values() if len(olds) == 1 and len(news) == 1}
-    if rename:
-        for content in new:
-            content.items = {rename.get(k, k): item for k, item in content.items.items()}
+            store.add_item(side_index, cfg, key, _item_digest(item, source, sha, meta.get("policy")), family,
+                           question, shown, ref + (sha,))
 
 
 # --- the comparison ------------------------------------------------------------------------------
 
-def _key_json(key: tuple, item: Optional[Item] = None) -> dict:
-    """An item's identity as --json lists it: its source and its full question (the key's
-    question, without the instruction, where no item is given)."""
-    out = {"dataset": key[0], "split": key[1], "id": key[2], "question": item.question if item else key[3]}
+@dataclass(frozen=True)
+class _Item:
+    """A QA item as a query of the store returns it."""
+
+    key: tuple
+    digest: bytes
+    family: str
+    question: str
+    shown: dict
+
+    @classmethod
+    def of(cls, record: tuple) -> "_Item":
+        key, digest, family, question, shown = record
+        return cls(decode_key(key), digest, family, question, json.loads(shown))
+
+
+def _key_json(item: _Item) -> dict:
+    """An item's identity as --json lists it: its source and its full question."""
+    key = item.key
+    out = {"dataset": key[0], "split": key[1], "id": key[2], "question": item.question}
     if len(key) > 4:
         out["occurrence"] = key[4]
     return out
 
 
-def _changed_json(key: tuple, before: Item, after: Item) -> dict:
+def _changed_json(before: _Item, after: _Item) -> dict:
     """A changed item: its identity on the new side, the parts that changed, the old question when
     it changed."""
-    out = {**_key_json(key, after), "family": after.family or before.family, "changed": before.changed_parts(after)}
+    out = {**_key_json(after), "family": after.family or before.family,
+           "changed": changed_parts(before.digest, after.digest)}
     if before.question != after.question:
         out["old_question"] = before.question
     return out
 
 
-def _counts(old: dict, new: dict) -> dict:
-    added = [k for k in new if k not in old]
-    removed = [k for k in old if k not in new]
-    changed = [k for k in new if k in old and _value(old[k]) != _value(new[k])]
-    return {"old": len(old), "new": len(new), "added": added, "removed": removed, "changed": changed}
+def _row_counts(store: DiffStore, cfg: int) -> dict:
+    return {"old": store.count("row", OLD, cfg), "new": store.count("row", NEW, cfg),
+            "added": [key for key, _ in store.only_in("row", NEW, cfg)],
+            "removed": [key for key, _ in store.only_in("row", OLD, cfg)],
+            "changed": [new[0] for _, new in store.changed("row", cfg)]}
 
 
-def _item_counts(old: dict[tuple, Item], new: dict[tuple, Item]) -> dict:
-    """Like ``_counts``, each item listed as --json shows it (``_key_json``, ``_changed_json``)."""
-    counts = _counts(old, new)
-    counts["added"] = [_key_json(k, new[k]) for k in counts["added"]]
-    counts["removed"] = [_key_json(k, old[k]) for k in counts["removed"]]
-    counts["changed"] = [_changed_json(k, old[k], new[k]) for k in counts["changed"]]
-    return counts
-
-
-def _value(x: Any) -> Any:
-    return x.digest if isinstance(x, Item) else x
+def _item_counts(store: DiffStore, cfg: int) -> dict:
+    """Like ``_row_counts``, each item listed as --json shows it (``_key_json``, ``_changed_json``)."""
+    return {"old": store.count("item", OLD, cfg), "new": store.count("item", NEW, cfg),
+            "added": [_key_json(_Item.of(r)) for r in store.only_in("item", NEW, cfg)],
+            "removed": [_key_json(_Item.of(r)) for r in store.only_in("item", OLD, cfg)],
+            "changed": [_changed_json(_Item.of(o), _Item.of(n)) for o, n in store.changed("item", cfg)]}
 
 
 def _flatten(value: Any, prefix: str = "") -> dict:
@@ -385,12 +364,13 @@ def _share(n_accepted: int, n_total: int) -> Optional[float]:
     return round(n_accepted / n_total, 6) if n_total else None
 
 
-def _acceptance(accepted: dict, rejected: dict) -> dict:
+def _acceptance(accepted: dict[str, int], rejected: dict[str, int]) -> dict:
+    """family -> accepted, rejected, QA items and the accepted share, from per-family counts."""
     families: dict[str, dict] = {}
-    for items, label in ((accepted, ACCEPTED), (rejected, REJECTED)):
-        for item in items.values():
-            counts = families.setdefault(item.family, {ACCEPTED: 0, REJECTED: 0})
-            counts[label] += 1
+    for counts_by_family, label in ((accepted, ACCEPTED), (rejected, REJECTED)):
+        for family, n in counts_by_family.items():
+            counts = families.setdefault(family, {ACCEPTED: 0, REJECTED: 0})
+            counts[label] += n
     for counts in families.values():
         total = counts[ACCEPTED] + counts[REJECTED]
         counts["qa"] = total
@@ -460,42 +440,54 @@ class DatasetDiff:
         }
 
 
-def diff_sides(old: Side, new: Side) -> DatasetDiff:
-    """Compare two sides (see the module docstring for what counts as added, removed, changed)."""
-    old_instructions, new_instructions = side_instructions(old), side_instructions(new)
-    contents = {config: (read_config(old, config, old_instructions), read_config(new, config, new_instructions))
-                for config in CONFIGS}
-    _pair_leftovers([a for a, _ in contents.values()], [b for _, b in contents.values()])
-    configs = {config: {"rows": _counts(a.rows, b.rows), "qa": _item_counts(a.items, b.items)}
-               for config, (a, b) in contents.items()}
-    (old_acc, new_acc), (old_rej, new_rej) = contents[ACCEPTED_CONFIG], contents[CONFIG_REJECTED]
-    old_acc, new_acc, old_rej, new_rej = old_acc.items, new_acc.items, old_rej.items, new_rej.items
-
-    def flip(key: tuple, before: Item, after: Item) -> dict:
-        out = {**_key_json(key, after), "family": after.family or before.family, "old": before.shown,
-               "new": after.shown}
-        if before.question != after.question:
-            out["old_question"] = before.question
-        return out
-
-    flipped = {
-        "accepted_to_rejected": [flip(k, old_acc[k], new_rej[k]) for k in new_rej if k in old_acc and k not in new_acc],
-        "rejected_to_accepted": [flip(k, old_rej[k], new_acc[k]) for k in new_acc if k in old_rej and k not in new_rej],
-    }
-    before, after = _acceptance(old_acc, old_rej), _acceptance(new_acc, new_rej)
-    acceptance = {family: {"old": before.get(family), "new": after.get(family)}
-                  for family in sorted(set(before) | set(after))}
+def diff_sides(old: Side, new: Side, *, scratch: Optional[Path] = None) -> DatasetDiff:
+    """Compare two sides (see the module docstring for what counts as added, removed, changed).
+    Both sides' rows and items go to an SQLite scratch file (``diffstore``) under ``scratch``
+    (None: the system temp dir), so memory does not grow with the dataset."""
+    try:
+        configs, flipped, acceptance, dataset = _compare(old, new, scratch)
+    except sqlite3.DatabaseError as exc:  # a full disk, mostly
+        raise DiffError(f"diff's scratch file under {scratch or tempfile.gettempdir()} failed ({exc}); it takes "
+                        f"about {SCRATCH_BYTES_PER_ITEM:,} bytes per QA item: set TMPDIR to a folder with room") from None
     old_settings, new_settings = (card_settings(split_card(s.card, source=f"{s.spec}: {README}")[0]) if s.card else {}
                                   for s in (old, new))
     settings = {"old": old_settings, "new": new_settings, "changed": settings_changes(old_settings, new_settings)}
-    before = {k: (ACCEPTED, i) for k, i in old_acc.items()} | {k: (REJECTED, i) for k, i in old_rej.items()}
-    after = {k: (ACCEPTED, i) for k, i in new_acc.items()} | {k: (REJECTED, i) for k, i in new_rej.items()}
-    dataset = {"old": len(before), "new": len(after),
-               "added": [_key_json(k, after[k][1]) for k in after if k not in before],
-               "removed": [_key_json(k, before[k][1]) for k in before if k not in after],
-               "changed": [_changed_json(k, before[k][1], after[k][1]) for k in after
-                           if k in before and after[k][0] == before[k][0] and after[k][1].digest != before[k][1].digest]}
     return DatasetDiff(old, new, configs, flipped, acceptance, settings, dataset)
+
+
+def _compare(old: Side, new: Side, scratch: Optional[Path]) -> tuple[dict, dict, dict, dict]:
+    """The per-config counts, the flips, the acceptance and the dataset's counts (``diff_sides``)."""
+    with DiffStore(scratch) as store:
+        for side_index, side in ((OLD, old), (NEW, new)):
+            instructions = side_instructions(side)
+            for config in CONFIGS:
+                load_config(store, side_index, side, config, instructions)
+        store.finish()
+        configs = {config: {"rows": _row_counts(store, cfg), "qa": _item_counts(store, cfg)}
+                   for cfg, config in enumerate(CONFIGS)}
+        acc, rej = CONFIGS.index(ACCEPTED_CONFIG), CONFIGS.index(CONFIG_REJECTED)
+
+        def flip(before: _Item, after: _Item) -> dict:
+            out = {**_key_json(after), "family": after.family or before.family, "old": before.shown,
+                   "new": after.shown}
+            if before.question != after.question:
+                out["old_question"] = before.question
+            return out
+
+        flipped = {
+            "accepted_to_rejected": [flip(_Item.of(o), _Item.of(n)) for o, n in store.flipped(acc, rej)],
+            "rejected_to_accepted": [flip(_Item.of(o), _Item.of(n)) for o, n in store.flipped(rej, acc)],
+        }
+        before = _acceptance(store.families(OLD, acc), store.families(OLD, rej))
+        after = _acceptance(store.families(NEW, acc), store.families(NEW, rej))
+        acceptance = {family: {"old": before.get(family), "new": after.get(family)}
+                      for family in sorted(set(before) | set(after))}
+        store.union(acc, rej)
+        dataset = {"old": store.union_count(OLD), "new": store.union_count(NEW),
+                   "added": [_key_json(_Item.of(r)) for r in store.union_only_in(NEW)],
+                   "removed": [_key_json(_Item.of(r)) for r in store.union_only_in(OLD)],
+                   "changed": [_changed_json(_Item.of(o), _Item.of(n)) for o, n in store.union_changed()]}
+    return configs, flipped, acceptance, dataset
 
 
 def diff(old: str, new: str, *, token: Optional[str] = None) -> DatasetDiff:

@@ -13,7 +13,8 @@ figures alone (each column chunk's ``total_uncompressed_size`` and ``num_values`
 encoded column decodes to is its uncompressed size; a dictionary-encoded text column can decode to
 up to ``num_values`` times that, so where the footer cannot rule it out, the column is read in
 dictionary form (the dictionary and the indices: no more than the footer's figures) and the
-decoded size counted exactly. A shard is refused before its rows are read.
+decoded size counted exactly, one leaf column at a time. A shard is refused before its rows are
+read.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ import pyarrow.parquet as pq
 
 from .errors import OrandCarError
 
-# What one row group of a dataset shard may decode to (Arrow bytes). Our writer closes a row group
-# at dataset.writer.ROW_GROUP_SIZE rows or ROW_GROUP_MAX_BYTES (100 MiB, as datasets does), so
-# ours stay under 100 MiB plus one row (an image of at most images.DEFAULT_MAX_IMAGE_BYTES, 64 MiB,
-# and its text): 512 MiB leaves three times that, and bounds a reader (validate holds a row group
+# What one row group of a dataset shard may decode to (Arrow bytes). Our writer bounds a row group
+# by dataset.writer.ROW_GROUP_MAX_BYTES (100 MB of Arrow data, as datasets does), so ours stay
+# under 100 MB unless one row alone is larger (an image of at most images.DEFAULT_MAX_IMAGE_BYTES,
+# 64 MiB, and its text): 512 MiB leaves five times that, and bounds a reader (validate holds a row group
 # about four times over: Arrow, Python objects, JSON) to about 2 GB whatever a shard claims.
 MAX_ROW_GROUP_BYTES = 512 * 1024 * 1024
 # Decoded bytes per value besides its own bytes: an offset, validity, the list offsets above it.
@@ -82,11 +83,12 @@ def _decoded_nbytes(array: pa.Array) -> int:
     return array.nbytes
 
 
-def _measured(source, group: int, columns: list[str], shared: list[str]) -> int:
-    """The decoded size of ``columns`` of row group ``group``, read with the ``shared`` leaf
-    columns in dictionary form (what the footer bounds)."""
-    reader = pq.ParquetFile(source, pre_buffer=False, read_dictionary=shared)
-    table = reader.read_row_group(group, columns=columns, use_threads=False)
+def _measured(source, group: int, leaf: str) -> int:
+    """The decoded size of the leaf column ``leaf`` (its path in the schema) of row group
+    ``group``, read alone and in dictionary form (what the footer bounds): one leaf at a time, so a
+    reader holds one column's dictionary and indices, not the row group's (up to 100 MB)."""
+    reader = pq.ParquetFile(source, pre_buffer=False, read_dictionary=[leaf])
+    table = reader.read_row_group(group, columns=[leaf], use_threads=False)
     return sum(_decoded_nbytes(chunk) for column in table.columns for chunk in column.chunks)
 
 
@@ -117,10 +119,10 @@ def check_row_groups(source: Union[str, os.PathLike, IO[bytes]], parquet: Option
         if any("DELTA_BYTE_ARRAY" in c.encodings for c in shared):
             raise ShardTooLargeError(f"row group {group} may decode to up to {worst:,} bytes (delta-encoded text), "
                                      f"more than the {limit:,} a row group may hold")
-        tops = sorted({_top(c) for c in shared})
-        measured = base - sum(_plain_size(parquet, c, j) for j, c in chunks if _top(c) in tops)
-        measured += _measured(source, group, tops, [c.path_in_schema for _, c in chunks
-                                                    if _top(c) in tops and _shared(c)])
+        measured = base
+        for j, chunk in chunks:
+            if _shared(chunk) and measured <= limit:
+                measured += _measured(source, group, chunk.path_in_schema) - _plain_size(parquet, chunk, j)
         if measured > limit:
             raise ShardTooLargeError(f"row group {group} decodes to {measured:,} bytes (its text is dictionary-"
                                      f"encoded: repeated values stored once), more than the {limit:,} a row "

@@ -1,5 +1,6 @@
-"""The Hub-layout writer: shards bounded by bytes, written a row group at a time, with the same
-bytes as writing each shard's rows in one ``pq.write_table`` call."""
+"""The Hub-layout writer: shards bounded by bytes, written a row group at a time, row groups
+bounded by their Arrow bytes (no fixed row count), a shard that fits in one row group with the
+same bytes as writing its rows in one ``pq.write_table`` call."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 
 from orandcar_builder.dataset.features import features
 from orandcar_builder.vocab import CONFIGS
-from orandcar_builder.dataset.writer import ROW_GROUP_SIZE, ConfigWriter, _row_bytes, write_dataset
+from orandcar_builder.dataset import writer as writer_module
+from orandcar_builder.dataset.writer import CONVERT_ROWS, ConfigWriter, _row_bytes, write_dataset
 
 
 def _rows(n: int, seed: int = 0):
@@ -41,8 +43,8 @@ def _reference_shards(rows, max_bytes):
     return shards
 
 
-@pytest.mark.parametrize("n, max_bytes", [(0, 10**9), (1, 10**9), (ROW_GROUP_SIZE, 10**9),
-                                          (2 * ROW_GROUP_SIZE + 7, 10**9), (300, 20_000), (90, 5_000)])
+@pytest.mark.parametrize("n, max_bytes", [(0, 10**9), (1, 10**9), (CONVERT_ROWS, 10**9),
+                                          (2 * CONVERT_ROWS + 7, 10**9), (300, 20_000), (90, 5_000)])
 def test_shards_match_one_write_table_per_shard(tmp_path, n, max_bytes):
     summary = write_dataset(tmp_path / "out", {"rejected": _rows(n)}, max_shard_bytes=max_bytes)
     shards = _reference_shards(list(_rows(n)), max_bytes)
@@ -52,22 +54,64 @@ def test_shards_match_one_write_table_per_shard(tmp_path, n, max_bytes):
     for index, (rel, rows) in enumerate(zip(written, shards)):
         assert rel == f"rejected/train-{index:05d}-of-{len(shards):05d}.parquet"
         expected = tmp_path / f"expected-{index}.parquet"
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), expected, row_group_size=ROW_GROUP_SIZE,
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), expected, row_group_size=max(1, len(rows)),
                        compression="snappy")
         assert (tmp_path / "out" / rel).read_bytes() == expected.read_bytes()
+        assert pq.ParquetFile(expected).metadata.num_row_groups == 1
     assert summary["rejected"]["rows"] == n
     assert summary["rejected"]["qa"] == sum(len(r["qa"]) for r in _rows(n))
     for config in CONFIGS:  # configs without rows still get one (empty) shard
         assert len(summary[config]["shards"]) == 1 or config == "rejected"
 
 
-def test_memory_holds_one_row_group(tmp_path):
+def test_python_objects_are_held_for_a_few_rows_only(tmp_path):
     with ConfigWriter(tmp_path, "rejected", 10**9) as writer:
         for row in _rows(450):
             writer.write(row)
-            assert len(writer._group) < ROW_GROUP_SIZE  # written out as soon as a row group fills
+            assert len(writer._pending) < CONVERT_ROWS  # turned into Arrow as soon as a chunk fills
         writer.finalize()
-    assert pq.ParquetFile(tmp_path / "rejected" / "train-00000-of-00001.parquet").metadata.num_row_groups == 5
+    # small rows: no fixed row count, the whole shard is one row group
+    assert pq.ParquetFile(tmp_path / "rejected" / "train-00000-of-00001.parquet").metadata.num_row_groups == 1
+
+
+def test_large_images_are_converted_a_few_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer_module, "CONVERT_BYTES", 3000)
+    with ConfigWriter(tmp_path, "rejected", 10**9) as writer:
+        for row in _rows(200):
+            writer.write(row)
+            assert writer._pending_bytes < 3000 or len(writer._pending) == 1
+        writer.finalize()
+
+
+@pytest.mark.parametrize("bound, convert_rows", [(50_000, 100), (50_000, 3), (20_000, 1), (200_000, 7)])
+def test_row_groups_are_bounded_by_their_arrow_bytes(tmp_path, monkeypatch, bound, convert_rows):
+    """Every row group a reader gets back holds at most the bound in Arrow bytes, and only as few
+    row groups are cut as the bound needs (two neighbours would not fit together); the rows read
+    back are the rows written, in order."""
+    monkeypatch.setattr(writer_module, "ROW_GROUP_MAX_BYTES", bound)
+    monkeypatch.setattr(writer_module, "CONVERT_ROWS", convert_rows)
+    rows = list(_rows(600, seed=3))
+    summary = write_dataset(tmp_path / "out", {"rejected": iter(rows)})
+    parquet = pq.ParquetFile(tmp_path / "out" / summary["rejected"]["shards"][0])
+    sizes = [parquet.read_row_group(g).nbytes for g in range(parquet.num_row_groups)]
+    assert parquet.num_row_groups > 1 and max(sizes) <= bound
+    assert all(a + b > bound for a, b in zip(sizes, sizes[1:]))
+    assert parquet.read().to_pylist() == pa.Table.from_pylist(rows, schema=parquet.schema_arrow).to_pylist()
+
+
+def test_a_row_larger_than_the_bound_has_a_row_group_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer_module, "ROW_GROUP_MAX_BYTES", 20_000)
+    monkeypatch.setattr(writer_module, "CONVERT_BYTES", 10_000)
+    rows = list(_rows(40, seed=4))
+    big = dict(rows[20], image={"bytes": b"\x89" * 50_000, "path": "big.png"})
+    rows[20] = big
+    summary = write_dataset(tmp_path / "out", {"rejected": iter(rows)})
+    parquet = pq.ParquetFile(tmp_path / "out" / summary["rejected"]["shards"][0])
+    groups = [parquet.read_row_group(g) for g in range(parquet.num_row_groups)]
+    alone = [g for g in groups if g.nbytes > 20_000]
+    assert len(alone) == 1 and alone[0].num_rows == 1
+    assert alone[0].column("image").to_pylist()[0]["path"] == "big.png"
+    assert sum(g.num_rows for g in groups) == 40
 
 
 def test_failed_write_leaves_no_partial_shards(tmp_path):
@@ -97,9 +141,10 @@ def _rows_with_null_values(n: int, seed: int = 1):
 
 
 @pytest.mark.parametrize("rows, max_bytes", [(lambda: _rows(0), 10**9), (lambda: _rows(7), 10**9),
-                                             (lambda: _rows(2 * ROW_GROUP_SIZE + 7), 10**9),
+                                             (lambda: _rows(2 * CONVERT_ROWS + 7), 10**9),
                                              (lambda: _rows(300), 20_000),
-                                             (lambda: _rows_with_null_values(250), 30_000)])
+                                             (lambda: _rows_with_null_values(250), 30_000),
+                                             (lambda: _rows_with_null_values(1500, 2), 10**9)])
 def test_the_summary_counts_what_a_reader_gets_back(tmp_path, rows, max_bytes):
     """Per shard, the rows, file bytes and Arrow bytes the writer counted while writing are what
     reading the shard back gives (the figures the card's dataset_info states and validate checks)."""

@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import pyarrow.parquet as pq
 
 from ..dataset.info import shard_paths
 from ..dataset.layout import EXAMPLES_DIR
 from ..files import image_format
-from ..parquetio import ShardTooLargeError, check_row_groups
+from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
 from ..vocab import CONFIGS
 from .errors import CardError
 from .markdown import NAME_MAX_CHARS, bounded, code_span, fence
 
+READ_BATCH_ROWS = 1024  # rows decoded at a time while looking for an example row in its row group
 EXAMPLES_PER_CONFIG = 3  # first, middle and last row of each config
 INLINE_VALUE_MAX_CHARS = 300  # longer values are shown in full in a folded block below the table
 BLOCK_VALUE_MAX_CHARS = 4000  # a value shown below a table is cut here, with its full length stated
@@ -44,7 +44,7 @@ def example_indices(rows: int) -> list[int]:
 
 def read_row(shards: list[Path], index: int) -> dict:
     for shard in shards:
-        parquet = pq.ParquetFile(shard)
+        parquet = open_parquet(shard)
         if index >= parquet.metadata.num_rows:
             index -= parquet.metadata.num_rows
             continue
@@ -54,8 +54,11 @@ def read_row(shards: list[Path], index: int) -> dict:
             raise CardError(f"{shard}: {exc}") from None
         for group in range(parquet.num_row_groups):
             n = parquet.metadata.row_group(group).num_rows
-            if index < n:
-                return parquet.read_row_group(group).slice(index, 1).to_pylist()[0]
+            if index < n:  # batch by batch: a row group may hold 100 MB (dataset.writer)
+                for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=[group], use_threads=False):
+                    if index < batch.num_rows:
+                        return batch.slice(index, 1).to_pylist()[0]
+                    index -= batch.num_rows
             index -= n
     raise IndexError(index)
 

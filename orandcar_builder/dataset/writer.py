@@ -2,13 +2,20 @@
 
 Each shard is a parquet file whose schema carries the datasets features metadata, so
 ``load_dataset(folder, config)`` returns the documented features without a ``dataset_info``.
-Rows go to the open shard one row group (ROW_GROUP_SIZE rows, or fewer once they reach
-ROW_GROUP_MAX_BYTES) at a time; a shard is closed once its rows reach the byte bound, so memory
-holds one row group, not one shard, and a reader's row group stays within
+Row groups are bounded by bytes, not rows, as datasets bounds the ones it writes for the Hub
+(``config.MAX_ROW_GROUP_SIZE``, 100 MB of Arrow data, and no fixed row count for image datasets):
+a fixed 100 rows gave shards of small images thousands of row groups, a footer of megabytes and a
+slow ``load_dataset``. Rows become Arrow CONVERT_ROWS at a time (fewer where their estimated size
+would pass CONVERT_BYTES or a sixteenth of the bound; a larger row is a chunk of its own), so Python objects are held for a
+few rows only; the Arrow chunks gather into the
+open row group, which is written out before a chunk would take its Arrow size past
+ROW_GROUP_MAX_BYTES. A row group exceeds the bound only when one chunk alone does (one row of an
+image larger than the bound). A shard is closed once its rows reach the shard's byte bound, so
+memory holds one row group, not one shard, and a reader's row group stays within
 ``parquetio.MAX_ROW_GROUP_BYTES``. Shards are written under temporary names and renamed once their
 total is known. Nothing here depends on the clock or the machine: the same rows give the same
-bytes (where no row group reaches the byte bound, the same bytes as writing each shard's rows with
-one ``pq.write_table(..., row_group_size=ROW_GROUP_SIZE)``).
+bytes (a row group is written from one contiguous table, so a shard whose rows fit in one row
+group has the same bytes as writing them with one ``pq.write_table``).
 
 Like datasets' ``ArrowWriter``, the writer counts what it writes: per shard the rows, the file's
 bytes and the Arrow size of its row groups (the ``num_bytes`` of a card's ``dataset_info``), so
@@ -34,11 +41,12 @@ from ..vocab import CONFIGS, SPLIT, shard_name
 from .features import features
 
 DEFAULT_MAX_SHARD_BYTES = 256 * 1024 * 1024
-# Small row groups keep a reader's memory low on image-heavy shards (datasets uses 100 for images).
-ROW_GROUP_SIZE = 100
-# ...and a row group of large images closes early, at the bytes datasets bounds its row groups by
-# (config.MAX_ROW_GROUP_SIZE, "100MB"), by the byte rule's estimate (_row_bytes).
-ROW_GROUP_MAX_BYTES = 100 * 1024 * 1024
+# The Arrow bytes a row group may hold: datasets' config.MAX_ROW_GROUP_SIZE ("100MB", decimal).
+ROW_GROUP_MAX_BYTES = 100 * 1000 * 1000
+# Rows held as Python objects before they become one Arrow chunk of the row group: this many, or
+# fewer where their estimated size (_row_bytes) would pass CONVERT_BYTES.
+CONVERT_ROWS = 100
+CONVERT_BYTES = 1024 * 1024
 
 
 def _row_bytes(row: dict) -> int:
@@ -63,8 +71,10 @@ class ConfigWriter:
     folder: Path
     config: str
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
-    _group: list[dict] = field(default_factory=list)  # rows of the row group being filled
-    _group_bytes: int = 0  # the byte rule's estimate of those rows
+    _pending: list[dict] = field(default_factory=list)  # rows not yet turned into Arrow
+    _pending_bytes: int = 0  # the byte rule's estimate of those rows
+    _group: list[pa.Table] = field(default_factory=list)  # Arrow chunks of the row group being filled
+    _group_arrow_bytes: int = 0  # their Arrow size
     _shard: Optional[pq.ParquetWriter] = None
     _shard_bytes: int = 0  # the byte rule's estimate of the open shard (see _row_bytes)
     _shard_rows: int = 0
@@ -95,14 +105,17 @@ class ConfigWriter:
         if self._shard is None:
             path = self._next_temp_shard()
             self._shard = pq.ParquetWriter(path, self.schema, compression="snappy")
-        self._group.append(row)
         size = _row_bytes(row)
+        convert_bytes = min(CONVERT_BYTES, ROW_GROUP_MAX_BYTES // 16)  # chunks well under the bound
+        if self._pending and self._pending_bytes + size > convert_bytes:
+            self._convert()  # a large image starts a chunk of its own
+        self._pending.append(row)
         self._shard_bytes += size
-        self._group_bytes += size
+        self._pending_bytes += size
         self.rows += 1
         self.qa += len(row["qa"])
-        if len(self._group) == ROW_GROUP_SIZE or self._group_bytes >= ROW_GROUP_MAX_BYTES:
-            self._write_group()
+        if len(self._pending) >= CONVERT_ROWS or self._pending_bytes >= convert_bytes:
+            self._convert()
         if self._shard_bytes >= self.max_shard_bytes:
             self._close_shard()
 
@@ -112,16 +125,39 @@ class ConfigWriter:
         self._temp_shards.append(path)
         return path
 
+    def _convert(self) -> None:
+        """Turn the pending rows into one Arrow chunk of the row group, writing the row group out
+        first when the chunk would take it past ROW_GROUP_MAX_BYTES."""
+        if not self._pending:
+            return
+        chunk = pa.Table.from_pylist(self._pending, schema=self.schema)
+        self._pending, self._pending_bytes = [], 0
+        if self._group and self._group_arrow_bytes + chunk.nbytes > ROW_GROUP_MAX_BYTES:
+            self._write_group()
+        self._group.append(chunk)
+        self._group_arrow_bytes += chunk.nbytes
+
     def _write_group(self) -> None:
         if self._group:
-            table = pa.Table.from_pylist(self._group, schema=self.schema)
+            table = self._contiguous()
             with naming(self._temp_shards[-1]):
-                self._shard.write_table(table, row_group_size=ROW_GROUP_SIZE)
+                self._shard.write_table(table, row_group_size=max(1, table.num_rows))
             self._shard_rows += table.num_rows
-            self._shard_arrow_bytes += table.nbytes
-            self._group, self._group_bytes = [], 0
+            self._shard_arrow_bytes += table.nbytes  # a reader's row group is contiguous too
+            self._group_arrow_bytes = 0
+
+    def _contiguous(self) -> pa.Table:
+        """The row group's chunks as one contiguous table (what a reader gets back, so its Arrow
+        size is the reader's), a column at a time: memory holds the chunks and one column twice."""
+        table, self._group = pa.concat_tables(self._group), []
+        arrays = []
+        while table.num_columns:
+            arrays.append(table.column(0).combine_chunks())
+            table = table.remove_column(0)
+        return pa.Table.from_arrays(arrays, schema=self.schema)
 
     def _close_shard(self) -> None:
+        self._convert()
         self._write_group()
         with naming(self._temp_shards[-1]):
             self._shard.close()
@@ -136,7 +172,7 @@ class ConfigWriter:
             self._close_shard()
         if not self._temp_shards:
             path = self._next_temp_shard()
-            pq.write_table(self.schema.empty_table(), path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
+            pq.write_table(self.schema.empty_table(), path, compression="snappy")
             self._counted.append((0, 0))
         total = len(self._temp_shards)
         final = []
