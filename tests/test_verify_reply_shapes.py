@@ -88,6 +88,8 @@ UNITS = [
     (r"\boxed{2\,\mathrm{L}}", ["1 L", "2 L", "3 L", "4 L"], "B"),
     (r"\boxed{100\,\mathrm{N}}", ["10 N", "50 N", "100 N", "200 N"], "C"),
     ("The answer is 45 degrees.", ["30 degrees", "45 degrees", "60 degrees", "90 degrees"], "B"),
+    ("The answer is 45 degrees.", [r"$30^{\circ}$", r"$45^{\circ}$", r"$60^{\circ}$", "$90°$"], "B"),
+    (r"\boxed{45^\circ}", ["30 degrees", "45 degrees", "60 degrees", "90 degrees"], "B"),
     (r"\boxed{9.8\,\mathrm{m/s^2}}", ["9.8 m/s^2", "10 m/s^2", "8.9 m/s^2", "1 m/s^2"], "A"),
     (r"\boxed{8\,\mathrm{kilograms}}", ["8 kg", "8 g", "16 kg", "4 kg"], None),  # units that are not the option's
 ]
@@ -221,6 +223,7 @@ def test_math_reject_kinds():
     (r"3 \cdot 2^{5}", r"3 \cdot 2^{5}", r"3\cdot2^5"),
     (r"\$16", "16", "16"),
     ("5 m²", "5 m^2", "5m^2"),
+    ("45 degrees", "45°", "45°"),
     (r"\text{All except } E", "All except E", "allexcepte"),
 ])
 def test_the_shared_latex_normalisation(text, cleaned, key):

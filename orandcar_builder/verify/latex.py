@@ -21,6 +21,8 @@ levels, each a list of named steps applied in order (``STEPS``, the card renders
 - ``symbols``: ``^{\\circ}``, ``^\\circ``, ``\\circ``, ``\\degree`` are ``°``; ``\\%`` is ``%``;
   ``−`` (minus sign) is ``-``; ``²``, ``³`` are ``^2``, ``^3``; ``×`` is ``\\times``, ``·`` and
   ``⋅`` are ``\\cdot``, ``÷`` is ``\\div``, ``√`` is ``\\sqrt``, ``π`` is ``\\pi``;
+- ``degree_words``: "degrees", "degree" or "deg" right after a number is ``°`` ("45 degrees" is
+  "45°");
 - white space collapsed.
 
 ``latex_key(text)`` is for comparing texts: ``clean``, then
@@ -51,9 +53,11 @@ _WRAPPER = re.compile(r"\\(?:text|mathrm|textrm|mathbf|textbf|mbox|operatorname|
 _SYMBOLS = (("^{\\circ}", "°"), ("^\\circ", "°"), ("\\circ", "°"), ("\\degree", "°"), ("\\%", "%"),
             ("−", "-"), ("²", "^2"), ("³", "^3"), ("×", "\\times "), ("·", "\\cdot "), ("⋅", "\\cdot "),
             ("÷", "\\div "), ("√", "\\sqrt"), ("π", "\\pi "))
+_DEGREE_WORDS = re.compile(r"(?<=\d)\s*(?:degrees|degree|deg)(?![A-Za-z])", re.IGNORECASE)
 # A brace pair around one token: a digit run, a letter, or a command ("{5}", "{x}", "{\\pi}").
 _SINGLE_BRACES = re.compile(r"\{\s*(\d+(?:\.\d+)?|[A-Za-z]|\\[A-Za-z]+|°)\s*\}")
-STEPS = ("trailing_punctuation", "delimiters", "sizing", "fractions", "spacing", "wrappers", "symbols", "single_braces", "no_space")
+STEPS = ("trailing_punctuation", "delimiters", "sizing", "fractions", "spacing", "wrappers", "symbols", "degree_words",
+         "single_braces", "no_space")
 CONSTANTS = ("STEPS", "NORMALISATION_VERSION")
 
 
@@ -92,6 +96,7 @@ def clean_latex(text: str, delimiters: bool = True) -> str:
     text = _unwrap(text)
     for latex, symbol in _SYMBOLS:
         text = text.replace(latex, symbol)
+    text = _DEGREE_WORDS.sub("°", text)
     return " ".join(text.split())
 
 
