@@ -26,6 +26,7 @@ candidate decided and which extraction pattern, with ``EXTRACTION_VERSION``.
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from types import ModuleType
 from typing import Iterable, Optional, Sequence
 
@@ -113,13 +114,6 @@ def reject_kind(rule: ModuleType, text: str, references: Sequence[str], options:
     return WRONG_PICK if text.strip() else NO_PICK
 
 
-def _decided(rule: ModuleType, label: str, text: str, extraction: str, refs: Sequence[str],
-             opts: Optional[Sequence[str]]) -> Decision:
-    s, passed = decide(rule, text, refs, opts)
-    kind = "" if passed else reject_kind(rule, text, refs, opts)
-    return Decision(rule.NAME, rule.VERSION, label, text, s, passed, extraction, EXTRACTION_VERSION, kind)
-
-
 def _read_together(rule: ModuleType, tries: list, opts: Optional[Sequence[str]]) -> list:
     """The candidates to decide when the deciding statement has a companion (rules with
     ``picks``; see ``extract.companion``): none when the two name different answers
@@ -163,14 +157,16 @@ def verify(
         return Decision(rule.NAME, rule.VERSION, label, text, 0.0, False, extraction, EXTRACTION_VERSION,
                         SEVERAL_PICKS)
     for label, text, extraction in read:
-        decision = _decided(rule, label, text, extraction, refs, opts)
+        s, passed = decide(rule, text, refs, opts)
+        decision = Decision(rule.NAME, rule.VERSION, label, text, s, passed, extraction, EXTRACTION_VERSION)
         if decision.passed:
             return decision
         if best is None or decision.score > best.score:
             best = decision
     if best is None:  # empty answer: nothing to try
-        best = Decision(rule.NAME, rule.VERSION, "full", "", 0.0, False, "", EXTRACTION_VERSION, NO_PICK)
-    return best
+        return Decision(rule.NAME, rule.VERSION, "full", "", 0.0, False, "", EXTRACTION_VERSION, NO_PICK)
+    # the kind of the recorded rejection only: the other candidates' kinds are never kept
+    return replace(best, reject_kind=reject_kind(rule, best.text, refs, opts))
 
 
 __all__ = ["verify", "decide", "reference_decide", "get_rule", "register_rule", "RULE_MODULES", "candidates",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from .extract import companion, conclusion, conclusion_number, emphasised_number, extract
+from .extract import conclusion, conclusion_number, emphasised_number, statements
 
 STATEMENT_CANDIDATE = "statement"
 # A reply that opens by restating the options ("A. Two birds" / "B. Three birds" ...) does not
@@ -51,10 +51,9 @@ def final_answer_candidates(answer: str, conclusions: bool = False, question: st
     full = strip_reasoning(answer).strip()
     if not full:
         return []
-    statement = extract(full)
+    statement, other = statements(full, companions)
     if statement is not None:
         out = [(STATEMENT_CANDIDATE, statement[1], statement[0])]
-        other = companion(full) if companions else None
         return out + [(other[0], other[2], other[1])] if other else out
     out = [("full", full, "")]
     tries = []

@@ -142,7 +142,8 @@ def bare_letter(text: str, options: Optional[Sequence[str]] = None) -> Optional[
     core = text.strip(DECORATION)
     if len(core) != 1 or not core.isascii() or core.upper() not in valid_letters(options):
         return None
-    before, after = text[:text.index(core)].strip(), text[text.index(core) + 1:].strip()
+    at = text.index(core)
+    before, after = text[:at].strip(), text[at + 1:].strip()
     for opening, closing in PAIRED_MARKS:  # marks must pair up: "_B_", "**B**", "'B'"; "_B" is no letter answer
         if before.count(opening) != after.count(closing):
             return None
@@ -313,10 +314,9 @@ def _without_restated_options(text: str, options: Optional[Sequence[str]]) -> st
     lines = text.split("\n")
     labelled = {i: m.group(1) for i, line in enumerate(lines)
                 if (m := OPTION_LINE.fullmatch(line)) and m.group(1) in letters}
-    restated = list(labelled)
     if len(set(labelled.values())) < 2:
         return text
-    return "\n".join(line for i, line in enumerate(lines) if i not in restated)
+    return "\n".join(line for i, line in enumerate(lines) if i not in labelled)
 
 
 def _opens_with_article(text: str) -> bool:

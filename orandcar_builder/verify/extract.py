@@ -252,11 +252,11 @@ def boxed_bounds(text: str) -> Optional[tuple[int, int]]:
     return found
 
 
-def boxed_span(text: str) -> Optional[tuple[int, int]]:
+def boxed_span(text: str, bounds: Optional[tuple[int, int]] = None) -> Optional[tuple[int, int]]:
     """(start, end) of the content of the last balanced ``\\boxed{..}`` / ``\\fbox{..}``; an
     empty last box, or one never closed, gives an empty span (the reply boxed nothing: an earlier
-    box is not its answer)."""
-    bounds = boxed_bounds(text)
+    box is not its answer). ``bounds``: ``boxed_bounds(text)`` where the caller has it."""
+    bounds = boxed_bounds(text) if bounds is None else bounds
     if bounds is None:
         return None
     if bounds[0] == bounds[1]:
@@ -397,7 +397,7 @@ def container(text: str) -> Optional[tuple[int, int, str, str]]:
     found = []
     bounds = boxed_bounds(text)
     if bounds is not None:
-        span = boxed_span(text)
+        span = boxed_span(text, bounds)
         found.append((bounds[0], bounds[1], "boxed", text[span[0]:span[1]]))
     tag = answer_tag(text)
     if tag is not None:
@@ -415,31 +415,49 @@ def _inner_statement(span: str) -> str:
     return inner[2] if inner else span
 
 
-def other_container(text: str) -> Optional[tuple[str, str]]:
-    """(name, span) of the container of the other kind that the reply also holds, before its last
-    container ("\\boxed{D} ... <answer>b</answer>"), or None."""
-    held = container(text)
-    if held is None:
-        return None
+def other_container(text: str, held: tuple[int, int, str, str]) -> Optional[tuple[str, str]]:
+    """(name, span) of the container of the other kind that the reply also holds before its last
+    container ``held`` (``container(text)``: "\\boxed{D} ... <answer>b</answer>"), or None."""
+    before = text[:held[0]]
     if held[2] == "answer_tag":
-        if boxed_bounds(text[:held[0]]) is None:
+        bounds = boxed_bounds(before)
+        if bounds is None:
             return None
-        span = boxed_span(text[:held[0]])
-        return "boxed", _inner_statement(text[span[0]:span[1]])
-    tag = answer_tag(text[:held[0]])
-    return ("answer_tag", _inner_statement(text[tag[1]:tag[2]])) if tag else None
+        span = boxed_span(before, bounds)
+        return "boxed", _inner_statement(before[span[0]:span[1]])
+    tag = answer_tag(before)
+    return ("answer_tag", _inner_statement(before[tag[1]:tag[2]])) if tag else None
+
+
+AFTER_CONTAINER, BEFORE_LETTER, OTHER_CONTAINER = "after_container", "before_letter", "other_container"
+
+
+def statements(text: str, companions: bool = False) -> tuple[Optional[tuple[str, str]],
+                                                              Optional[tuple[str, str, str]]]:
+    """(the deciding statement, as ``extract`` gives it; its companion, as ``companion`` gives it,
+    or None without ``companions``), from one reading of ``text``."""
+    held = container(text)
+    if held is not None:
+        first = (held[2], held[3])
+        if not companions:
+            return first, None
+        other = other_container(text, held)
+        if other is not None:
+            return first, (OTHER_CONTAINER, other[0], other[1])
+        best = _last_statement(text, held[1])
+        return first, ((AFTER_CONTAINER, best[1], best[2]) if best else None)
+    best = _last_statement(text)
+    if best is None:
+        return None, None
+    if not companions or best[1] != "last_line_letter":
+        return (best[1], best[2]), None
+    earlier = _last_statement(text, 0, best[0], letters=False)
+    return (best[1], best[2]), ((BEFORE_LETTER, earlier[1], earlier[2]) if earlier else None)
 
 
 def extract(text: str) -> Optional[tuple[str, str]]:
     """(pattern name, span) of the statement that decides ``text``, or None when it has none."""
-    held = container(text)
-    if held is not None:
-        return held[2], held[3]
-    best = _last_statement(text)
-    return (best[1], best[2]) if best else None
-
-
-AFTER_CONTAINER, BEFORE_LETTER, OTHER_CONTAINER = "after_container", "before_letter", "other_container"
+    return statements(text)[0]
 
 
 def companion(text: str) -> Optional[tuple[str, str, str]]:
@@ -453,18 +471,7 @@ def companion(text: str) -> Optional[tuple[str, str, str]]:
     - ``other_container``: a container of the other kind before the last one ("\\boxed{D} ...
       <answer>b</answer>"), read as ``before_letter`` is (it comes first when there is one).
     """
-    held = container(text)
-    if held is not None:
-        other = other_container(text)
-        if other is not None:
-            return OTHER_CONTAINER, other[0], other[1]
-        best = _last_statement(text, held[1])
-        return (AFTER_CONTAINER, best[1], best[2]) if best else None
-    best = _last_statement(text)
-    if best is None or best[1] != "last_line_letter":
-        return None
-    earlier = _last_statement(text, 0, best[0], letters=False)
-    return (BEFORE_LETTER, earlier[1], earlier[2]) if earlier else None
+    return statements(text, companions=True)[1]
 
 
 def last_sentence(text: str) -> Optional[tuple[int, int]]:
