@@ -53,8 +53,8 @@ ITEM_PARTS = (*QA_PARTS, "qa_other", "references", "options", "family", "source_
 PART_DIGEST = 8  # bytes of blake2b per part: an item's digest is its parts' digests, in ITEM_PARTS order
 CONTEXT_CHARS = 24  # characters either side of where two questions differ, in the human output
 READ_BATCH = 1024  # rows turned into Python objects at a time
-READ_BUFFER = 1 << 20
-SCRATCH_BYTES_PER_ITEM = 2000  # diffstore's file, both sides (measured: 186 MB for two 100k-item folders)  # bytes of each column's read buffer
+READ_BUFFER = 1 << 20  # bytes of each column's read buffer
+SCRATCH_BYTES_PER_ITEM = 2000  # diffstore's file, both sides (measured: 186 MB for two 100k-item folders)
 HUB_READ_BLOCK = 1 << 20  # bytes per ranged read of a Hub shard: the columns read, not the images
 _HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>.+))?$")
 

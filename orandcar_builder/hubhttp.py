@@ -15,7 +15,6 @@ def redact(text: str, token: str | None) -> str:
     return text.replace(token, "<token>") if token else text
 
 
-
 def _bound_request(timeout: float):
     """An httpx request hook that caps the request's connect, read, write and pool timeouts at
     ``timeout`` seconds. HfApi passes ``timeout=None`` (no limit) on most requests, and a request's

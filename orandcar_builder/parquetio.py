@@ -83,11 +83,12 @@ def _decoded_nbytes(array: pa.Array) -> int:
     return array.nbytes
 
 
-def _measured(source, group: int, leaf: str) -> int:
+def _measured(source, metadata, group: int, leaf: str) -> int:
     """The decoded size of the leaf column ``leaf`` (its path in the schema) of row group
     ``group``, read alone and in dictionary form (what the footer bounds): one leaf at a time, so a
-    reader holds one column's dictionary and indices, not the row group's (up to 100 MB)."""
-    reader = pq.ParquetFile(source, pre_buffer=False, read_dictionary=[leaf])
+    reader holds one column's dictionary and indices, not the row group's (up to 100 MB). The
+    footer already read (``metadata``) is handed over, not read again."""
+    reader = pq.ParquetFile(source, metadata=metadata, pre_buffer=False, read_dictionary=[leaf])
     table = reader.read_row_group(group, columns=[leaf], use_threads=False)
     return sum(_decoded_nbytes(chunk) for column in table.columns for chunk in column.chunks)
 
@@ -106,12 +107,13 @@ def check_row_groups(source: Union[str, os.PathLike, IO[bytes]], parquet: Option
         row_group = meta.row_group(group)
         chunks = [(j, row_group.column(j)) for j in range(row_group.num_columns)]
         chunks = [(j, c) for j, c in chunks if wanted is None or _top(c) in wanted]
-        base = sum(_plain_size(parquet, c, j) for j, c in chunks)
-        largest = max(chunks, key=lambda jc: _plain_size(parquet, jc[1], jc[0]), default=None)
+        sizes = {j: _plain_size(parquet, c, j) for j, c in chunks}
+        base = sum(sizes.values())
         if base > limit:
+            j, largest = max(chunks, key=lambda jc: sizes[jc[0]])
             raise ShardTooLargeError(
-                f"row group {group} decodes to about {base:,} bytes ({largest[1].path_in_schema} alone "
-                f"{_plain_size(parquet, largest[1], largest[0]):,}), more than the {limit:,} a row group may hold")
+                f"row group {group} decodes to about {base:,} bytes ({largest.path_in_schema} alone "
+                f"{sizes[j]:,}), more than the {limit:,} a row group may hold")
         shared = [c for _, c in chunks if _shared(c)]
         worst = base + sum(c.num_values * c.total_uncompressed_size for c in shared)
         if worst <= limit:
@@ -122,7 +124,7 @@ def check_row_groups(source: Union[str, os.PathLike, IO[bytes]], parquet: Option
         measured = base
         for j, chunk in chunks:
             if _shared(chunk) and measured <= limit:
-                measured += _measured(source, group, chunk.path_in_schema) - _plain_size(parquet, chunk, j)
+                measured += _measured(source, meta, group, chunk.path_in_schema) - sizes[j]
         if measured > limit:
             raise ShardTooLargeError(f"row group {group} decodes to {measured:,} bytes (its text is dictionary-"
                                      f"encoded: repeated values stored once), more than the {limit:,} a row "

@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from .dataset.layout import HUB_FILES, expected_layout_text, scan
 from .errors import OrandCarError
-from .files import sha256_bytes, update_from_file, write_text_atomic
+from .files import sha256_bytes, sha256_of_file, update_from_file, write_text_atomic
 from .hubhttp import hub_timeout, redact  # noqa: F401 (re-exported: push's time limit and token-free errors)
 
 REPO_TYPE = "dataset"
@@ -234,10 +234,9 @@ def folder_files(folder: Path) -> list[str]:
 
 def hash_file(path: Path, *, git_oid: bool = True) -> tuple[str, str | None]:
     """(sha256, git blob id) of a file, read once in chunks; the blob id None without ``git_oid``."""
-    sha256 = hashlib.sha256()
     if not git_oid:
-        update_from_file(path, sha256)
-        return sha256.hexdigest(), None
+        return sha256_of_file(path), None
+    sha256 = hashlib.sha256()
     git = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
     update_from_file(path, sha256, git)
     return sha256.hexdigest(), git.hexdigest()

@@ -37,6 +37,7 @@ from typing import Iterator, Optional
 import pyarrow.parquet as pq
 
 from .errors import OrandCarError
+from .parquetio import ShardTooLargeError, check_row_groups
 from .spill import SpillMap
 from .vocab import CONFIGS, SPLIT
 from .dataset.cardfile import header_families
@@ -255,6 +256,12 @@ def _check_shard(side, config: str, shard: str, seen_images: SpillMap, rows: boo
             return
         schema_problems = _check_schema(config, schema, shard)
         yield from schema_problems
+        if rows and not schema_problems:
+            try:  # as a folder's shard is: refused from its footer before any row is read
+                check_row_groups(handle, parquet)
+            except ShardTooLargeError as exc:
+                yield f"{shard}: {exc}; its rows are not read"
+                return
         if not rows:
             measured[shard] = (parquet.metadata.num_rows, None)
         elif schema_problems:  # rows of another shape are not checked, but measured (as a folder's are)

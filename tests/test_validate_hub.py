@@ -211,6 +211,25 @@ def test_a_repo_broken_on_the_hub_reads_as_the_broken_folder(published, hub, tmp
     assert run.exit_code == 1 and run.stdout.splitlines() == local
 
 
+def test_an_oversized_shard_on_the_hub_is_refused_as_a_folders_is(published, hub, tmp_path, monkeypatch):
+    """A row group that would decode past the bound (issue 22 item 7) is one problem, its rows
+    unread, with --exhaustive as in a local folder."""
+    from orandcar_builder import parquetio
+    from tests.test_shard_bounds import BOUND, VARIANTS, hostile
+
+    monkeypatch.setattr(parquetio, "MAX_ROW_GROUP_BYTES", BOUND)
+    folder = tmp_path / "OrandCar"
+    shutil.copytree(published[0], folder)
+    path, value, options = VARIANTS[0]
+    shard = hostile(folder, path, value, options)
+    local = [p for p in validate_folder(folder) if p.startswith(f"RS_nothink/{shard.name}")]
+    assert len(local) == 1 and "decodes to" in local[0], local
+    commit_folder(hub, folder, "oversized")
+    on_hub = [p for p in validate_hub(f"{REPO}@oversized", exhaustive=True).problems
+              if p.startswith(f"RS_nothink/{shard.name}")]
+    assert on_hub == local
+
+
 @pytest.mark.parametrize("replacement,footers_say", [
     (r"\g<1>1",
      "README.md: dataset_info of RS_think: dataset_size {size} differs from the num_bytes 1 of its one split"),

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from ..dataset.info import shard_paths
+from ..parquetio import open_parquet
 from ..vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, REJECTED
 from .markdown import NAME_MAX_CHARS, code_span, number, percent
 
@@ -21,7 +20,7 @@ BATCH_ROWS = 1024  # rows read at a time: the column of a large shard is never h
 
 def _sources(folder: Path, config: str):
     for shard in shard_paths(folder, config):
-        parquet = pq.ParquetFile(shard)
+        parquet = open_parquet(shard)
         if "clean_meta" not in parquet.schema_arrow.names:
             continue
         for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=["clean_meta"]):

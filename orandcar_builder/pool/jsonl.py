@@ -30,6 +30,7 @@ from ..vocab import OPTION_LETTERS
 from ..images import ImageError, ImagePolicy, ImageRef, check_image
 from ..records import Dropped, PoolItem, Source
 from ..spill import SpillSet
+from .seal import sealed_roots
 
 IMAGE_CHECK_CACHE = 4096  # image files whose hash and decode check are remembered
 REQUIRED_FIELDS = ("id", "image", "question", "answer", "family")
@@ -214,8 +215,6 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
 
 
 def _with_seal(policy: ImagePolicy, pool: Path) -> ImagePolicy:
-    from .seal import sealed_roots
-
     roots = () if policy.allow_outside_paths else sealed_roots(pool)
     return replace(policy, roots=tuple(dict.fromkeys((*policy.roots, *roots)))) if roots else policy
 

@@ -26,7 +26,7 @@ import secrets
 from pathlib import Path
 from typing import Iterable, Optional
 
-from ..files import write_text_atomic
+from ..files import sha256_of_file, write_text_atomic
 
 CONFIG_DIR_ENV = "ORANDCAR_CONFIG_DIR"
 KEY_FILE = "import-seal.key"
@@ -114,8 +114,6 @@ def sealed_roots(pool: Path) -> tuple[str, ...]:
     key = _key(create=False)
     if key is None or not hmac.compare_digest(_mac(key, roots, digest), mac):
         return ()
-    from ..files import sha256_of_file
-
     try:
         if sha256_of_file(pool) != digest:
             return ()
