@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.demo-installed
 TEST_STAMP := $(VENV)/.test-installed
 
-.PHONY: demo test test-vllm samples clean
+.PHONY: demo test lint test-vllm samples clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: $(DEMO_STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
+
+# ruff over the package, the tests and the benchmarks ([tool.ruff] in pyproject.toml); .ci/run runs it.
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
 
 # The real-vLLM engine tests (several GB in .venv-vllm on first run; not part of `make test`).
 test-vllm:

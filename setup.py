@@ -4,8 +4,8 @@ The package metadata lives in pyproject.toml. The two folders stay at the top le
 repository (the layout the project is specified with) and are their single source; a built wheel
 carries a copy as ``orandcar_builder/_shipped/<folder>``, which ``orandcar_builder.shipped`` finds
 first, so an installed package builds outside a checkout. When the repository is a git checkout,
-the wheel also records the commit it was built from (``orandcar_builder/build/_build_info.json``, read
-by ``orandcar_builder/build/provenance.py``), so a card built with the installed package names it.
+the wheel also records the commit it was built from (``orandcar_builder/pipeline/_build_info.json``, read
+by ``orandcar_builder/pipeline/provenance.py``), so a card built with the installed package names it.
 """
 
 import json
@@ -30,8 +30,8 @@ class BuildPyWithShipped(build_py):
             if target.exists():
                 shutil.rmtree(target)
             shutil.copytree(root / name, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        provenance = runpy.run_path(str(root / "orandcar_builder" / "build" / "provenance.py"))
-        info = Path(self.build_lib) / "orandcar_builder" / "build" / provenance["BUILD_INFO"]
+        provenance = runpy.run_path(str(root / "orandcar_builder" / "pipeline" / "provenance.py"))
+        info = Path(self.build_lib) / "orandcar_builder" / "pipeline" / provenance["BUILD_INFO"]
         source = provenance["git_source"](root)
         if source is not None:
             info.write_text(json.dumps(source) + "\n", encoding="utf-8")

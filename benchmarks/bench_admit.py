@@ -144,7 +144,7 @@ def measure_first_request(pool: Path, repeat: int, slots: int = 1, latency: floa
     """The best of ``repeat`` builds: seconds to the first request, to the engine's last answer,
     and of the whole build; the engine's busy share from the build's start to its last answer
     (its least possible time, requests x latency / slots, over that span)."""
-    from orandcar_builder.build import build
+    from orandcar_builder.pipeline import build
 
     n = sum(1 for _ in open(pool, encoding="utf-8"))
     best: dict = {}

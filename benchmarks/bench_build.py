@@ -38,9 +38,10 @@ from typing import Sequence
 
 from synthetic import make_pool, warm_page_cache  # benchmarks/ is on sys.path when a script runs
 
+
 def run_ours(pool: Path, replay: Path, out: Path, work: Path) -> tuple[float, dict]:
-    from orandcar_builder.build import build
     from orandcar_builder.engines.replay import ReplayEngine
+    from orandcar_builder.pipeline import build
 
     t0 = time.perf_counter()
     result = build(pool, out, work=work, engine=ReplayEngine(replay), progress=False)

@@ -27,9 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from synthetic import png  # noqa: E402
+
 from orandcar_builder.dataset.writer import write_dataset  # noqa: E402
 from orandcar_builder.vocab import CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_THINK, WRONG_ANSWER  # noqa: E402
-from synthetic import png  # noqa: E402
 
 CARD = "---\nlicense: cc-by-4.0\n---\n# Synthetic dataset for bench_diff\n"
 

@@ -72,7 +72,7 @@ def _reset_peak() -> None:
         fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
 
 
-# (stage, module, attribute that runs it), in build order: the build's stages (orandcar_builder/build/stages)
+# (stage, module, attribute that runs it), in build order: the build's stages (orandcar_builder/pipeline/stages)
 # and, inside the write stage, its route, write and tally steps.
 STAGES = (("admit", "admit", "AdmitStage.run"), ("generate", "generate", "_generate"),
           ("route", "write", "RoutePlan"), ("write", "write", "write_dataset"), ("tally", "write", "tally"),
@@ -84,10 +84,10 @@ def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
 
     importlib.import_module("datasets")  # the build's validation and card import it: part of the floor
 
-    import orandcar_builder.build as build_module
     import orandcar_builder.card as card_module
-    from orandcar_builder.build.stages import admit, generate, validate, write
+    import orandcar_builder.pipeline as build_module
     from orandcar_builder.engines.replay import ReplayEngine
+    from orandcar_builder.pipeline.stages import admit, generate, validate, write
 
     floor = _status_mb("VmRSS")
     peaks: dict[str, float] = {}

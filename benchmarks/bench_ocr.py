@@ -107,7 +107,7 @@ def _digests(folder: Path) -> dict[str, str]:
 
 def run_builds(data: Path, root: Path) -> list[dict]:
     """Whole builds of the crops: local 1 thread, local 2 threads, ray 2 replicas x 1 thread."""
-    from orandcar_builder.build import build
+    from orandcar_builder.pipeline import build
     from orandcar_builder.pool import import_source
 
     pool = root / "pool.jsonl"

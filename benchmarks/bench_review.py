@@ -90,7 +90,7 @@ def browser_load(page: Path):
 
 
 def sample_build(root: Path) -> tuple[float, Path, Path]:
-    from orandcar_builder.build import build
+    from orandcar_builder.pipeline import build
 
     t0 = time.perf_counter()
     result = build(REPO / "samples" / "pool.jsonl", root / "sample" / "OrandCar", work=root / "sample" / "work",
@@ -100,8 +100,8 @@ def sample_build(root: Path) -> tuple[float, Path, Path]:
 
 
 def large_build(root: Path, n: int) -> tuple[float, Path, Path, dict]:
-    from orandcar_builder.build import build
     from orandcar_builder.engines.replay import ReplayEngine
+    from orandcar_builder.pipeline import build
 
     pool, replay = make_pool(root / "large", n)
     verdicts = judge_replies(root / "large" / "verdicts.jsonl", n)

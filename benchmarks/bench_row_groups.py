@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pyarrow.parquet as pq  # noqa: E402
+from synthetic import png  # noqa: E402
 
 from orandcar_builder.dataset.writer import write_dataset  # noqa: E402
 from orandcar_builder.files import PNG_SIGNATURE  # noqa: E402
 from orandcar_builder.vocab import CONFIG_REJECTED, WRONG_ANSWER  # noqa: E402
-from synthetic import png  # noqa: E402
 
 OLD_ROW_GROUP_ROWS = 100
 

@@ -76,8 +76,8 @@ def main() -> int:
         with HubServer(Path(root) / "hub") as server:
             os.environ.update(HF_ENDPOINT=server.url, HF_TOKEN=server.token, HF_HUB_DISABLE_XET="1",
                               HF_HOME=str(Path(root) / "hf-home"), HF_HUB_DISABLE_PROGRESS_BARS="1")
-            from orandcar_builder.remote import validate_hub
             from orandcar_builder.publish import push
+            from orandcar_builder.remote import validate_hub
 
             for number, shard_mb in enumerate(args.shard_mb):
                 folder = Path(root) / f"OrandCar-{number}"
@@ -85,8 +85,8 @@ def main() -> int:
                 tag = f"v{number}"
                 pushed = push(folder, REPO, tag=tag, progress=False, verify=False)
                 assert not pushed.problems
-                footers = counted(server, lambda: validate_hub(f"{REPO}@{tag}"))
-                full = counted(server, lambda: validate_hub(f"{REPO}@{tag}", exhaustive=True))
+                footers = counted(server, lambda tag=tag: validate_hub(f"{REPO}@{tag}"))
+                full = counted(server, lambda tag=tag: validate_hub(f"{REPO}@{tag}", exhaustive=True))
                 shard_count = sum(len(s["shards"]) for s in summary.values())
                 shard_bytes = sum(s["bytes"] for s in summary.values())
                 row = {"shard_mb": shard_mb, "shards": shard_count, "shard_bytes": shard_bytes,

@@ -23,9 +23,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from orandcar_builder.dataset.recheck import format_recheck, recheck
 from orandcar_builder.families import FAMILIES
 from orandcar_builder.verify import decide, get_rule, math_answer, reference_decide
-from orandcar_builder.dataset.recheck import format_recheck, recheck
 
 ANLS_MIN_RATIO = 20.0
 ANLS_LENGTH = 100

@@ -23,10 +23,10 @@ or the longest reply if that is longer).
 
 from __future__ import annotations
 
-import queue
 import hashlib
 import json
 import math
+import queue
 import statistics
 import threading
 import time

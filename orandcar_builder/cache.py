@@ -267,7 +267,7 @@ class GenerationCache:
     def put_many(self, fingerprint: dict, entries: Sequence[tuple[str, Generation]]) -> int:
         """Store complete generations under their keys in one transaction; returns how many were
         given. An incomplete one is a ValueError (nothing is written)."""
-        for key, gen in entries:
+        for _key, gen in entries:
             if not is_complete(gen):
                 raise ValueError(f"generation {gen.item_id!r} is incomplete (finish_reason {gen.finish_reason!r})")
         ehash = engine_hash(fingerprint)

@@ -256,7 +256,7 @@ def work_option(help: str, *, existing: bool = False, remembered: bool = False) 
 def _dataset_folder(folder: Path, verb: str = "give") -> None:
     """One error line when ``folder``, given where a dataset folder is wanted, is a work dir: it
     names the dataset folder that work dir's build wrote."""
-    from .build.work import built_output, is_work_dir
+    from .pipeline.work import built_output, is_work_dir
 
     if is_work_dir(folder):
         out = built_output(folder)
@@ -383,8 +383,8 @@ def build(pool, out, work, engine_name, replay, engine_option, threads, judge_na
     """
     from click.core import ParameterSource
 
-    from .build import BuildConfig, format_summary, run_build
     from .dataset.writer import DEFAULT_MAX_SHARD_BYTES
+    from .pipeline import BuildConfig, format_summary, run_build
     from .publish import check_repo_id
     from .recipe import read_recipe, resolve
 
@@ -562,7 +562,8 @@ def recheck(folder, workers, limit):
 
     Reports, per config and family, how many decisions agree; exits 1 on any disagreement.
     """
-    from .dataset.recheck import format_recheck, recheck as run_recheck
+    from .dataset.recheck import format_recheck
+    from .dataset.recheck import recheck as run_recheck
 
     _dataset_folder(folder, "recheck")
     report = run_recheck(folder, workers=workers)
@@ -632,8 +633,8 @@ def calibrate(work, n, judge_name, judge_replay, judge_option):
     disagreements, and the judge's agreement per family. Verdicts are cached in the work dir."""
     from . import judge as judging
     from .cache import GenerationCache
-    from .executors.generation import generate_through_cache
     from .engines import create_engine
+    from .executors.generation import generate_through_cache
     from .files import write_text_atomic
 
     options = _settings(judge_option, judge_replay)
@@ -729,7 +730,8 @@ def push(folder, repo_id, revision, tag, gated, private, dry_run, timeout, verif
     Example:
         orandcar push OrandCar --repo my-org/OrandCar --tag v1.0
     """
-    from .publish import format_push_result, push as run_push
+    from .publish import format_push_result
+    from .publish import push as run_push
 
     _dataset_folder(folder, "push")
     result = run_push(folder, repo_id, revision=revision, tag=tag, gated=gated, private=private,
@@ -759,7 +761,8 @@ def diff_cmd(old, new, as_json):
         orandcar diff OrandCar-old OrandCar
         orandcar diff my-org/OrandCar@v1.0 my-org/OrandCar@v1.1 --json
     """
-    from .diff import diff as run_diff, format_diff
+    from .diff import diff as run_diff
+    from .diff import format_diff
 
     result = run_diff(old, new)
     click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) if as_json else format_diff(result))

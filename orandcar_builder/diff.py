@@ -36,11 +36,11 @@ from typing import Any, Callable, Iterator, Optional
 import pyarrow.parquet as pq
 from huggingface_hub.errors import HfHubHTTPError
 
-from .dataset.layout import README
-from .errors import OrandCarError
 from .dataset.cardfile import CardFormatError, card_settings, header_families, split_card
-from .families import FAMILIES
+from .dataset.layout import README
 from .diffstore import NEW, OLD, DiffStore, decode_key
+from .errors import OrandCarError
+from .families import FAMILIES
 from .parquetio import ShardTooLargeError, check_row_groups
 from .vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIGS, REJECTED, SHARD_NAME
 

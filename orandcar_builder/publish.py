@@ -500,8 +500,8 @@ def release_card(folder: Path, api: HfApi, repo_id: str, remote: RemoteState, ta
     folder. Without: the versions of the card the branch holds now are carried over, so an
     untagged push does not drop the history a rebuilt card does not know.
     """
-    from .diff import Side, diff_sides, open_side
     from .dataset.cardfile import card_versions, split_card
+    from .diff import Side, diff_sides, open_side
     from .release import version_entry, with_versions
 
     readme = folder / README

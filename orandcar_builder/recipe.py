@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .errors import OrandCarError
-from .files import MAX_JSON_DEPTH, deeper_than
 from .families import DEFAULT_SEPARATOR  # between the question (with its options) and the family's instruction
+from .files import MAX_JSON_DEPTH, deeper_than
 
 try:
     import tomllib  # the standard library's TOML reader, Python 3.11+
@@ -95,7 +95,7 @@ RECIPE_SCHEMA: dict = {
         },
         "build": {
             "type": "object",
-            # beyond this share of admitted items without an answer the build fails (build/failure.py)
+            # beyond this share of admitted items without an answer the build fails (pipeline/failure.py)
             "properties": {"max_failed_share": {"type": "number", "minimum": 0, "maximum": 1}},
             "additionalProperties": False,
         },

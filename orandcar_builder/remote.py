@@ -36,13 +36,13 @@ from typing import Iterator, Optional
 
 import pyarrow.parquet as pq
 
+from .dataset.cardfile import header_families
+from .dataset.info import dataset_info
+from .dataset.layout import README, expected_layout_text, scan_repo
 from .errors import OrandCarError
 from .parquetio import ShardTooLargeError, check_row_groups
 from .spill import SpillMap
 from .vocab import CONFIGS, SPLIT
-from .dataset.cardfile import header_families
-from .dataset.info import dataset_info
-from .dataset.layout import README, expected_layout_text, scan_repo
 
 FOOTER_BLOCK = 64 * 1024  # bytes per ranged read while only footers are read (pyarrow reads 64 KiB tails)
 ROWS_BLOCK = 8 * 1024 * 1024  # bytes per ranged read while rows are streamed
@@ -196,9 +196,9 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
     """The problems of ``side`` (its ``files`` listing, ``opener``): ``rows`` streams every row
     through the row checks (with jsonschema on every row when ``exhaustive``); ``online`` asks
     the Hub's own card check too."""
-    from .families import families_in_use
     from .dataset.hubcard import hub_validation_problems
     from .dataset.validate import _check_links, check_card_bytes, shard_number_problems
+    from .families import families_in_use
 
     layout = scan_repo(side.files)
     published = layout.published

@@ -16,7 +16,7 @@ from PIL import Image
 os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="orandcar-test-datasets-cache-")
 # The import seal's key (pool/seal.py) likewise stays out of the user's config folder.
 os.environ["ORANDCAR_CONFIG_DIR"] = tempfile.mkdtemp(prefix="orandcar-test-config-")
-# Cards name the git commit of the code that built them (build/provenance.py); the tests compare cards
+# Cards name the git commit of the code that built them (pipeline/provenance.py); the tests compare cards
 # byte for byte (the golden card, a wheel's build against the checkout's), so they name none.
 os.environ["ORANDCAR_SOURCE_COMMIT"] = "none"
 
@@ -53,7 +53,7 @@ def ocr_engine():
 @pytest.fixture(scope="session")
 def sample_build(tmp_path_factory, ocr_engine):
     """The sample pool built once with the default engine: (result, recording engine)."""
-    from orandcar_builder.build import build
+    from orandcar_builder.pipeline import build
 
     root = tmp_path_factory.mktemp("sample_build")
     engine = RecordingEngine(ocr_engine)

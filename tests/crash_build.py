@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from orandcar_builder.build import build
 from orandcar_builder.engines.replay import ReplayEngine
+from orandcar_builder.pipeline import build
 
 BATCH = 4
 PAUSE_S = 0.03

@@ -12,11 +12,18 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from orandcar_builder.build import BuildError, build
 from orandcar_builder.cli import main
 from orandcar_builder.engines.base import EngineUnavailable
-from orandcar_builder.images import (IMAGE_MISSING, IMAGE_OUTSIDE_POOL, IMAGE_TOO_LARGE, ImageError, ImagePolicy,
-                                     ImageRef, check_images)
+from orandcar_builder.images import (
+    IMAGE_MISSING,
+    IMAGE_OUTSIDE_POOL,
+    IMAGE_TOO_LARGE,
+    ImageError,
+    ImagePolicy,
+    ImageRef,
+    check_images,
+)
+from orandcar_builder.pipeline import BuildError, build
 from orandcar_builder.pool import jsonl as jsonl_module
 from orandcar_builder.pool import prefetch
 from orandcar_builder.pool.jsonl import read_pool

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from orandcar_builder.build import build
 from orandcar_builder.cli import main
 from orandcar_builder.dataset.features import features
+from orandcar_builder.pipeline import build
 from orandcar_builder.vocab import CONFIGS
 
 from .conftest import SAMPLES, dataset_files, write_png, write_pool

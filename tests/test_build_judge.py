@@ -8,8 +8,8 @@ import datasets
 import pytest
 from click.testing import CliRunner
 
-from orandcar_builder.build import build
 from orandcar_builder.cli import main
+from orandcar_builder.pipeline import build
 
 from .conftest import SAMPLES
 
@@ -88,7 +88,7 @@ def test_rerun_asks_nothing_new_and_cli_reports_judge(tmp_path, recorded):
 
 
 def test_engine_that_cannot_judge_is_refused(tmp_path, ocr_engine):
-    from orandcar_builder.build import BuildError
+    from orandcar_builder.pipeline import BuildError
 
     with pytest.raises(BuildError, match="cannot run the text-only judge"):
         build(SAMPLES / "pool.jsonl", tmp_path / "out", work=tmp_path / "work", engine=ocr_engine,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from orandcar_builder.build import BuildConfig, BuildError, BuildObjects, build, run_build
-from orandcar_builder.build.stages import overlaps, stages_for
 from orandcar_builder.executors import get_executor
+from orandcar_builder.pipeline import BuildConfig, BuildError, BuildObjects, build, run_build
+from orandcar_builder.pipeline.stages import overlaps, stages_for
 from orandcar_builder.recipe import parse_recipe, resolve
 
 from .conftest import REPO, dataset_files, write_png, write_pool
@@ -131,7 +131,7 @@ def test_overlapped_admission_is_reported_by_the_generate_stage(tmp_path):
 
 
 def test_the_judge_pass_asks_through_the_cache_in_generation_batches(tmp_path, monkeypatch):
-    from orandcar_builder.build.stages import judge as judge_stage
+    from orandcar_builder.pipeline.stages import judge as judge_stage
     from orandcar_builder.vocab import GENERATION_BATCH
 
     calls = []
@@ -188,9 +188,9 @@ def test_settings_made_without_a_recipe_reach_the_card(tmp_path):
 
 @pytest.mark.parametrize("module, forbidden", [
     ("orandcar_builder.judge", ("orandcar_builder.engines", "orandcar_builder.cache", "orandcar_builder.executors",
-                                "orandcar_builder.route", "orandcar_builder.build")),
-    ("orandcar_builder.executors.steps", ("orandcar_builder.build", "orandcar_builder.card")),
-    ("orandcar_builder.executors.local", ("orandcar_builder.build",)),
+                                "orandcar_builder.route", "orandcar_builder.pipeline")),
+    ("orandcar_builder.executors.steps", ("orandcar_builder.pipeline", "orandcar_builder.card")),
+    ("orandcar_builder.executors.local", ("orandcar_builder.pipeline",)),
 ])
 def test_the_lower_layers_do_not_import_the_upper_ones(module, forbidden):
     code = f"import sys, {module}; print('\\n'.join(sys.modules))"
@@ -206,7 +206,7 @@ def test_the_lower_layers_do_not_import_the_upper_ones(module, forbidden):
     (b"a\nb", 5, 2), (b"\xef\xbb\xbfa\r\nb\r\n", None, 2),
 ])
 def test_count_lines_counts_the_lines_the_pool_reader_reads(tmp_path, text, limit, lines):
-    from orandcar_builder.build.progress import count_lines
+    from orandcar_builder.pipeline.progress import count_lines
     from orandcar_builder.pool.jsonl import decode_json_lines
 
     path = tmp_path / "pool.jsonl"

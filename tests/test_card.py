@@ -32,10 +32,10 @@ from orandcar_builder.card import (
     rewrite_card,
     write_card,
 )
-from orandcar_builder.build import build
 from orandcar_builder.dataset.features import features
-from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.dataset.validate import read_card_yaml, validate_folder
+from orandcar_builder.pipeline import build
+from orandcar_builder.vocab import CONFIGS
 
 from .conftest import SAMPLES
 from .update_golden import GOLDEN
@@ -489,7 +489,7 @@ def test_dataset_info_comes_from_the_writer_without_opening_a_shard(tmp_path, oc
     result = build(SAMPLES / "pool.jsonl", tmp_path / "OrandCar", work=tmp_path / "work", engine=ocr_engine,
                    progress=False)
     assert result.ok, result.problems
-    for config, written in result.report["configs"].items():
+    for written in result.report["configs"].values():
         assert [s["path"] for s in written["shard_sizes"]] == written["shards"]
     monkeypatch.undo()
     header = read_card_yaml(result.out / "README.md")

@@ -13,8 +13,14 @@ import yaml
 from click.testing import CliRunner
 
 from orandcar_builder.cli import main
-from orandcar_builder.dataset.cardfile import (MAX_YAML_DEPTH, CardFormatError, YamlRefused, dump_header, load_yaml,
-                                               split_card)
+from orandcar_builder.dataset.cardfile import (
+    MAX_YAML_DEPTH,
+    CardFormatError,
+    YamlRefused,
+    dump_header,
+    load_yaml,
+    split_card,
+)
 from orandcar_builder.dataset.validate import validate_folder
 
 from .conftest import REPO
@@ -120,7 +126,7 @@ def test_a_card_that_gives_a_key_twice_is_a_problem(sample_copy):
     assert any("pretty_name" in p and "twice" in p for p in problems), problems
 
 
-def test_push_tag_refuses_a_bombed_card_of_the_previous_tag(hub, folder_v1, folder_v2):
+def test_push_tag_refuses_a_bombed_card_of_the_previous_tag(hub, folder_v1, folder_v2):  # noqa: F811 (fixtures)
     """``push --tag`` reads the previous tag's card from the Hub: a hostile one is one error."""
     from huggingface_hub import HfApi
 

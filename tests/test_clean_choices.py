@@ -230,7 +230,6 @@ def test_repeated_options_drop_the_item_in_cleaning(tmp_path):
     from orandcar_builder.clean import clean
     from orandcar_builder.images import ImageRef
     from orandcar_builder.records import Dropped, PoolItem
-
     from tests.conftest import write_png
 
     image = ImageRef.from_file(write_png(tmp_path / "a.png"))

@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from orandcar_builder.images import ImagePolicy
 from orandcar_builder.clean import DUPLICATE, POLICY_ID, clean, clean_pool
 from orandcar_builder.clean.choices import ACTION_NORMALISED
 from orandcar_builder.errors import OrandCarError
-from orandcar_builder.images import ImageRef
+from orandcar_builder.images import ImagePolicy, ImageRef
 from orandcar_builder.pool import read_pool
 from orandcar_builder.records import Admitted, Dropped, PoolItem, Source
 

@@ -279,7 +279,7 @@ def test_validate_given_a_work_dir_names_the_dataset_folder(sample_build, tmp_pa
                     ["push", result.work, "--repo", "org/name", "--dry-run"]):
         res = run(*command)
         assert res.exit_code == 2 and res.output.count("error:") == 1, (command, res.output)
-        assert f"is a work dir (`orandcar build --work`), not a dataset folder" in res.output, (command, res.output)
+        assert "is a work dir (`orandcar build --work`), not a dataset folder" in res.output, (command, res.output)
         assert str(result.out.resolve()) in res.output
 
 

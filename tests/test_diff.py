@@ -13,11 +13,11 @@ from typing import Optional
 import pytest
 from click.testing import CliRunner
 
-from orandcar_builder.build import build
 from orandcar_builder.cli import main
-from orandcar_builder.diff import DiffError, diff, format_diff, open_side, settings_changes
-from orandcar_builder.publish import push
 from orandcar_builder.dataset.cardfile import BUILD_KEY, VERSIONS_KEY, card_versions, split_card
+from orandcar_builder.diff import DiffError, diff, format_diff, open_side, settings_changes
+from orandcar_builder.pipeline import build
+from orandcar_builder.publish import push
 from orandcar_builder.release import VERSIONS_END, VERSIONS_START, versions_section, with_versions
 from tests.hubserver import HubServer
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orandcar_builder import diff as diff_module, diffstore
+from orandcar_builder import diff as diff_module
+from orandcar_builder import diffstore
 from orandcar_builder.dataset.writer import write_dataset
 from orandcar_builder.diff import DiffError, diff_sides, open_side
 from orandcar_builder.vocab import CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_THINK, WRONG_ANSWER

@@ -8,7 +8,6 @@ import io
 import pytest
 from PIL import Image
 
-from tests.fake_openai_server import FakeOpenAIServer, image_urls_of
 from orandcar_builder.engines import create_engine
 from orandcar_builder.engines.base import EngineUnavailable
 from orandcar_builder.engines.openai_compat import (
@@ -20,6 +19,7 @@ from orandcar_builder.engines.openai_compat import (
 )
 from orandcar_builder.images import ImageRef
 from orandcar_builder.records import Request
+from tests.fake_openai_server import FakeOpenAIServer, image_urls_of
 
 
 def image_file(tmp_path, name: str, fmt: str) -> ImageRef:
@@ -281,8 +281,8 @@ def test_retry_after_is_read_as_seconds_or_an_http_date_and_capped(value, expect
 
 
 def test_retry_after_as_a_future_http_date():
-    from email.utils import format_datetime
     from datetime import datetime, timedelta, timezone
+    from email.utils import format_datetime
 
     from orandcar_builder.engines.openai_compat import _retry_after
 

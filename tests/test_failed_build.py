@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orandcar_builder.build import BuildConfig, BuildError, BuildFailed, build
 from orandcar_builder.cli import main
+from orandcar_builder.pipeline import BuildConfig, BuildError, BuildFailed, build
 from orandcar_builder.recipe import RecipeError, parse_recipe, resolve
 from tests.fake_openai_server import FakeOpenAIServer
 

@@ -13,8 +13,14 @@ from click.testing import CliRunner
 
 from orandcar_builder.cli import main
 from orandcar_builder.engines.replay import ReplayEngine, ReplayFileError
-from orandcar_builder.files import (JSON_NUMBER_TOO_LONG, JSON_TOO_DEEP, MAX_JSON_DEPTH, MAX_JSON_INT_DIGITS,
-                                    JsonLimitError, loads_bounded)
+from orandcar_builder.files import (
+    JSON_NUMBER_TOO_LONG,
+    JSON_TOO_DEEP,
+    MAX_JSON_DEPTH,
+    MAX_JSON_INT_DIGITS,
+    JsonLimitError,
+    loads_bounded,
+)
 from orandcar_builder.pool import read_pool
 from orandcar_builder.pool.llava import value_end
 from orandcar_builder.records import Dropped, PoolItem
@@ -112,7 +118,7 @@ def test_clean_and_import_drop_hostile_lines_without_a_traceback(tmp_path):
 
 
 def test_build_drops_hostile_lines_and_builds_the_good_ones(tmp_path, ocr_engine):
-    from orandcar_builder.build import build
+    from orandcar_builder.pipeline import build
 
     pool, expected, n = hostile_pool(tmp_path)
     result = build(pool, tmp_path / "out", work=tmp_path / "work", engine=ocr_engine, progress=False)

@@ -19,7 +19,11 @@ from pathlib import Path
 import pytest
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, HfFileSystem, hf_hub_download
 from huggingface_hub.errors import (
-    EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError,
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
 )
 
 from tests.hubserver import DEFAULT_GITATTRIBUTES, HubServer, git_blob_id, lfs_pointer

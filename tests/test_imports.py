@@ -35,7 +35,7 @@ LEVELS: list[tuple[str, ...]] = [
     ("release",),
     ("review",),
     ("card", "diff"),
-    ("build",),
+    ("pipeline",),
     ("remote",),  # validate ORG/NAME@REV: reads through diff's Hub side; push verifies with it
     ("publish",),
     ("cli",),

@@ -9,9 +9,6 @@ import pytest
 
 from orandcar_builder.errors import OrandCarError
 from orandcar_builder.images import ImageRef
-from orandcar_builder.vocab import VERDICT_CORRECT as CORRECT
-from orandcar_builder.vocab import VERDICT_UNSURE as UNSURE
-from orandcar_builder.vocab import VERDICT_WRONG as WRONG
 from orandcar_builder.judge import (
     JUDGE_FAMILY,
     JUDGE_PROMPT_TEMPLATE,
@@ -31,6 +28,9 @@ from orandcar_builder.judge import (
     sample_key,
 )
 from orandcar_builder.records import Decision, Generation, Request, Verdict
+from orandcar_builder.vocab import VERDICT_CORRECT as CORRECT
+from orandcar_builder.vocab import VERDICT_UNSURE as UNSURE
+from orandcar_builder.vocab import VERDICT_WRONG as WRONG
 
 
 class ScriptedJudge:

@@ -8,9 +8,6 @@ import pytest
 
 from orandcar_builder.cache import CacheStats, GenerationCache, generate_cached
 from orandcar_builder.engines.replay import ReplayEngine, ReplayMissingError
-from orandcar_builder.vocab import VERDICT_CORRECT as CORRECT
-from orandcar_builder.vocab import VERDICT_UNSURE as UNSURE
-from orandcar_builder.vocab import VERDICT_WRONG as WRONG
 from orandcar_builder.judge import (
     JudgeItem,
     calibrate,
@@ -19,6 +16,9 @@ from orandcar_builder.judge import (
     judge,
     promotion,
 )
+from orandcar_builder.vocab import VERDICT_CORRECT as CORRECT
+from orandcar_builder.vocab import VERDICT_UNSURE as UNSURE
+from orandcar_builder.vocab import VERDICT_WRONG as WRONG
 
 # Rule rejects sent to the judge, with the judge's recorded replies.
 REJECTS = [

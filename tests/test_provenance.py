@@ -1,4 +1,4 @@
-"""Where the running code came from (build/provenance.py): the commit of a git checkout and whether the
+"""Where the running code came from (pipeline/provenance.py): the commit of a git checkout and whether the
 files that shape a build differ from it; the environment's word over it; a wheel's record."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from orandcar_builder.build import provenance
+from orandcar_builder.pipeline import provenance
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

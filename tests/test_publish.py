@@ -31,15 +31,32 @@ import pytest
 import yaml
 from PIL import Image as PILImage
 
-from tests.hubserver import HubServer, git_blob_id, silent_endpoint
 from orandcar_builder.dataset.features import configs_block, features, qa_fields
-from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.errors import OrandCarError
 from orandcar_builder.publish import (
-    FileChange, HubPermissionError, HubTimeoutError, InvalidFolderError, UnexpectedFilesError, LocalFile, MissingTokenError, PushError, PushResult,
-    RemoteFile, TagConflictError, check_gated, check_repo_id, folder_files, format_push_result, hash_file,
-    plan_changes, plan_commits, push, redact,
+    FileChange,
+    HubPermissionError,
+    HubTimeoutError,
+    InvalidFolderError,
+    LocalFile,
+    MissingTokenError,
+    PushError,
+    PushResult,
+    RemoteFile,
+    TagConflictError,
+    UnexpectedFilesError,
+    check_gated,
+    check_repo_id,
+    folder_files,
+    format_push_result,
+    hash_file,
+    plan_changes,
+    plan_commits,
+    push,
+    redact,
 )
+from orandcar_builder.vocab import CONFIGS
+from tests.hubserver import HubServer, git_blob_id, silent_endpoint
 
 TESTS = Path(__file__).resolve().parent
 REPO = "orandcar-org/OrandCar-test"
@@ -700,9 +717,9 @@ def parquet_rows(path: Path) -> list[dict]:
 def end_to_end(tmp_path_factory, built_sample):
     """One client run: push the sample build tagged v1.0, push it again, change main behind the tag,
     read both back with load_dataset, push again (restores main), download the tagged shard."""
-    import pyarrow.parquet as pq
-
     import shutil
+
+    import pyarrow.parquet as pq
 
     root = tmp_path_factory.mktemp("e2e")
     folder = root / "OrandCar"  # a tagged push writes the Versions section into the folder's card

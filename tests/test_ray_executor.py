@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from orandcar_builder.build import build
 from orandcar_builder.engines.replay import ReplayEngine
 from orandcar_builder.executors.ray_data import import_ray
+from orandcar_builder.pipeline import build
 
 from .conftest import SAMPLES, dataset_files
 

@@ -6,12 +6,20 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from orandcar_builder.families import FAMILIES
-from orandcar_builder.recipe import (DEFAULT_SEPARATOR, RECIPE_SCHEMA, RecipeError, key_line, parse_recipe,
-                                     read_recipe, shipped_recipe_path)
+from orandcar_builder.recipe import (
+    DEFAULT_SEPARATOR,
+    RECIPE_SCHEMA,
+    RecipeError,
+    key_line,
+    parse_recipe,
+    read_recipe,
+    shipped_recipe_path,
+)
 
 from .conftest import REPO
 

@@ -16,11 +16,11 @@ from click.testing import CliRunner
 
 from orandcar_builder.card import code_blocks
 from orandcar_builder.cli import main
+from orandcar_builder.dataset.cardfile import BUILD_KEY, split_card
+from orandcar_builder.dataset.recheck import recheck
 from orandcar_builder.dataset.validate import validate_folder
 from orandcar_builder.families import FAMILIES
 from orandcar_builder.recipe import parse_recipe, resolve, shipped_recipe_path, tomllib
-from orandcar_builder.dataset.cardfile import BUILD_KEY, split_card
-from orandcar_builder.dataset.recheck import recheck
 
 from .conftest import REPO, SAMPLES, dataset_files
 
@@ -111,7 +111,7 @@ def test_the_command_line_over_a_recipe():
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, ocr_engine) -> tuple[Path, Path]:
     """The sample pool and a replay file of the rapidocr engine's answers to it, in one folder."""
-    from orandcar_builder.build import build
+    from orandcar_builder.pipeline import build
 
     root = tmp_path_factory.mktemp("recipe_recorded")
     pool = root / "pool.jsonl"

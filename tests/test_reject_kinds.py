@@ -7,8 +7,8 @@ import json
 
 import pyarrow.parquet as pq
 
-from orandcar_builder.build import build
-from orandcar_builder.build.report import format_summary
+from orandcar_builder.pipeline import build
+from orandcar_builder.pipeline.report import format_summary
 from orandcar_builder.records import Generation
 
 from .conftest import write_png, write_pool

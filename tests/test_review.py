@@ -22,11 +22,18 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from orandcar_builder.build import BuildFailed, build, format_summary
 from orandcar_builder.cli import main
+from orandcar_builder.pipeline import BuildFailed, build, format_summary
 from orandcar_builder.review import REVIEW_FILE, ReviewError, review_after_build, write_review
-from orandcar_builder.review.charts import (FamilyCounts, LengthHistogram, acceptance_chart, bin_label,
-                                            family_counts_from_report, length_chart, rejection_chart)
+from orandcar_builder.review.charts import (
+    FamilyCounts,
+    LengthHistogram,
+    acceptance_chart,
+    bin_label,
+    family_counts_from_report,
+    length_chart,
+    rejection_chart,
+)
 from orandcar_builder.review.collect import PROMOTED_LISTED_MAX, SAMPLES_PER_KIND, collect, kind_of, sample_key
 from orandcar_builder.review.page import render_review
 
@@ -150,7 +157,7 @@ def test_samples_are_the_items_with_the_smallest_keys(judged_build, batch_rows):
 
 def test_the_page_shows_each_sampled_item_with_its_image(judged_build, judged_page):
     collected = collect(judged_build.work / "decisions.parquet")
-    for (family, kind), items in collected.samples.items():
+    for items in collected.samples.values():
         for sampled in items:
             assert f"<code>{html.escape(sampled.row['id'])}</code> · pool position" in judged_page
     n = sum(len(items) for items in collected.samples.values())
@@ -509,7 +516,7 @@ def empty_build(tmp_path_factory, ocr_engine):
     root = tmp_path_factory.mktemp("empty")
     pool = write_pool(root / "pool.jsonl", ["{not json", {"id": "x", "image": "gone.png", "question": "q",
                                                           "answer": "a", "family": "vqa"}])
-    # nothing admitted is a failed build (build/failure.py); its review page still shows the drops
+    # nothing admitted is a failed build (pipeline/failure.py); its review page still shows the drops
     with pytest.raises(BuildFailed):
         build(pool, root / "out", work=root / "work", engine=ocr_engine, progress=False)
     return SimpleNamespace(work=root / "work")

@@ -133,7 +133,7 @@ def case_3_failed_rebuild_keeps_the_previous_dataset(tmp_path, built, monkeypatc
     def read_only(*args, **kwargs):
         raise PermissionError(errno.EROFS, "Read-only file system", str(out))
 
-    monkeypatch.setattr("orandcar_builder.build.stages.write.write_dataset", read_only)
+    monkeypatch.setattr("orandcar_builder.pipeline.stages.write.write_dataset", read_only)
     assert_user_error(cli(*build_args(pool, replay, out, work)), "cannot write there", "was left as it was")
     assert snapshot(out) == before and validate_folder(out) == []
 
@@ -349,7 +349,7 @@ def test_second_build_on_one_work_dir_gets_a_clear_message(built):
 def test_an_invalid_rebuild_is_kept_aside_and_the_old_dataset_stays(built, monkeypatch):
     pool, replay, out, work = built
     before = snapshot(out)
-    monkeypatch.setattr("orandcar_builder.build.stages.validate.validate_folder",
+    monkeypatch.setattr("orandcar_builder.pipeline.stages.validate.validate_folder",
                         lambda folder: ["RS_think: planted problem"])
     run = cli(*build_args(pool, replay, out, work))
     assert run.exit_code == 1 and f"was not swapped in ({out} is unchanged)" in run.output
@@ -500,7 +500,7 @@ def test_a_temp_file_removed_mid_build_is_a_clear_error(built, monkeypatch):
 
 
 def test_an_image_changed_mid_build_is_a_clear_error(tmp_path, monkeypatch):
-    from orandcar_builder.build.stages import write as building
+    from orandcar_builder.pipeline.stages import write as building
 
     pool, replay = small_pool(tmp_path / "pool")
     original = building.write_dataset
@@ -519,7 +519,7 @@ def test_negative_limit_is_refused(tmp_path):
     pool, replay = small_pool(tmp_path / "pool")
     run = cli(*build_args(pool, replay, tmp_path / "out", tmp_path / "work", "--limit", "-5"))
     assert run.exit_code == 2 and "-5" in run.output and not (tmp_path / "work").exists()
-    from orandcar_builder.build import BuildError, build
+    from orandcar_builder.pipeline import BuildError, build
 
     with pytest.raises(BuildError, match="limit must be"):
         build(pool, tmp_path / "out", work=tmp_path / "work", limit=-5, engine_name="replay",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orandcar_builder.build import build
+from orandcar_builder.pipeline import build
 
 from .conftest import SHARED_DATA
 

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orandcar_builder.build import build
 from orandcar_builder.cache import CacheError, CommitBuffer
 from orandcar_builder.engines.base import Completion, EngineUnavailable, stream_batches
 from orandcar_builder.engines.replay import ReplayEngine
 from orandcar_builder.executors.ordering import sort_by_order
+from orandcar_builder.pipeline import build
 from orandcar_builder.records import Generation
 
 from .conftest import SAMPLES, dataset_files

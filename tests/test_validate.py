@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from orandcar_builder.cli import main
 from orandcar_builder.dataset.features import features
-from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.dataset.validate import json_schema, validate_folder
+from orandcar_builder.vocab import CONFIGS
 
 
 def _shard(folder: Path, config: str) -> Path:

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from orandcar_builder.dataset import validate as validate_module
 from orandcar_builder.dataset.columnar import Unsupported, compile_schema
 from orandcar_builder.dataset.features import features
-from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.dataset.validate import _check_row, _suspect_rows, json_schema, validate_folder
+from orandcar_builder.vocab import CONFIGS
 
 # Values a corruption writes into a string field: empty, whitespace, a newline at the end (Python's
 # ``$`` matches before it, RE2's does not), upper-case hex, non-ASCII, names close to real ones.

@@ -23,9 +23,9 @@ from click.testing import CliRunner
 from orandcar_builder.cli import main
 from orandcar_builder.dataset.hubcard import hub_card_problems
 from orandcar_builder.dataset.layout import MARKER
-from orandcar_builder.remote import FOOTER_BLOCK, HubReadError, validate_hub
 from orandcar_builder.dataset.validate import SCHEMA_DIR, json_schema, validate_folder
 from orandcar_builder.publish import push
+from orandcar_builder.remote import FOOTER_BLOCK, HubReadError, validate_hub
 from orandcar_builder.vocab import CONFIGS
 from tests import test_validate
 from tests.hubserver import HubServer, silent_endpoint

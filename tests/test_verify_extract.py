@@ -11,9 +11,15 @@ import pytest
 
 from orandcar_builder.verify import verify
 from orandcar_builder.verify.candidates import final_answer_candidates
+from orandcar_builder.verify.extract import (
+    EXAMPLES,
+    EXTRACTION_PATTERNS,
+    STATEMENT_PATTERNS,
+    conclusion,
+    conclusion_number,
+    extract,
+)
 from orandcar_builder.verify.extract import STATEMENTS as STATEMENT_PAIRS
-from orandcar_builder.verify.extract import (EXAMPLES, EXTRACTION_PATTERNS, STATEMENT_PATTERNS, conclusion,
-                                             conclusion_number, extract)
 from orandcar_builder.verify.shape import is_sentence
 
 # (reply, (pattern, span) or None)

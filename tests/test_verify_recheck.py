@@ -4,9 +4,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orandcar_builder.errors import OrandCarError
 from orandcar_builder.dataset import recheck as recheck_module
 from orandcar_builder.dataset.recheck import format_recheck, recheck
+from orandcar_builder.errors import OrandCarError
 
 QA_TYPES = {
     "RS_think": [("question", pa.string()), ("think", pa.string()), ("answer", pa.string()),

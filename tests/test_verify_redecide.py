@@ -7,10 +7,10 @@ import re
 
 import pyarrow.parquet as pq
 
-from orandcar_builder.build import build
+from orandcar_builder.dataset.recheck import recheck
+from orandcar_builder.pipeline import build
 from orandcar_builder.records import Generation
 from orandcar_builder.verify import choice, extract, math_answer
-from orandcar_builder.dataset.recheck import recheck
 
 from .conftest import write_png, write_pool
 

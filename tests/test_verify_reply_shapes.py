@@ -178,7 +178,7 @@ assert len(LATEX_OPTIONS) >= 40 and len(UNITS) >= 20  # the issue's floor on the
 
 @pytest.mark.parametrize("reply, options, letter", LATEX_OPTIONS + UNITS)
 def test_option_values(reply, options, letter):
-    for i, reference in enumerate("ABCDE"[: len(options)]):
+    for reference in "ABCDE"[: len(options)]:
         decision = verify("choice", reply, [reference], options)
         assert decision.passed == (reference == letter), (reference, decision)
 

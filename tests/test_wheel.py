@@ -77,7 +77,7 @@ def test_the_wheel_records_the_commit_it_was_built_from(wheel):
 
     src = next(wheel.parent.parent.glob("wheel_src*"))
     head = _run(["git", "rev-parse", "HEAD"], cwd=src).stdout.strip()
-    recorded = json.loads(zipfile.ZipFile(wheel).read("orandcar_builder/build/_build_info.json"))
+    recorded = json.loads(zipfile.ZipFile(wheel).read("orandcar_builder/pipeline/_build_info.json"))
     assert recorded == {"commit": head, "modified": False}
 
 
@@ -106,11 +106,11 @@ def test_an_installed_wheel_builds_the_sample_outside_the_checkout(wheel, tmp_pa
                     "p = shipped_recipe_path(); r = read_recipe(p); print(p); print(r.families['scene_text'].separator == ' ')"],
                    cwd=where, env=env).stdout.split()
     assert Path(shipped[0]).is_relative_to(venv) and shipped[1] == "True"  # the recipe ships with the wheel
-    if "orandcar_builder/build/_build_info.json" in zipfile.ZipFile(wheel).namelist():  # a card would name its commit
+    if "orandcar_builder/pipeline/_build_info.json" in zipfile.ZipFile(wheel).namelist():  # a card would name its commit
         bare = {k: v for k, v in env.items() if k != "ORANDCAR_SOURCE_COMMIT"}
-        named = _run([str(python), "-c", "from orandcar_builder.build.provenance import source_info; "
+        named = _run([str(python), "-c", "from orandcar_builder.pipeline.provenance import source_info; "
                       "print(source_info()['commit'])"], cwd=where, env=bare).stdout.strip()
-        assert len(named) == 40 and named in zipfile.ZipFile(wheel).read("orandcar_builder/build/_build_info.json").decode()
+        assert len(named) == 40 and named in zipfile.ZipFile(wheel).read("orandcar_builder/pipeline/_build_info.json").decode()
 
     # The same bytes as the checkout's own build of the sample pool.
     result, _ = sample_build

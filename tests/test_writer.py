@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orandcar_builder.dataset.features import features
-from orandcar_builder.vocab import CONFIGS
 from orandcar_builder.dataset import writer as writer_module
+from orandcar_builder.dataset.features import features
 from orandcar_builder.dataset.writer import CONVERT_ROWS, ConfigWriter, _row_bytes, write_dataset
+from orandcar_builder.vocab import CONFIGS
 
 
 def _rows(n: int, seed: int = 0):
@@ -129,7 +129,7 @@ def test_failed_write_leaves_no_partial_shards(tmp_path):
 def _rows_with_null_values(n: int, seed: int = 1):
     """Rows whose text and list values are sometimes null or empty (every struct is present)."""
     rng = random.Random(seed)
-    for i, row in enumerate(_rows(n, seed)):
+    for row in _rows(n, seed):
         for qa in row["qa"]:
             for key in qa:
                 qa[key] = rng.choice([qa[key], None, ""])

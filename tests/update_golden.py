@@ -24,8 +24,8 @@ def sample_card() -> str:
     import os
 
     os.environ["ORANDCAR_SOURCE_COMMIT"] = "none"
-    from orandcar_builder.build import build
     from orandcar_builder.engines import create_engine
+    from orandcar_builder.pipeline import build
 
     with tempfile.TemporaryDirectory(prefix="orandcar-golden-") as root:
         result = build(SAMPLES / "pool.jsonl", Path(root) / "OrandCar", work=Path(root) / "work",

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-
 from ..dataset.info import shard_paths
 from ..dataset.layout import EXAMPLES_DIR
 from ..files import image_format

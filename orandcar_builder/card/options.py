@@ -19,9 +19,9 @@ from typing import Any, Optional
 
 import yaml
 
+from ..dataset.cardfile import BUILD_KEY, YamlRefused, dump_header, load_yaml
 from ..dataset.features import configs_block
 from ..dataset.info import dataset_info
-from ..dataset.cardfile import BUILD_KEY, YamlRefused, dump_header, load_yaml
 from ..recipe import RECIPE_SCHEMA
 from ..release import build_settings
 from .errors import CardError

@@ -11,10 +11,10 @@ from typing import Optional
 
 import jinja2
 
-from ..dataset.layout import EXAMPLES_DIR, README
-from ..files import write_bytes_atomic, write_text_atomic
 from ..dataset.cardfile import CardFormatError, card_versions, split_card
 from ..dataset.contents import CONTENTS_END, CONTENTS_START, with_contents
+from ..dataset.layout import EXAMPLES_DIR, README
+from ..files import write_bytes_atomic, write_text_atomic
 from ..recipe import dataset_card_options, dataset_repo
 from ..release import install_commands, reproduce_context, versions_section, with_versions
 from ..shipped import shipped_dir
@@ -25,8 +25,19 @@ from .markdown import NOT_RECORDED, cell, code_span, fence, line_text, number, p
 from .options import DEFAULT_REPO_ID, CardOptions, header_text
 from .rules import candidates_source, extraction_section
 from .schema import schema_tables
-from .sections import (ACCEPTANCE_CHART, acceptance_chart_png, cleaning_section, engine_fingerprint, family_rows,
-                       generation_facts, has_acceptance_chart, judge_section, lookup, reject_kind_rows, rule_sections)
+from .sections import (
+    ACCEPTANCE_CHART,
+    acceptance_chart_png,
+    cleaning_section,
+    engine_fingerprint,
+    family_rows,
+    generation_facts,
+    has_acceptance_chart,
+    judge_section,
+    lookup,
+    reject_kind_rows,
+    rule_sections,
+)
 from .sizes import card_sizes
 from .sources import source_rows
 

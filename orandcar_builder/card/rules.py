@@ -16,8 +16,8 @@ import textwrap
 from types import ModuleType
 from typing import Any, Optional
 
-from .markdown import code_span
 from .errors import CardError
+from .markdown import code_span
 
 PROJECT_PACKAGE = "orandcar_builder"
 RULE_BLOCK_PREFIX = "# rule: "  # first line of every code block that defines a rule

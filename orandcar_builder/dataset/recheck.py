@@ -35,9 +35,18 @@ from ..errors import OrandCarError, UnknownNameError
 from ..families import families_in_use, rule_for
 from ..interrupts import ignore_sigint, sigint_blocked
 from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
-from ..vocab import (ACCEPTED_CONFIGS, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_THINK, CONFIGS, COUNTED_REASONS,
-                     JUDGE_VERIFIER, RECHECKED_REASONS, SHARD_GLOB)
 from ..verify import verify
+from ..vocab import (
+    ACCEPTED_CONFIGS,
+    CONFIG_NOTHINK,
+    CONFIG_REJECTED,
+    CONFIG_THINK,
+    CONFIGS,
+    COUNTED_REASONS,
+    JUDGE_VERIFIER,
+    RECHECKED_REASONS,
+    SHARD_GLOB,
+)
 from .cardfile import recorded_families
 from .info import shard_paths
 

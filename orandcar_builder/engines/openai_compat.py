@@ -36,8 +36,7 @@ from ..files import image_format, loads_bounded
 from ..images import ImageRef
 from ..records import Generation, Request
 from ..redact import redact_url, scrub, secret_values
-from .base import (Completion, EngineRequestError, EngineUnavailable, error_text,  # noqa: F401 (re-exported)
-                   generate_from_stream)
+from .base import Completion, EngineRequestError, EngineUnavailable, error_text, generate_from_stream  # noqa: F401 (re-exported)
 from .reasoning import THINK_CLOSE, THINK_OPEN, make_generation
 
 # Large enough for a reasoning model's thinking; the server's own default may be tiny.

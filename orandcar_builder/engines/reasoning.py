@@ -97,7 +97,7 @@ def load_reasoning_parser(name: str, tokenizer: Any) -> Any:
 
 def _extract_with_parser(parser: Any, text: str) -> tuple[str, Optional[str]]:
     # vLLM renamed extract_reasoning_content to extract_reasoning; support both.
-    extract = getattr(parser, "extract_reasoning", None) or getattr(parser, "extract_reasoning_content")
+    extract = getattr(parser, "extract_reasoning", None) or parser.extract_reasoning_content
     reasoning, content = extract(text, request=None)
     return (reasoning or "").strip(), (None if content is None else content.strip())
 

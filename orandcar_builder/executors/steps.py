@@ -26,13 +26,33 @@ from ..images import ImageRef
 from ..interrupts import raise_if_interrupted
 from ..judge import candidate_answer, promotion
 from ..prompts import question_text
+from ..records import (
+    DECISION_SCHEMA,
+    Admitted,
+    Decision,
+    Generation,
+    Outcome,
+    PoolItem,
+    Request,
+    Source,
+    Verdict,
+    outcome_from_record,
+    outcome_record,
+)
 from ..redact import scrub
-from ..records import (DECISION_SCHEMA, Admitted, Decision, Generation, Outcome, PoolItem, Request, Source, Verdict,
-                       outcome_from_record, outcome_record)
 from ..verify import verify
 from ..verify.candidates import strip_reasoning
-from ..vocab import (ACCEPTED, ANSWER_OK, DECISION_FAILED, FAILED, GENERATION_FAILED, JUDGE_VERIFIER, NO_ANSWER,
-                     REJECTED, WRONG_ANSWER)
+from ..vocab import (
+    ACCEPTED,
+    ANSWER_OK,
+    DECISION_FAILED,
+    FAILED,
+    GENERATION_FAILED,
+    JUDGE_VERIFIER,
+    NO_ANSWER,
+    REJECTED,
+    WRONG_ANSWER,
+)
 
 # The error recorded on an item that asked the same request as an earlier item whose request failed.
 SAME_REQUEST_FAILED = "the same request failed for an earlier item"

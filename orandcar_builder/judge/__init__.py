@@ -14,13 +14,37 @@ already accepted and reports how often the two agree.
 """
 
 from ..vocab import JUDGE_FAMILY, JUDGE_VERIFIER
-from .calibration import (CALIBRATION_SAMPLE_SALT, CalibrationReport, CalibrationRow, accepted_items_from_decisions,
-                          calibrate, calibration_sample, format_calibration, sample_key)
-from .prompt import (JUDGE_PROMPT_TEMPLATE, JUDGE_PROMPT_VERSION, REFERENCE_BLOCK, JudgeItem, JudgeItemLike,
-                     as_judge_item, candidate_answer, judge_prompt, judge_request)
+from .calibration import (
+                          CALIBRATION_SAMPLE_SALT,
+                          CalibrationReport,
+                          CalibrationRow,
+                          accepted_items_from_decisions,
+                          calibrate,
+                          calibration_sample,
+                          format_calibration,
+                          sample_key,
+)
+from .prompt import (
+                          JUDGE_PROMPT_TEMPLATE,
+                          JUDGE_PROMPT_VERSION,
+                          REFERENCE_BLOCK,
+                          JudgeItem,
+                          JudgeItemLike,
+                          as_judge_item,
+                          candidate_answer,
+                          judge_prompt,
+                          judge_request,
+)
 from .run import GenerateFn, judge, needs_judge
-from .verdict import (VERDICT_PARSER_VERSION, JudgeVerdict, overturns_by_family,
-                      parse_verdict, promotion, reply_after_reasoning, verdict_from_generation)
+from .verdict import (
+                          VERDICT_PARSER_VERSION,
+                          JudgeVerdict,
+                          overturns_by_family,
+                          parse_verdict,
+                          promotion,
+                          reply_after_reasoning,
+                          verdict_from_generation,
+)
 
 __all__ = [
     "CALIBRATION_SAMPLE_SALT", "CalibrationReport", "CalibrationRow", "GenerateFn", "JUDGE_FAMILY",

@@ -7,9 +7,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from ..vocab import VERDICT_CORRECT
 from .prompt import JUDGE_PROMPT_VERSION, JudgeItem, JudgeItemLike, as_judge_item, candidate_text
 from .run import GenerateFn, judge
-from ..vocab import VERDICT_CORRECT
 from .verdict import VERDICT_PARSER_VERSION, JudgeVerdict
 
 CALIBRATION_SAMPLE_SALT = "orandcar-judge-calibration"

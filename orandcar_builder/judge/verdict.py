@@ -9,8 +9,17 @@ from typing import Iterable, Optional, Union
 
 from ..records import Generation, Verdict
 from ..verify.candidates import strip_reasoning
-from ..vocab import (ACCEPTED, FINISH_LENGTH, REJECTED, UNSURE, VERDICT_CORRECT, VERDICT_LABELS, VERDICT_UNSURE,
-                     VERDICT_WRONG, WRONG_ANSWER)
+from ..vocab import (
+    ACCEPTED,
+    FINISH_LENGTH,
+    REJECTED,
+    UNSURE,
+    VERDICT_CORRECT,
+    VERDICT_LABELS,
+    VERDICT_UNSURE,
+    VERDICT_WRONG,
+    WRONG_ANSWER,
+)
 
 VERDICT_PARSER_VERSION = "1"  # a change in how replies are read changes verdicts: bump it
 

@@ -19,17 +19,17 @@ import os
 import re
 from collections import OrderedDict
 from dataclasses import replace
-from pathlib import Path
 from itertools import islice
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Union
 
 from ..errors import UnknownNameError
-from ..files import JsonLimitError, json_decoder
 from ..families import get_family
-from ..vocab import OPTION_LETTERS
+from ..files import JsonLimitError, json_decoder
 from ..images import ImageError, ImagePolicy, ImageRef, check_image
 from ..records import Dropped, PoolItem, Source
 from ..spill import SpillSet
+from ..vocab import OPTION_LETTERS
 from .seal import sealed_roots
 
 IMAGE_CHECK_CACHE = 4096  # image files whose hash and decode check are remembered

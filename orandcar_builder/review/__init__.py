@@ -29,6 +29,6 @@ def review_after_build(out: Path, work: Path) -> Optional[ReviewResult]:
     except Exception as exc:  # the build's outputs are complete: never lose them to the page
         (Path(work) / REVIEW_FILE).unlink(missing_ok=True)  # a page of an earlier build would mislead
         detail = str(exc) if isinstance(exc, ReviewError) else f"{type(exc).__name__}: {exc}"
-        print(f"warning: review page not written: {detail}; write it with `orandcar report {out} --work {work}`",
-              file=sys.stderr)
+        sys.stderr.write(f"warning: review page not written: {detail}; write it with "
+                         f"`orandcar report {out} --work {work}`\n")
         return None

@@ -19,8 +19,20 @@ from typing import Any, Optional
 from ..files import write_bytes_atomic
 from ..vocab import ACCEPTED, FINISH_LENGTH
 from . import charts
-from .collect import (ACCEPTED_KIND, FAILED_KIND, PROMOTED_KIND, SAMPLE_SALT, SAMPLES_PER_KIND, Collected,
-                      ReviewError, calibration_of, collect, dropped_examples, read_json_lines, read_report)
+from .collect import (
+    ACCEPTED_KIND,
+    FAILED_KIND,
+    PROMOTED_KIND,
+    SAMPLE_SALT,
+    SAMPLES_PER_KIND,
+    Collected,
+    ReviewError,
+    calibration_of,
+    collect,
+    dropped_examples,
+    read_json_lines,
+    read_report,
+)
 from .thumbnails import thumbnails
 
 REVIEW_FILE = "report.html"  # written into the work dir by every build

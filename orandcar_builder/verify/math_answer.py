@@ -68,8 +68,8 @@ import threading
 from typing import Optional, Sequence
 
 from ..vocab import NO_PICK, WRONG_PICK
-from .latex import clean_latex, latex_key
 from .extract import NUMBER_WORDS
+from .latex import clean_latex, latex_key
 from .shape import SENTENCE_WORDS, is_sentence, shows_work
 
 NAME = "math"

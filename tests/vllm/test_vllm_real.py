@@ -182,7 +182,14 @@ def server_url(tiny_model, tmp_path_factory):
     url = f"http://127.0.0.1:{port}/v1"
     try:
         import httpx2
-        from tenacity import RetryError, Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
+        from tenacity import (
+            RetryError,
+            Retrying,
+            retry_if_exception_type,
+            retry_if_result,
+            stop_after_delay,
+            wait_fixed,
+        )
 
         def up() -> bool:
             if proc.poll() is not None:  # pytest.fail is a BaseException: tenacity does not retry it

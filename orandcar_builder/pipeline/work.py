@@ -18,7 +18,6 @@ from typing import Any, Optional, Protocol
 from ..cache import CacheStats, GenerationCache
 from .config import BuildConfig, BuildObjects
 
-
 # A work dir's manifest and one of the stages' parquet files: a dataset folder never holds them, so
 # a command that wants a dataset folder can tell it was given a work dir.
 MANIFEST = "manifest.json"

@@ -21,13 +21,13 @@ from ...executors import EngineFactory, GenerationJob
 from ...executors.base import CHUNK_SIZE
 from ...executors.ordering import sort_by_order
 from ...executors.steps import generation_from_row
-from ...records import DECISION_SCHEMA
+from ...files import JsonLinesFile
 from ...parquetio import open_parquet
+from ...records import DECISION_SCHEMA
 from ...vocab import FAILED
 from ..config import BuildError
 from ..progress import set_progress, stage_bar
 from ..work import BuildWork, GenerationFacts, StageReport
-from ...files import JsonLinesFile
 from ..workfiles import ParquetFile, WorkFiles
 
 

@@ -255,7 +255,7 @@ def reproduce(config: BuildConfig, ran: Recipe) -> dict:
         "command": command,
         "recipe_file": ran.source != DEFAULTS_SOURCE,  # whether one was given (its name stays in the manifest)
         "versions": {"orandcar-builder": __version__, **library_versions()},
-        "source": source,  # the git commit of the code that built it, when known (build/provenance.py)
+        "source": source,  # the git commit of the code that built it, when known (pipeline/provenance.py)
     }
 
 

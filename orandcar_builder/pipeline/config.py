@@ -21,8 +21,7 @@ from ..pool.prefetch import check_workers, default_workers
 from ..recipe import DEFAULT_ENGINE, DEFAULT_JUDGE, Recipe
 from ..vocab import GENERATION_BATCH
 
-
-# More than this share of the admitted items without an answer makes a failed build (build/failure.py).
+# More than this share of the admitted items without an answer makes a failed build (pipeline/failure.py).
 DEFAULT_MAX_FAILED_SHARE = 0.5
 
 

@@ -14,12 +14,11 @@ from typing import Iterator, Optional
 
 from ...clean.pool_file import clean_lines
 from ...executors.steps import admitted_row
-from ...records import ADMITTED_SCHEMA
+from ...files import JsonLinesFile
 from ...images import ImagePolicy
-from ...records import Dropped
+from ...records import ADMITTED_SCHEMA, Dropped
 from ..progress import count_lines, stage_bar
 from ..work import BuildWork, StageReport
-from ...files import JsonLinesFile
 from ..workfiles import ParquetFile, WorkFiles
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from ...dataset.writer import write_dataset
-from ...route import RoutePlan
 from ...parquetio import open_parquet
+from ...route import RoutePlan
 from ...vocab import CONFIG_ROUTE, CONFIGS
-from ..report import build_report, recipe_ran, reproduce, reproducible, tally
 from ..progress import stage_bar
+from ..report import build_report, recipe_ran, reproduce, reproducible, tally
 from ..work import BuildWork, StageReport, Timer
 
 

@@ -11,14 +11,13 @@ from typing import Optional
 
 from ... import judge as judging
 from ...cache import CacheStats, GenerationCache
-from ...executors import generate_through_cache
-from ...judge.prompt import candidate_text
-from ...executors.base import CHUNK_SIZE
 from ...engines.base import public_fingerprint
+from ...executors import generate_through_cache
+from ...executors.base import CHUNK_SIZE
 from ...executors.steps import decision_from_row, generation_from_row, with_verdict
-from ...records import DECISION_SCHEMA
+from ...judge.prompt import candidate_text
 from ...parquetio import open_parquet
-from ...records import Generation
+from ...records import DECISION_SCHEMA, Generation
 from ...vocab import GENERATION_BATCH, VERDICT_CORRECT, VERDICT_LABELS
 from ..progress import set_progress, stage_bar
 from ..work import BuildWork, StageReport, Timer

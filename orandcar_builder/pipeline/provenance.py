@@ -6,7 +6,7 @@ Looked for in this order:
 1. ``ORANDCAR_SOURCE_COMMIT`` in the environment: a commit to name (for a tree git cannot see, an
    unpacked source archive), or ``none`` to name none (the tests set it, so that cards compare
    byte for byte whatever commit the checkout is at);
-2. ``_build_info.json`` beside this module (``orandcar_builder/build/``): what setup.py's build
+2. ``_build_info.json`` beside this module (``orandcar_builder/pipeline/``): what setup.py's build
    hook recorded when a wheel was built from a git checkout;
 3. the git checkout this package is imported from (a checkout on ``PYTHONPATH``, an editable
    install): ``git rev-parse HEAD``, and ``git status`` of the paths in ``BUILD_PATHS``.

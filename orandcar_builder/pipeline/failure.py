@@ -25,6 +25,7 @@ from typing import Optional
 
 from .config import BuildError
 from .report import OUTSIDE_POOL_REASONS  # drops that --allow-outside-paths admits
+
 TOP_REASONS = 3  # reasons named in the message
 REASON_CHARS = 160  # of each reason's text
 
