@@ -128,8 +128,8 @@ class VLLMEngine:
 
     kind = "vllm"
     can_judge = True
-    # The Hub token vLLM's LLM takes, given inside ``llm_kwargs`` (declared names are matched at
-    # any depth of the options; HF_TOKEN in the environment is never recorded).
+    # A Hub token handed to vLLM inside ``llm_kwargs`` (``hf_token``): declared names are matched
+    # at any depth of the options (HF_TOKEN in the environment is never recorded).
     SECRET_OPTIONS = ("hf_token",)
 
     def __init__(
