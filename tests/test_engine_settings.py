@@ -233,3 +233,13 @@ def test_declared_names_are_hidden_at_any_depth_and_by_value():
     assert shown == {"outer": {"sig": SET, "list": [f"x {HIDDEN} y"]}, "url": f"http://h/?sig={HIDDEN}"}
     # undeclared, an innocent name is no secret
     assert redact({"sig": SIG}) == {"sig": SIG}
+
+
+def test_one_secret_option_named_as_a_string_is_that_name():
+    from orandcar_builder.engines.base import public_fingerprint
+
+    class Careless(OddLayoutEngine):
+        SECRET_OPTIONS = "sig"  # not a tuple
+
+    shown = public_fingerprint(Careless("m", sig=SIG))
+    assert SIG not in json.dumps(shown) and shown["transport"]["sig"] == SET

@@ -136,8 +136,10 @@ class Engine(Protocol):
 
 
 def secret_options(engine: Any) -> tuple[str, ...]:
-    """The option names an engine (an instance or its class) declares secret."""
-    return tuple(getattr(engine, "SECRET_OPTIONS", ()))
+    """The option names an engine (an instance or its class) declares secret; one name given as
+    a plain string (``SECRET_OPTIONS = "api_key"``) is that name, not its letters."""
+    declared = getattr(engine, "SECRET_OPTIONS", ()) or ()
+    return (declared,) if isinstance(declared, str) else tuple(declared)
 
 
 def settings_of(engine: Any) -> GenerationSettings:
