@@ -57,9 +57,21 @@ class OddLayoutEngine:
                            model=self.model, revision="rev-odd") for r in requests]
 
 
+class OddJudge(OddLayoutEngine):
+    """The same layout as a judge: every verdict CORRECT."""
+
+    kind = "odd_judge"
+    can_judge = True
+
+    def generate(self, requests):
+        return [Generation(item_id=r.item_id, text="CORRECT", think="", final_answer="CORRECT", finish_reason="stop",
+                           model=self.model) for r in requests]
+
+
 @pytest.fixture
 def odd_engine(monkeypatch):
     monkeypatch.setitem(ENGINES, ODD, f"{__name__}:OddLayoutEngine")
+    monkeypatch.setitem(ENGINES, "odd_judge", f"{__name__}:OddJudge")
 
 
 def _pool(root: Path) -> Path:
@@ -105,6 +117,26 @@ def test_a_fingerprint_of_another_layout_still_reaches_report_and_card_and_its_s
     assert manifest["recipe"]["engine"]["sig"] == SET and report["recipe"]["engine"]["sig"] == SET
     assert manifest["recipe"]["engine"]["endpoint"] == f"https://signer.example/v1?sig={HIDDEN}&region=eu"
     assert manifest["engine"]["transport"]["sig"] == SET and manifest["engine"]["note"] == f"signed with {HIDDEN}"
+
+
+def test_the_judge_declared_secret_reaches_no_file(tmp_path, odd_engine):
+    from orandcar_builder.pipeline import build
+
+    judge_sig = "Jd8wQp3v"
+    pool = write_pool(tmp_path / "pool" / "pool.jsonl", [
+        {"id": "q0", "image": "img/0.png", "question": "What is written on sign w0?", "answer": "other",
+         "family": "scene_text"}])  # answered "w0": rejected by the rule, then judged
+    write_png(tmp_path / "pool" / "img" / "0.png")
+    result = build(pool, tmp_path / "b" / "OrandCar", work=tmp_path / "b" / "work", engine_name=ODD,
+                   engine_options={"model": "m", "sig": SIG}, judge="odd_judge",
+                   judge_options={"model": "j", "sig": judge_sig, "endpoint": f"https://j.example/?sig={judge_sig}"},
+                   progress=False)
+    assert result.ok, result.problems
+    assert result.report["judge"]["judged"] == 1 and result.report["judge"]["promoted"] == 1
+    for secret in (SIG, judge_sig):
+        assert not _files_holding(tmp_path / "b", secret), (secret, _files_holding(tmp_path / "b", secret))
+    manifest = json.loads((result.work / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["recipe"]["judge"]["sig"] == SET and manifest["judge_engine"]["transport"]["sig"] == SET
 
 
 def test_an_engine_object_given_declares_its_secrets_to_the_recipe_that_ran(tmp_path):
