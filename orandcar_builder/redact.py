@@ -2,13 +2,15 @@
 
 A value is secret by what it is, whatever the option holding it is called:
 
-- an option an engine declares secret (``SECRET_OPTIONS`` on the engine class, e.g. the
-  openai_compat engine's ``api_key``), and any option or mapping key whose name ends in a word of
-  ``SECRET_WORDS`` (``api_key``, ``hf_token``, ``client_secret``, ``password``, ``Authorization``,
+- first, an option the engine declares secret (``SECRET_OPTIONS`` on the engine class, e.g. the
+  openai_compat engine's ``api_key``), whatever its name and at any depth of the settings; then,
+  as a second net, any option or mapping key whose name ends in a word of ``SECRET_WORDS``
+  (``api_key``, ``hf_token``, ``client_secret``, ``password``, ``Authorization``,
   ``extra_headers``, ...; ``max_tokens``, ``stop_token_ids`` and ``tokenizer`` are not secrets);
-  such a value becomes ``SET`` ("set"), so a card or manifest still says that it was given;
+  such a value becomes ``SET`` ("set"), so a card or manifest still says that it was given, and
+  wherever that value also stands inside another string of the same settings it becomes ``HIDDEN``;
 - the user-info of a URL (``https://user:pass@host``), anywhere in any string: it becomes
-  ``HIDDEN``, as do query parameters with a secret name (``?api_key=...``);
+  ``HIDDEN``, as do query parameters with a secret or declared name (``?api_key=...``);
 - a string that has the shape of a credential on its own (``Bearer ...``, ``sk-...``, ``hf_...``,
   ``ghp_...``): ``SET`` as an option value, ``HIDDEN`` inside a text.
 
@@ -59,9 +61,10 @@ def is_secret_name(name: Any, declared: Iterable[str] = ()) -> bool:
     return bool(parts) and parts[-1] in SECRET_WORDS
 
 
-def redact_url(text: str) -> str:
+def redact_url(text: str, declared: Iterable[str] = ()) -> str:
     """``text`` with every URL's user-info replaced by ``HIDDEN`` and the values of its query
-    parameters that have a secret name too."""
+    parameters that have a secret name (or one of the ``declared`` names) too."""
+    declared = tuple(declared)
     text = _USERINFO.sub(lambda m: f"{m.group(1)}{HIDDEN}@", text)
     if "?" not in text or "://" not in text:
         return text
@@ -72,25 +75,42 @@ def redact_url(text: str) -> str:
     if not parts.scheme or not parts.query:
         return text
     pairs = parse_qsl(parts.query, keep_blank_values=True)
-    if not any(is_secret_name(k) for k, _ in pairs):
+    if not any(is_secret_name(k, declared) for k, _ in pairs):
         return text
-    query = "&".join(f"{k}={HIDDEN if is_secret_name(k) else v}" for k, v in pairs)
+    query = "&".join(f"{k}={HIDDEN if is_secret_name(k, declared) else v}" for k, v in pairs)
     return urlunsplit(parts._replace(query=query))
 
 
 def redact(value: Any, declared: Iterable[str] = ()) -> Any:
     """A copy of the settings ``value`` (mappings, lists, scalars) with every secret hidden: the
-    value of a secret-named key becomes ``SET`` (whatever it is: a string, a mapping of headers);
-    a credential-shaped string becomes ``SET``; URLs lose their user-info. ``declared``: the
-    top-level option names the engine says are secret."""
+    value of a declared or secret-named key becomes ``SET`` (whatever it is: a string, a mapping
+    of headers); a credential-shaped string becomes ``SET``; URLs lose their user-info; a hidden
+    value found inside any other string becomes ``HIDDEN`` there. ``declared``: the option names
+    the engine says are secret (``SECRET_OPTIONS``), matched at any depth."""
     declared = tuple(declared)
+    return _redacted(value, declared, _longest_first(secret_values(value, declared)))
+
+
+def _redacted(value: Any, declared: tuple[str, ...], hidden: list[str]) -> Any:
     if isinstance(value, dict):
-        return {k: (SET if _given(v) and is_secret_name(k, declared) else redact(v)) for k, v in value.items()}
+        return {k: (SET if _given(v) and is_secret_name(k, declared) else _redacted(v, declared, hidden))
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
+        return [_redacted(v, declared, hidden) for v in value]
     if isinstance(value, str):
-        return SET if CREDENTIAL.match(value) else redact_url(value)
+        return SET if CREDENTIAL.match(value) else _replaced(redact_url(value, declared), hidden)
     return value
+
+
+def _longest_first(values: Iterable[str]) -> list[str]:
+    """The values ``scrub`` hides (long enough), longest first, so no part of one survives."""
+    return sorted({v for v in values if v and len(v) >= MIN_SCRUBBED}, key=len, reverse=True)
+
+
+def _replaced(text: str, values: list[str]) -> str:
+    for value in values:
+        text = text.replace(value, HIDDEN)
+    return text
 
 
 def _given(value: Any) -> bool:
@@ -140,8 +160,6 @@ def secret_values(value: Any, declared: Iterable[str] = ()) -> set[str]:
 def scrub(text: str, values: Iterable[str] = ()) -> str:
     """``text`` (a message) with URL user-info, credential-shaped words and each of ``values``
     (longest first) replaced by ``HIDDEN``."""
-    text = str(text)
-    for value in sorted({v for v in values if v and len(v) >= MIN_SCRUBBED}, key=len, reverse=True):
-        text = text.replace(value, HIDDEN)
+    text = _replaced(str(text), _longest_first(values))
     text = _CREDENTIAL_IN_TEXT.sub(HIDDEN, text)
     return _USERINFO.sub(lambda m: f"{m.group(1)}{HIDDEN}@", text)

@@ -33,10 +33,14 @@ class RecordingEngine:
         self.inner = inner
         self.kind = inner.kind
         self.can_judge = inner.can_judge
+        self.SECRET_OPTIONS = inner.SECRET_OPTIONS
         self.requests = []
 
     def fingerprint(self):
         return self.inner.fingerprint()
+
+    def generation_settings(self):
+        return self.inner.generation_settings()
 
     def generate(self, requests):
         self.requests.extend(requests)

@@ -17,6 +17,7 @@ from PIL import Image, ImageDraw
 
 from orandcar_builder.cache import GenerationCache, generate_cached
 from orandcar_builder.engines import ENGINES, Engine, create_engine
+from orandcar_builder.engines.base import GenerationSettings
 from orandcar_builder.engines.replay import export_generations
 from orandcar_builder.images import ImageRef
 from orandcar_builder.records import Generation, Request
@@ -177,6 +178,16 @@ def test_fingerprint_is_stable_json(setup):
     fp = harness.engine.fingerprint()
     assert fp["kind"] == harness.engine.kind
     assert json.loads(json.dumps(fp, sort_keys=True)) == harness.engine.fingerprint()
+
+
+def test_says_its_generation_settings_and_secret_options(setup):
+    """What the report and the card show comes from the engine's own word, never its fingerprint."""
+    harness, _ = setup
+    settings = harness.engine.generation_settings()
+    assert isinstance(settings, GenerationSettings) and settings.engine == harness.engine.kind
+    assert GenerationSettings.from_json(json.loads(json.dumps(settings.to_json()))) == settings
+    declared = type(harness.engine).SECRET_OPTIONS
+    assert isinstance(declared, tuple) and all(isinstance(name, str) and name for name in declared)
 
 
 def test_output_is_cached_and_not_asked_again(setup, tmp_path):

@@ -9,6 +9,7 @@ import json
 from typing import Any, Optional
 
 from ..dataset import layout
+from ..engines.base import NO_REASONING, GenerationSettings
 from ..vocab import ACCEPTED, RECORD_ONLY_KEYS, REJECTED, VERDICT_LABELS
 from .errors import CardError
 from .markdown import NAME_MAX_CHARS, NOT_RECORDED, code_span, fence, figure_tables, number, percent
@@ -28,43 +29,35 @@ def lookup(mapping: Any, *path: str) -> Any:
 
 
 def generation_facts(report: dict) -> list[tuple[str, str]]:
-    """Model, revision, engine, temperature, reasoning and max tokens as (label, markdown): from
-    ``report["generation"]`` where recorded, else from the unambiguous engine fingerprint fields,
-    else "not recorded"."""
-    gen = report.get("generation") or {}
-    engine = report.get("engine") or {}
-
-    def pick(key: str, *fallback: str) -> Any:
-        if gen.get(key) is not None:
-            return gen[key]
-        return lookup(engine, *fallback) if fallback else None
-
-    reasoning = gen.get("reasoning")
-    if reasoning is None:
-        reasoning = lookup(engine, "chat_template_kwargs", "enable_thinking")
+    """Model, revision, engine, temperature, reasoning and max tokens as (label, markdown): what
+    the engine said of itself (``report["generation"]``, an ``engines.base.GenerationSettings``),
+    "not recorded" where it said nothing. The engine's fingerprint is never read for them: its
+    layout is the engine's own."""
+    gen = GenerationSettings.from_json(report.get("generation"))
+    reasoning = gen.reasoning
     if reasoning is True:
         reasoning_text = "enabled (the model thinks before answering; its reasoning is kept in `think`)"
     elif reasoning is False:
         reasoning_text = "disabled"
     elif reasoning is None:
         reasoning_text = NOT_RECORDED
-    elif reasoning == "n/a":
+    elif reasoning == NO_REASONING:
         reasoning_text = "not applicable (the engine does not reason)"
     else:
         reasoning_text = str(reasoning)
     def name(value: Any) -> str:
-        return NOT_RECORDED if value is None else code_span(str(value), NAME_MAX_CHARS)
+        return NOT_RECORDED if not value else code_span(str(value), NAME_MAX_CHARS)
 
     def figure(value: Any) -> str:
         return NOT_RECORDED if value is None else number(value)
 
     return [
-        ("model", name(pick("model", "model"))),
-        ("model revision", name(pick("revision", "revision"))),
-        ("engine", name(pick("engine", "kind"))),
-        ("temperature", figure(pick("temperature", "sampling", "temperature"))),
+        ("model", name(gen.model)),
+        ("model revision", name(gen.revision)),
+        ("engine", name(gen.engine)),
+        ("temperature", figure(gen.temperature)),
         ("reasoning", reasoning_text),
-        ("max new tokens", figure(pick("max_tokens", "sampling", "max_tokens"))),
+        ("max new tokens", figure(gen.max_tokens)),
     ]
 
 

@@ -9,12 +9,20 @@ asked, or an error naming the failed requests.
 An engine that has no ``stream`` of its own (a plain ``generate`` engine, such as a test double)
 is streamed by ``stream_of``, which asks it in small batches and retries a failed batch one
 request at a time so that one bad request fails only itself.
+
+An engine says two things about itself, so that nothing else reads its fingerprint's layout:
+``generation_settings()``, its model, revision, temperature, max tokens and reasoning as one
+``GenerationSettings`` (what the report's ``generation`` and the card show), and
+``SECRET_OPTIONS``, the names of its options that hold secrets (hidden first by name from the
+fingerprint, the recipe that ran, the card, the manifest and the report; ``redact.py``'s
+heuristics by name and shape are the second net).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence, Union, runtime_checkable
 
 from ..errors import OrandCarError
 from ..interrupts import raise_if_interrupted
@@ -59,24 +67,92 @@ class Completion:
 FATAL_ERRORS: tuple[type[BaseException], ...] = (EngineUnavailable, EngineContractError)
 
 
+# ``GenerationSettings.reasoning`` of an engine that cannot reason (OCR): "not applicable".
+NO_REASONING = "n/a"
+Reasoning = Union[bool, str, None]
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How an engine generates, as the engine itself says: report.json's ``generation`` and the
+    card's table of how the answers were produced. A field the engine cannot know is None (a
+    replay file's model: the build then names the models its generations carry). ``reasoning``:
+    True (the model thinks before answering), False (told not to), ``NO_REASONING`` (the engine
+    cannot reason), None (not known, e.g. left to the model's chat template)."""
+
+    engine: str
+    model: Optional[str] = None
+    revision: Optional[str] = None
+    temperature: Optional[float] = None
+    max_tokens: Optional[int] = None
+    reasoning: Reasoning = None
+
+    def to_json(self) -> dict:
+        """The report's ``generation`` object (these keys, in this order)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> "GenerationSettings":
+        """Read back from a report, defensively: a field missing or of the wrong type is None
+        (not recorded); several models or revisions (a list: the build saw more than one) read
+        as one comma-separated name."""
+        data = data if isinstance(data, dict) else {}
+
+        def name(key: str) -> Optional[str]:
+            value = data.get(key)
+            if isinstance(value, (list, tuple)):
+                value = ", ".join(map(str, value)) or None
+            return None if value is None or isinstance(value, (dict, bool)) else str(value)
+
+        def number(key: str) -> Optional[float]:
+            value = data.get(key)
+            return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+        reasoning = data.get("reasoning")
+        return cls(engine=name("engine") or "", model=name("model"), revision=name("revision"),
+                   temperature=number("temperature"), max_tokens=number("max_tokens"),
+                   reasoning=reasoning if isinstance(reasoning, (bool, str)) else None)
+
+
 @runtime_checkable
 class Engine(Protocol):
     kind: str  # "rapidocr", "vllm", ...
     can_judge: bool  # whether it can run the text-only judge pass
+    # The names of the options that hold secrets (keys, tokens, signatures): never in the
+    # fingerprint, and hidden (``redact.SET``) wherever the build records its options.
+    SECRET_OPTIONS: tuple[str, ...]
 
     def fingerprint(self) -> dict:
         """Everything that shapes its output: model id and revision, sampling and template
-        settings. JSON-serialisable; part of the generation cache key and of the manifest, read
-        through ``public_fingerprint``. An engine that takes secrets (keys, tokens) names those
-        options in a ``SECRET_OPTIONS`` class attribute and leaves them out of it."""
+        settings, in a layout of the engine's own. JSON-serialisable; part of the generation
+        cache key and of the manifest, read through ``public_fingerprint``; nothing outside the
+        engine reads its keys. Secret options are left out of it."""
+
+    def generation_settings(self) -> GenerationSettings:
+        """Its model, revision, temperature, max tokens and reasoning (``GenerationSettings``)."""
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         """One generation per request, in the order of ``requests``."""
 
 
 def secret_options(engine: Any) -> tuple[str, ...]:
-    """The option names an engine (an instance or its class) declares secret."""
-    return tuple(getattr(engine, "SECRET_OPTIONS", ()))
+    """The option names an engine (an instance or its class) declares secret; one name given as
+    a plain string (``SECRET_OPTIONS = "api_key"``) is that name, not its letters."""
+    declared = getattr(engine, "SECRET_OPTIONS", ()) or ()
+    return (declared,) if isinstance(declared, str) else tuple(declared)
+
+
+def settings_of(engine: Any) -> GenerationSettings:
+    """``engine.generation_settings()``; an engine without one (a test double) says nothing but
+    its kind. EngineContractError when it answers anything but a ``GenerationSettings``."""
+    says = getattr(engine, "generation_settings", None)
+    if says is None:
+        return GenerationSettings(engine=engine.kind)
+    settings = says()
+    if not isinstance(settings, GenerationSettings):
+        raise EngineContractError(f"engine {engine.kind!r}: generation_settings() returned "
+                                  f"{type(settings).__name__}, not GenerationSettings")
+    return settings
 
 
 def public_fingerprint(engine: Engine) -> dict:

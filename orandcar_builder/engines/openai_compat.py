@@ -36,13 +36,23 @@ from ..files import image_format, loads_bounded
 from ..images import ImageRef
 from ..records import Generation, Request
 from ..redact import redact_url, scrub, secret_values
-from .base import Completion, EngineRequestError, EngineUnavailable, error_text, generate_from_stream  # noqa: F401 (re-exported)
+from .base import (  # noqa: F401 (EngineRequestError re-exported)
+    Completion,
+    EngineRequestError,
+    EngineUnavailable,
+    GenerationSettings,
+    error_text,
+    generate_from_stream,
+)
 from .reasoning import THINK_CLOSE, THINK_OPEN, make_generation
 
 # Large enough for a reasoning model's thinking; the server's own default may be tiny.
 DEFAULT_MAX_TOKENS = 16384
 DEFAULT_SEED = 0
-DEFAULT_CHAT_TEMPLATE_KWARGS = {"enable_thinking": True}
+TEMPERATURE = 0.0  # every request; the build samples greedily
+# The chat-template switch of reasoning models (Qwen3, ...): whether the model thinks first.
+THINKING_SWITCH = "enable_thinking"
+DEFAULT_CHAT_TEMPLATE_KWARGS = {THINKING_SWITCH: True}
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 DEFAULT_CONCURRENCY = 16
 DEFAULT_MAX_RETRIES = 6
@@ -79,6 +89,13 @@ def chat_messages(request: Request, image: Optional[dict] = None) -> list[dict]:
         return [{"role": "user", "content": request.question}]
     part = image if image is not None else image_part(request.image)
     return [{"role": "user", "content": [part, {"type": "text", "text": request.question}]}]
+
+
+def template_reasoning(chat_template_kwargs: dict) -> Optional[bool]:
+    """Whether the chat template is told to let the model think (``THINKING_SWITCH``); None when
+    it is not told (the template's own default), or told something other than true or false."""
+    value = chat_template_kwargs.get(THINKING_SWITCH)
+    return value if isinstance(value, bool) else None
 
 
 def _import_httpx() -> Any:
@@ -222,7 +239,8 @@ class OpenAICompatEngine:
         self.api_key = api_key
         # what messages name and hide: the URLs without their user-info, the secrets' values
         self._shown_urls = [redact_url(u) for u in self.base_urls]
-        self._secrets = secret_values({"api_key": api_key, "base_urls": self.base_urls}, self.SECRET_OPTIONS)
+        self._secrets = secret_values({"api_key": api_key, "base_urls": self.base_urls,
+                                       "extra_body": extra_body or {}}, self.SECRET_OPTIONS)
         self.max_tokens = max_tokens
         self.seed = seed
         self.chat_template_kwargs = dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs)
@@ -240,20 +258,26 @@ class OpenAICompatEngine:
             "kind": self.kind,
             "model": self.model,
             "revision": self.revision,
-            "sampling": {"temperature": 0.0, "max_tokens": self.max_tokens, "seed": self.seed},
+            "sampling": {"temperature": TEMPERATURE, "max_tokens": self.max_tokens, "seed": self.seed},
             "chat_template_kwargs": self.chat_template_kwargs,
             "extra_body": self.extra_body,
             "reasoning_split": "server field, else <think> tags",
         }
 
-    def request_body(self, request: Request) -> dict:
-        """The JSON body sent for ``request``."""
-        body = {
-            "model": self.model,
-            "messages": chat_messages(request),
-            "temperature": 0.0,
-            "max_tokens": self.max_tokens,
-        }
+    def generation_settings(self) -> GenerationSettings:
+        """What every request carries (``extra_body`` over the engine's own settings, as the
+        server sees them: vLLM reads ``max_completion_tokens`` before ``max_tokens``)."""
+        sent = self._body_settings()
+        max_tokens = sent.get("max_completion_tokens", sent.get("max_tokens"))
+        kwargs = sent.get("chat_template_kwargs")
+        return GenerationSettings(
+            engine=self.kind, model=self.model, revision=self.revision or None,
+            temperature=sent.get("temperature"), max_tokens=max_tokens,
+            reasoning=template_reasoning(kwargs if isinstance(kwargs, dict) else {}))
+
+    def _body_settings(self) -> dict:
+        """The JSON body's fields besides the messages: the engine's settings, then ``extra_body``."""
+        body: dict[str, Any] = {"model": self.model, "temperature": TEMPERATURE, "max_tokens": self.max_tokens}
         if self.seed is not None:
             body["seed"] = self.seed
         if self.chat_template_kwargs:
@@ -262,6 +286,10 @@ class OpenAICompatEngine:
             body["return_prompt_text"] = True
         body.update(self.extra_body)
         return body
+
+    def request_body(self, request: Request) -> dict:
+        """The JSON body sent for ``request``."""
+        return {"messages": chat_messages(request), **self._body_settings()}
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         """The generations of ``requests`` in order (through ``stream``); EngineRequestError names

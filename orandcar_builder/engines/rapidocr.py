@@ -26,7 +26,7 @@ from ..files import sha256_of_file
 from ..images import ImageError
 from ..records import Generation, Request
 from ..vocab import FINISH_STOP
-from .base import Completion, EngineUnavailable, stream_batches
+from .base import NO_REASONING, Completion, EngineUnavailable, GenerationSettings, stream_batches
 
 SUPPORTED_FAMILIES = ("scene_text", "multiple_choice")
 _OPTION_LINE = re.compile(r"^([A-Z])\. (.+)$", re.MULTILINE)  # the block prompts.option_block renders
@@ -38,6 +38,7 @@ TEXT_SCORE = 0.0
 class RapidOCREngine:
     kind = "rapidocr"
     can_judge = False
+    SECRET_OPTIONS: tuple[str, ...] = ()  # it takes none
 
     def __init__(self, threads: Optional[int] = None):
         try:
@@ -82,9 +83,19 @@ class RapidOCREngine:
             "text_score": TEXT_SCORE,
         }
 
+    def generation_settings(self) -> GenerationSettings:
+        """The recognition model's file and the start of its sha256; it neither samples nor reasons."""
+        return GenerationSettings(engine=self.kind, model=self._model_path.name if self._model_path else "unknown",
+                                  revision=self.revision or None, reasoning=NO_REASONING)
+
     @property
     def model_id(self) -> str:
         return f"rapidocr/{self._model_path.stem if self._model_path else 'rec'}"
+
+    @property
+    def revision(self) -> str:
+        """What each generation records as its revision: the start of the model file's sha256."""
+        return self._model_sha256[:12]
 
     def stream(self, requests: Iterable[Request]) -> Iterator[Completion]:
         """One request at a time (the model runs here, synchronously); an image that cannot be
@@ -96,7 +107,7 @@ class RapidOCREngine:
 
     def _one(self, request: Request) -> Generation:
         base = dict(item_id=request.item_id, think="", finish_reason=FINISH_STOP, model=self.model_id,
-                    revision=self._model_sha256[:12])
+                    revision=self.revision)
         options = _options(request.question) if request.family == "multiple_choice" else {}
         if request.family not in SUPPORTED_FAMILIES or (request.family == "multiple_choice" and not options):
             return Generation(text="", final_answer="", unsupported=(

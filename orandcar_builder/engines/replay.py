@@ -24,7 +24,7 @@ from ..files import JsonLimitError, JsonLinesFile, loads_bounded
 from ..images import sha256_file
 from ..records import Generation, Request
 from ..vocab import FINISH_REASONS, FINISH_STOP
-from .base import Completion, stream_batches
+from .base import Completion, GenerationSettings, stream_batches
 from .reasoning import load_reasoning_parser, make_generation
 
 DEFAULT_FINISH_REASON = FINISH_STOP
@@ -144,6 +144,7 @@ class ReplayEngine:
 
     kind = "replay"
     can_judge = True
+    SECRET_OPTIONS: tuple[str, ...] = ()  # it takes none
 
     def __init__(
         self,
@@ -160,6 +161,11 @@ class ReplayEngine:
 
     def fingerprint(self) -> dict:
         return {"kind": self.kind, "sha256": self.sha256, "reasoning_parser": self.reasoning_parser}
+
+    def generation_settings(self) -> GenerationSettings:
+        """Nothing but its kind: a recording does not say how it was sampled, nor whether the
+        model was asked to reason (the build names the models and revisions the recordings carry)."""
+        return GenerationSettings(engine=self.kind)
 
     def stream(self, requests: Iterable[Request]) -> Iterator[Completion]:
         """Each request's recording as it is pulled; a request with no recording, or recorded for

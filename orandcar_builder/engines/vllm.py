@@ -32,8 +32,8 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 from ..images import ImageRef, decode
 from ..records import Generation, Request
 from ..vocab import REPRODUCIBILITY_KEY
-from .base import FATAL_ERRORS, Completion, EngineUnavailable, error_text, generate_from_stream
-from .openai_compat import chat_messages, image_part
+from .base import FATAL_ERRORS, Completion, EngineUnavailable, GenerationSettings, error_text, generate_from_stream
+from .openai_compat import TEMPERATURE, THINKING_SWITCH, chat_messages, image_part, template_reasoning
 from .reasoning import load_reasoning_parser, make_generation
 
 DEFAULT_MAX_TOKENS = 16384
@@ -42,7 +42,7 @@ DEFAULT_SEED = 0
 WINDOW_PER_SLOT = 2
 # Seconds a stream waits for the step lock or for its inbox before looking again.
 ROUTE_WAIT_S = 0.05
-DEFAULT_CHAT_TEMPLATE_KWARGS = {"enable_thinking": True}
+DEFAULT_CHAT_TEMPLATE_KWARGS = {THINKING_SWITCH: True}
 DEFAULT_LIMIT_MM_PER_PROMPT = {"image": 1}
 IMAGE_TRANSPORTS = ("pil", "data_url")
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
@@ -128,6 +128,9 @@ class VLLMEngine:
 
     kind = "vllm"
     can_judge = True
+    # A Hub token handed to vLLM inside ``llm_kwargs`` (``hf_token``): declared names are matched
+    # at any depth of the options (HF_TOKEN in the environment is never recorded).
+    SECRET_OPTIONS = ("hf_token",)
 
     def __init__(
         self,
@@ -202,7 +205,7 @@ class VLLMEngine:
                 "revision": self.revision,
                 "model_digest": self.model_digest,
                 "tokenizer": self.tokenizer,
-                "sampling": {"temperature": 0.0, "max_tokens": self.max_tokens, "seed": self.seed},
+                "sampling": {"temperature": TEMPERATURE, "max_tokens": self.max_tokens, "seed": self.seed},
                 "chat_template_kwargs": self.chat_template_kwargs,
                 "chat_template_sha256": hashlib.sha256(self.chat_template.encode("utf-8")).hexdigest() if self.chat_template else None,
                 "limit_mm_per_prompt": self.limit_mm_per_prompt,
@@ -219,6 +222,11 @@ class VLLMEngine:
                 },
             }
         return self._fingerprint
+
+    def generation_settings(self) -> GenerationSettings:
+        return GenerationSettings(engine=self.kind, model=self.model, revision=self.revision or None,
+                                  temperature=TEMPERATURE, max_tokens=self.max_tokens,
+                                  reasoning=template_reasoning(self.chat_template_kwargs))
 
     @property
     def llm(self) -> Any:
@@ -250,7 +258,7 @@ class VLLMEngine:
                 raise EngineUnavailable(f"vLLM could not start model {self.model!r}: {error_text(exc)}") from exc
 
     def sampling_params(self) -> Any:
-        return self._vllm.SamplingParams(temperature=0.0, max_tokens=self.max_tokens, seed=self.seed)
+        return self._vllm.SamplingParams(temperature=TEMPERATURE, max_tokens=self.max_tokens, seed=self.seed)
 
     def _reasoning_parser(self) -> Any:
         if self.reasoning_parser and self._parser is None:

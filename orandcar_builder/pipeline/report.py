@@ -9,13 +9,14 @@ import platform
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import pyarrow as pa
 
 from .. import __version__
 from ..dataset.writer import DEFAULT_MAX_SHARD_BYTES
 from ..engines import secret_options_of
-from ..engines.base import public_fingerprint
+from ..engines.base import public_fingerprint, secret_options, settings_of
 from ..families import rule_for
 from ..files import write_text_atomic
 from ..images import IMAGE_OUTSIDE_POOL
@@ -121,26 +122,21 @@ def build_report(work, counts: Tally, summary: dict) -> dict:
         "configs": summary,
         "cleaning": clean_report,
         "engine": fingerprint,
-        "generation": generation_settings(engine, fingerprint, facts),
+        "generation": generation_settings(engine, facts),
         "judge": dict(judge_report) if judge_report else None,
     }
 
 
-def generation_settings(engine, fp: dict, facts: GenerationFacts) -> dict:
-    """How the answers were produced, for the card: from the engine's fingerprint ``fp`` and outputs."""
-    sampling = fp.get("sampling") or {}
-    models = sorted(facts.models)
-    revisions = sorted(facts.revisions)
-    template = fp.get("chat_template_kwargs") or {}
-    reasoning = template.get("enable_thinking") if "enable_thinking" in template else fp.get("reasoning")
-    return {
-        "engine": engine.kind,
-        "model": fp.get("model") or (models[0] if len(models) == 1 else models) or None,
-        "revision": fp.get("revision") or (revisions[0] if len(revisions) == 1 else revisions) or None,
-        "temperature": sampling.get("temperature", fp.get("temperature")),
-        "max_tokens": sampling.get("max_tokens", fp.get("max_tokens")),
-        "reasoning": reasoning if reasoning is not None else "n/a",
-    }
+def generation_settings(engine, facts: GenerationFacts) -> dict:
+    """How the answers were produced, for the card: what the engine says of itself
+    (``GenerationSettings``, secrets hidden), the model and revision its generations carry where
+    it cannot say (one name, or the sorted list when several)."""
+    settings = redact(settings_of(engine).to_json(), secret_options(engine))
+    for key, seen in (("model", facts.models), ("revision", facts.revisions)):
+        if not settings[key]:
+            found = sorted(seen)
+            settings[key] = (found[0] if len(found) == 1 else found) or None
+    return settings
 
 
 def manifest(config: BuildConfig, out: Path, engine_fingerprint: dict, judge_engine, rules: dict, executor) -> dict:
@@ -173,7 +169,9 @@ def recipe_ran(config: BuildConfig, engine, judge_engine, *, engine_given: bool 
     """The recipe this build ran, from the config: its recipe (or the code's defaults) with every
     setting the config holds differently put over it (engine, judge, calibration, repo and card
     options), so a BuildConfig made without a recipe file records and shows what it set. An engine
-    object given instead of a name (``engine_given``/``judge_given``) is recorded by its kind."""
+    object given instead of a name (``engine_given``/``judge_given``) is recorded by its kind.
+    It is a record, written after the run: the engine and judge sections come with the secrets
+    their engines declare already hidden (``record_without_secrets``)."""
     ran = config.recipe if config.recipe is not None else resolve(None)
     sections: dict = {}
     if not engine_given and (config.engine, dict(config.engine_options)) != (ran.engine["name"], options_of(ran.engine)):
@@ -191,7 +189,23 @@ def recipe_ran(config: BuildConfig, engine, judge_engine, *, engine_given: bool 
     judge_name = sections.get("judge", ran.judge)["name"]
     if judge_engine is not None and judge_engine is not engine and judge_engine.kind != judge_name:
         sections["judge"] = {"name": judge_engine.kind}
-    return dataclasses.replace(ran, **sections) if sections else ran
+    return record_without_secrets(dataclasses.replace(ran, **sections) if sections else ran, engine, judge_engine)
+
+
+def record_without_secrets(ran: Recipe, engine, judge_engine) -> Recipe:
+    """``ran`` with each option its engine object declares secret (``SECRET_OPTIONS``) hidden in
+    its engine and judge sections, besides what the registered engine of that name declares (an
+    engine given as an object need not be registered); ``redact.redact`` hides by name and shape too."""
+    def hidden(section: Optional[dict], engine_object) -> Optional[dict]:
+        if section is None:
+            return None
+        name = section.get("name")
+        if name == "same":  # the judge is the generation engine
+            name = (ran.engine or {}).get("name")
+        declared = secret_options(engine_object) if engine_object is not None else ()
+        return redact(section, (*declared, *(secret_options_of(name) if isinstance(name, str) else ())))
+
+    return dataclasses.replace(ran, engine=hidden(ran.engine, engine), judge=hidden(ran.judge, judge_engine))
 
 
 # Engine options that name a file of this machine: the card shows the file's name (its content is
