@@ -90,9 +90,9 @@ def _executor_names() -> Iterable[str]:
 
 
 def _family_names() -> Iterable[str]:
-    from .families import FAMILIES
+    from . import families
 
-    return FAMILIES
+    return families.DEFAULT_FAMILIES  # read when asked: the code's families (a recipe's are the build's)
 
 
 def _import_formats() -> Iterable[str]:

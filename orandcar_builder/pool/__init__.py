@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import OrandCarError, UnknownNameError
-from ..families import get_family
+from ..families import DEFAULT_FAMILIES
 from .jsonl import PoolLineError, encode_pool_line, parse_pool_line, pool_line, read_pool
 from .report import ImportProblem, ImportReport, format_import_report
 from .writer import PoolWriter
@@ -45,7 +45,7 @@ def _check_options(fmt: str, importer: Callable, options: dict) -> None:
     families = [options.get("family")] + list((options.get("family_map") or {}).values())
     for family in families:
         if family is not None:
-            get_family(family)  # fail once, up front, rather than once per line
+            DEFAULT_FAMILIES[family]  # fail once, up front, rather than once per line (an import knows no recipe)
 
 
 def import_source(fmt: str, source: Path, out: Path, **options) -> ImportReport:
