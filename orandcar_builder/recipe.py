@@ -423,13 +423,11 @@ def _published_name_problems(family: str, text: str) -> list[tuple[str, str]]:
 def engine_parameters(name: str) -> Optional[list[str]]:
     """The option names engine ``name`` takes (its constructor's keyword parameters), or None when
     it takes any."""
-    import importlib
     import inspect
 
-    from .engines import ENGINES
+    from .engines import engine_class
 
-    module_name, factory = ENGINES[name].split(":")
-    cls = getattr(importlib.import_module(module_name), factory)
+    cls = engine_class(name)
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None

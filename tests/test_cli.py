@@ -188,7 +188,7 @@ def test_only_engines_that_can_judge_are_offered_as_judges(tmp_path):
 
 
 def test_registered_engine_judge_and_executor_reach_the_build(registered, monkeypatch, tmp_path):
-    from orandcar_builder import build as build_module
+    from orandcar_builder import pipeline as build_module
 
     seen = {}
 

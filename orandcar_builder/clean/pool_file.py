@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Union
 
 from ..errors import OrandCarError
-from ..families import DEFAULT_FAMILIES, Families
+from ..families import Families
 from ..files import JsonLinesFile, replaced_on_success, within
 from ..images import ImagePolicy
 from ..pool.jsonl import SOURCE_FIELDS, encode_pool_line, read_pool
@@ -49,7 +49,6 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     included; None: the code's).
     """
     pool = Path(pool)
-    families = families if families is not None else DEFAULT_FAMILIES
     read_drops: list[Dropped] = []
 
     def items() -> Iterator[PoolItem]:

@@ -200,7 +200,6 @@ def measure_pool_file(path, *, limit: Optional[int] = None, spill_dir=None, fami
     does not grow with the pool. ``families``: the registry whose families read_pool admits (None:
     the code's).
     """
-    from ..families import DEFAULT_FAMILIES
     from ..pool.jsonl import PoolLineError, decode_json_lines, parse_pool_line
     from ..records import Dropped
     from ..spill import SpillSet
@@ -213,7 +212,7 @@ def measure_pool_file(path, *, limit: Optional[int] = None, spill_dir=None, fami
             if isinstance(obj, Dropped):
                 continue
             try:
-                fields = parse_pool_line(obj, families if families is not None else DEFAULT_FAMILIES)
+                fields = parse_pool_line(obj, families)
             except PoolLineError:
                 continue
             if seen.add(fields["id"]):

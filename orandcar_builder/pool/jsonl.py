@@ -23,8 +23,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Union
 
+from .. import families as code_families
 from ..errors import UnknownNameError
-from ..families import DEFAULT_FAMILIES, Families
+from ..families import Families
 from ..files import JsonLimitError, json_decoder
 from ..images import ImageError, ImagePolicy, ImageRef, check_image
 from ..records import Dropped, PoolItem, Source
@@ -54,9 +55,10 @@ def _text(obj: dict, key: str, *, required: bool = True) -> Optional[str]:
     return value
 
 
-def parse_pool_line(obj: object, families: Families = DEFAULT_FAMILIES) -> dict:
+def parse_pool_line(obj: object, families: Optional[Families] = None) -> dict:
     """Check one decoded line's shape and types; returns the normalised fields (no image I/O).
-    Its family must be one of ``families`` (a build passes its registry, a recipe's included)."""
+    Its family must be one of ``families`` (a build passes its registry, a recipe's included;
+    None: the code's, ``families.DEFAULT_FAMILIES``)."""
     if not isinstance(obj, dict):
         raise PoolLineError("malformed_line", f"a pool line must be a JSON object, got {type(obj).__name__}")
     missing = [k for k in REQUIRED_FIELDS if k not in obj]
@@ -95,7 +97,7 @@ def parse_pool_line(obj: object, families: Families = DEFAULT_FAMILIES) -> dict:
         if value is not None and not isinstance(value, str):
             raise PoolLineError("bad_field", f"source.{key} must be a string or null")
     try:
-        families[family]
+        (families if families is not None else code_families.DEFAULT_FAMILIES)[family]
     except UnknownNameError as exc:
         raise PoolLineError("unknown_family", str(exc)) from None
     return {
@@ -187,7 +189,7 @@ def _line_id(obj: object) -> Optional[str]:
 def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
               spill_dir: Optional[Union[str, os.PathLike]] = None,
               images: Optional[ImagePolicy] = None, workers: int = 1,
-              families: Families = DEFAULT_FAMILIES) -> Iterator[Union[PoolItem, Dropped]]:
+              families: Optional[Families] = None) -> Iterator[Union[PoolItem, Dropped]]:
     """Yield a PoolItem for each good line and a Dropped for each bad one, in file order. A line
     whose family is not one of ``families`` is dropped (``unknown_family``).
 
@@ -229,7 +231,7 @@ def _outside(recorded: str, base: str, root: str, policy: ImagePolicy) -> bool:
 
 def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
                policy: ImagePolicy, workers: int = 1,
-               families: Families = DEFAULT_FAMILIES) -> Iterator[Union[PoolItem, Dropped]]:
+               families: Optional[Families] = None) -> Iterator[Union[PoolItem, Dropped]]:
     root = os.path.realpath(base)  # the folder the pool's paths must stay in, links resolved
     # One hash and decode check per image file while its QA items come close together; bounded, so
     # memory does not grow with the pool (an image seen again much later is checked again).
@@ -256,7 +258,7 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
 def _read_lines(lines: Iterable[tuple], base: str, root: str, seen_ids: SpillSet, policy: ImagePolicy,
                 images: "OrderedDict[str, ImageRef | ImageError]",
                 check: Callable[[str], "ImageRef | ImageError"],
-                families: Families = DEFAULT_FAMILIES) -> Iterator[Union[PoolItem, Dropped]]:
+                families: Optional[Families] = None) -> Iterator[Union[PoolItem, Dropped]]:
     """The records of ``lines`` in order; ``check(path)`` is an image file's admission check."""
     for where, obj in lines:
         if isinstance(obj, Dropped):
