@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -179,6 +179,18 @@ class Recipe:
         return code.overlay(Family(name=f.name, rule=f.rule, instruction=f.instruction, separator=f.separator,
                                    description=f.description or (code[f.name].description if f.name in code else ""))
                             for f in self.families.values())
+
+    def with_families(self, families: Families) -> "Recipe":
+        """This recipe with the family registry ``families`` (a ``BuildConfig``'s, which may have
+        been given without a recipe): every family it holds, those that differ from the code's
+        named as changed, so the card records what the build asked and decided with."""
+        code = DEFAULT_FAMILIES
+        settings = {name: FamilySettings(name=name, rule=f.rule, instruction=f.instruction, separator=f.separator,
+                                         description="" if name in code and f.description == code[name].description
+                                         else f.description)
+                    for name, f in families.items()}
+        changed = tuple(name for name, f in families.items() if code.get(name) != f)
+        return replace(self, families=settings, changed_families=changed)
 
     def build_settings(self) -> dict[str, Any]:
         """What this recipe sets of a build, by ``build.BuildConfig`` field: the engine and judge

@@ -145,3 +145,23 @@ def test_without_the_card_s_families_the_added_family_is_unknown(two_builds, tmp
     assert not report.ok  # scene text is judged by the code's rule again, shop_sign is unknown
     details = " ".join(d.detail for d in report.disagreements)
     assert "unknown family 'shop_sign'" in details and "is not 'alnum'" in details
+
+
+def test_families_given_as_a_value_without_a_recipe_are_recorded_on_the_card(tmp_path):
+    """A library build handed a Families value (no recipe file) asks with it, and its card records
+    it, so validate and recheck of the folder know the family it added and the rule it changed."""
+    from orandcar_builder.families import Family
+
+    families = DEFAULT_FAMILIES.overlay([
+        Family(name="scene_text", rule="exact", instruction="Copy it.", description="", separator=" "),
+        Family(name="plate", rule="exact", instruction="Read the plate.", description="Number plates.")])
+    pool = _pool(tmp_path / "pool", [("harbor", "scene_text"), ("plate1", "plate")])
+    engine = LockStepEngine("solo", {"harbor": "HARBOR", "plate1": "PLATE1"}, threading.Barrier(1))
+    result = build(pool, tmp_path / "out", work=tmp_path / "work", engine=engine, families=families,
+                   progress=False, use_cache=False, admit_workers=1)
+    assert sorted(engine.questions) == sorted(["What is written? Copy it.", "What is written?\nRead the plate."])
+    assert _verifiers(result.out) == {"scene_text": "exact", "plate": "exact"}
+    header, _ = split_card((result.out / "README.md").read_text(encoding="utf-8"))
+    recorded = header_families(header)
+    assert recorded["plate"] == families["plate"] and recorded["scene_text"].instruction == "Copy it."
+    assert validate_folder(result.out) == [] and recheck(result.out).ok

@@ -176,6 +176,8 @@ def recipe_ran(config: BuildConfig, engine, judge_engine, *, engine_given: bool 
     options), so a BuildConfig made without a recipe file records and shows what it set. An engine
     object given instead of a name (``engine_given``/``judge_given``) is recorded by its kind."""
     ran = config.recipe if config.recipe is not None else resolve(None)
+    if config.families != ran.family_registry():  # families given as a value, not by the recipe
+        ran = ran.with_families(config.families)
     sections: dict = {}
     if not engine_given and (config.engine, dict(config.engine_options)) != (ran.engine["name"], options_of(ran.engine)):
         sections["engine"] = {"name": config.engine, **config.engine_options}
