@@ -165,3 +165,19 @@ def test_families_given_as_a_value_without_a_recipe_are_recorded_on_the_card(tmp
     recorded = header_families(header)
     assert recorded["plate"] == families["plate"] and recorded["scene_text"].instruction == "Copy it."
     assert validate_folder(result.out) == [] and recheck(result.out).ok
+
+
+def test_a_checkout_s_validation_reads_the_families_from_its_card(two_builds, tmp_path):
+    """``validate --tracked`` (remote validation of a git checkout) knows the card's added family."""
+    import shutil
+    import subprocess
+
+    from orandcar_builder.remote import validate_checkout
+
+    root, _, _ = two_builds
+    copy = tmp_path / "B"
+    shutil.copytree(root / "B", copy)
+    subprocess.run(["git", "init", "-q", str(copy)], check=True)
+    subprocess.run(["git", "add", "-A"], cwd=copy, check=True)
+    assert validate_checkout(copy) == []
+    assert validate_folder(root / "A") == []  # and a call for another folder after it sees its own
