@@ -181,3 +181,40 @@ def test_a_checkout_s_validation_reads_the_families_from_its_card(two_builds, tm
     subprocess.run(["git", "add", "-A"], cwd=copy, check=True)
     assert validate_checkout(copy) == []
     assert validate_folder(root / "A") == []  # and a call for another folder after it sees its own
+
+
+class _Factory:
+    """A picklable engine factory (what Ray ships to an actor): a LockStepEngine that never waits."""
+
+    def create(self):
+        return LockStepEngine("ray-actor", {"w1": "HARBOR", "w2": "LOBBY"}, threading.Barrier(1))
+
+
+def test_a_ray_actor_asks_and_decides_with_the_families_it_is_shipped():
+    """The Ray executor's actor gets the build's registry as a constructor argument (pickled, as
+    Ray sends it) and uses it alone: no process-wide state is set on the worker."""
+    import pickle
+
+    import pyarrow as pa
+
+    from orandcar_builder.cache import engine_hash
+    from orandcar_builder.engines.base import public_fingerprint
+    from orandcar_builder.executors.ray_data import GenerateAndDecide
+    from orandcar_builder.executors.steps import admitted_row
+    from orandcar_builder.families import Family
+    from orandcar_builder.images import ImageRef
+    from orandcar_builder.records import ADMITTED_SCHEMA, Admitted, PoolItem
+
+    families = DEFAULT_FAMILIES.overlay([Family(name="scene_text", rule="exact", instruction="Copy it.",
+                                                description="", separator=" ")])
+    rows = [admitted_row(Admitted(PoolItem(id=i, image=ImageRef(path=f"{i}.png", sha256="0" * 64),
+                                           question="What is written?", reference="HARBOR", family="scene_text"),
+                                  order=k, policy="test")) for k, i in enumerate(("w1", "w2"))]
+    kwargs = pickle.loads(pickle.dumps({"factory": _Factory(), "families": families,
+                                        "expected_engine": engine_hash(public_fingerprint(_Factory().create()))}))
+    actor = GenerateAndDecide(**kwargs)
+    out = actor(pa.Table.from_pylist(rows, schema=ADMITTED_SCHEMA)).to_pylist()
+    assert actor.engine.questions == ["What is written? Copy it."] * 2
+    assert [(r["id"], r["route"], r["verifier"], r["rule"]) for r in out] == [
+        ("w1", "accepted", "exact", "exact"), ("w2", "rejected", "", "exact")]
+    assert DEFAULT_FAMILIES["scene_text"].rule == "alnum"  # nothing changed in this process
