@@ -218,3 +218,18 @@ def test_a_ray_actor_asks_and_decides_with_the_families_it_is_shipped():
     assert [(r["id"], r["route"], r["verifier"], r["rule"]) for r in out] == [
         ("w1", "accepted", "exact", "exact"), ("w2", "rejected", "", "exact")]
     assert DEFAULT_FAMILIES["scene_text"].rule == "alnum"  # nothing changed in this process
+
+
+def test_the_config_carries_a_registry_value(tmp_path):
+    from orandcar_builder.families import Families, Family
+    from orandcar_builder.pipeline import BuildConfig, BuildError
+
+    plain = BuildConfig(pool=tmp_path / "p.jsonl", out=tmp_path / "o")
+    assert plain.families is DEFAULT_FAMILIES
+    added = Family(name="plate", rule="exact", instruction="Read the plate.", description="")
+    laid = BuildConfig(pool=tmp_path / "p.jsonl", out=tmp_path / "o", families=[added])
+    assert isinstance(laid.families, Families) and list(laid.families) == [*DEFAULT_FAMILIES, "plate"]
+    assert plain.replace(families=laid.families).families == laid.families
+    for bad in ("vqa", {"plate": added}, [added, "vqa"], 3, (added, added)):
+        with pytest.raises(BuildError, match="families|given twice"):
+            BuildConfig(pool=tmp_path / "p.jsonl", out=tmp_path / "o", families=bad)
