@@ -41,11 +41,12 @@ def crops(data: Path) -> list[Path]:
 
 
 def requests_for(paths: list[Path]):
+    from orandcar_builder.families import DEFAULT_FAMILIES
     from orandcar_builder.images import ImageRef
     from orandcar_builder.prompts import question_text
     from orandcar_builder.records import Request
 
-    question = question_text("What is written in this image?", "scene_text")
+    question = question_text("What is written in this image?", DEFAULT_FAMILIES["scene_text"])
     return [Request(item_id=str(i), question=question, family="scene_text", image=ImageRef.from_file(p))
             for i, p in enumerate(paths)]
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from orandcar_builder.dataset.recheck import format_recheck, recheck
-from orandcar_builder.families import FAMILIES
+from orandcar_builder.families import DEFAULT_FAMILIES as FAMILIES
 from orandcar_builder.verify import decide, get_rule, math_answer, reference_decide
 
 ANLS_MIN_RATIO = 20.0

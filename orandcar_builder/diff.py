@@ -40,7 +40,7 @@ from .dataset.cardfile import CardFormatError, card_settings, header_families, s
 from .dataset.layout import README
 from .diffstore import NEW, OLD, DiffStore, decode_key
 from .errors import OrandCarError
-from .families import FAMILIES
+from .families import DEFAULT_FAMILIES
 from .parquetio import ShardTooLargeError, check_row_groups
 from .vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIGS, REJECTED, SHARD_NAME
 
@@ -222,14 +222,13 @@ def side_instructions(side: Side) -> dict[str, str]:
     """family -> the text its instruction appended to a question on ``side`` (separator and
     instruction), as the side's card records the families; the code's families where it records
     none (a card written before recipes were recorded)."""
-    families = None
+    families = DEFAULT_FAMILIES
     if side.card:
         try:
             families = header_families(split_card(side.card, source=f"{side.spec}: {README}")[0])
         except CardFormatError:
-            families = None
-    families = families if families is not None else tuple(FAMILIES.values())
-    return {f.name: f.separator + f.instruction for f in families if f.instruction}
+            families = DEFAULT_FAMILIES
+    return {f.name: f.separator + f.instruction for f in families.values() if f.instruction}
 
 
 def question_stem(question: str, appended: Optional[str]) -> str:

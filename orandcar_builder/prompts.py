@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from .families import get_family
+from .families import Family
 from .vocab import OPTION_LETTERS
 
 # A question already carrying a lettered block ("A. cat", "(A) cat", "A) cat", "A: cat" on their own lines).
@@ -31,14 +31,14 @@ def has_lettered_block(question: str) -> bool:
     return any(a == "A" and b == "B" for a, b in zip(letters, letters[1:]))
 
 
-def question_text(question: str, family: str, options: Optional[Sequence[str]] = None) -> str:
+def question_text(question: str, family: Family, options: Optional[Sequence[str]] = None) -> str:
     """Source question, its options as a lettered block on the next line (when not already
-    there), then the family's instruction after the family's separator (a newline unless a recipe
-    says otherwise)."""
+    there), then the instruction of ``family`` (a ``families.Family``: the build's, looked up in
+    the registry the build carries) after its separator (a newline unless a recipe says
+    otherwise)."""
     text = question.rstrip()
     if options and not has_lettered_block(question):
         text += INSTRUCTION_SEPARATOR + option_block(options)
-    settings = get_family(family)
-    if settings.instruction:
-        text += settings.separator + settings.instruction
+    if family.instruction:
+        text += family.separator + family.instruction
     return text

@@ -24,12 +24,12 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .errors import OrandCarError
-from .families import DEFAULT_SEPARATOR  # between the question (with its options) and the family's instruction
+from .families import DEFAULT_FAMILIES, DEFAULT_SEPARATOR, Families, Family
 from .files import MAX_JSON_DEPTH, deeper_than
 
 try:
@@ -172,18 +172,30 @@ class Recipe:
         """The dataset section without ``repo``: the keyword arguments of ``card.CardOptions``."""
         return dataset_card_options(self.dataset)
 
-    def family_registry(self) -> tuple:
-        """The families as ``families.Family`` records, for ``families.families_in_use``."""
-        from .families import FAMILIES, Family
+    def family_registry(self) -> Families:
+        """The families as a registry value (``families.Families``): the code's own with this
+        recipe's changes, and its new families after them; what the build config carries."""
+        code = DEFAULT_FAMILIES
+        return code.overlay(Family(name=f.name, rule=f.rule, instruction=f.instruction, separator=f.separator,
+                                   description=f.description or (code[f.name].description if f.name in code else ""))
+                            for f in self.families.values())
 
-        return tuple(Family(name=f.name, rule=f.rule, instruction=f.instruction, separator=f.separator,
-                            description=f.description or (FAMILIES[f.name].description if f.name in FAMILIES else ""))
-                     for f in self.families.values())
+    def with_families(self, families: Families) -> "Recipe":
+        """This recipe with the family registry ``families`` (a ``BuildConfig``'s, which may have
+        been given without a recipe): every family it holds, those that differ from the code's
+        named as changed, so the card records what the build asked and decided with."""
+        code = DEFAULT_FAMILIES
+        settings = {name: FamilySettings(name=name, rule=f.rule, instruction=f.instruction, separator=f.separator,
+                                         description="" if name in code and f.description == code[name].description
+                                         else f.description)
+                    for name, f in families.items()}
+        changed = tuple(name for name, f in families.items() if code.get(name) != f)
+        return replace(self, families=settings, changed_families=changed)
 
     def build_settings(self) -> dict[str, Any]:
         """What this recipe sets of a build, by ``build.BuildConfig`` field: the engine and judge
         (names and options; a section the recipe leaves out is not set), the calibration size,
-        the families (``families.Family`` records), the card options, the repo and the ``[build]``
+        the families (a ``families.Families`` value), the card options, the repo and the ``[build]``
         settings (``max_failed_share``) the recipe gives."""
         settings: dict[str, Any] = {"calibrate": self.calibration or 0, "families": self.family_registry(),
                                     "card_options": self.card_options(), "repo": self.repo}
@@ -352,7 +364,6 @@ def parse_recipe(text: str, *, source: str = "recipe") -> Recipe:
 def _name_problems(data: dict, text: str) -> list[tuple[str, str]]:
     """Names the schema cannot know: engines, judges and rules, checked against the registries."""
     from .engines import ENGINES
-    from .families import FAMILIES
     from .verify import RULE_MODULES
 
     problems = []
@@ -378,11 +389,11 @@ def _name_problems(data: dict, text: str) -> list[tuple[str, str]]:
             problems.append((where, f"{where}: family {family!r}: unknown rule {rule!r}"
                                     f"{_did_you_mean(rule, RULE_MODULES)} (known: {', '.join(sorted(RULE_MODULES))})"))
         problems += _published_name_problems(family, text)
-        if family not in FAMILIES:
+        if family not in DEFAULT_FAMILIES:
             missing = [k for k in ("instruction", "rule") if k not in settings]
             if missing:
                 where = _where(text, ["families", family])
-                close = _did_you_mean(family, FAMILIES)
+                close = _did_you_mean(family, DEFAULT_FAMILIES)
                 problems.append((where, f"{where}: family {family!r} is not one the code knows{close}; a new family "
                                         f"needs {' and '.join(missing)} (an instruction and an existing rule)"))
     return problems
@@ -424,13 +435,11 @@ def _published_name_problems(family: str, text: str) -> list[tuple[str, str]]:
 def engine_parameters(name: str) -> Optional[list[str]]:
     """The option names engine ``name`` takes (its constructor's keyword parameters), or None when
     it takes any."""
-    import importlib
     import inspect
 
-    from .engines import ENGINES
+    from .engines import engine_class
 
-    module_name, factory = ENGINES[name].split(":")
-    cls = getattr(importlib.import_module(module_name), factory)
+    cls = engine_class(name)
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
@@ -452,11 +461,10 @@ def _option_problems(section: str, engine: str, table: dict, text: str) -> list[
 
 
 def _resolve(data: dict, source: str) -> Recipe:
-    from .families import FAMILIES
 
     given = data.get("families") or {}
     families = {}
-    for name, family in FAMILIES.items():
+    for name, family in DEFAULT_FAMILIES.items():
         settings = given.get(name, {})
         families[name] = FamilySettings(
             name=name, rule=settings.get("rule", family.rule),
@@ -464,7 +472,7 @@ def _resolve(data: dict, source: str) -> Recipe:
             separator=settings.get("separator", DEFAULT_SEPARATOR),
             description=settings.get("description", ""))
     for name, settings in given.items():
-        if name not in FAMILIES:
+        if name not in DEFAULT_FAMILIES:
             families[name] = FamilySettings(name=name, rule=settings["rule"], instruction=settings["instruction"],
                                             separator=settings.get("separator", DEFAULT_SEPARATOR),
                                             description=settings.get("description", ""))

@@ -40,6 +40,7 @@ from .dataset.cardfile import header_families
 from .dataset.info import dataset_info
 from .dataset.layout import README, expected_layout_text, scan_repo
 from .errors import OrandCarError
+from .families import Families
 from .parquetio import ShardTooLargeError, check_row_groups
 from .spill import SpillMap
 from .vocab import CONFIGS, SPLIT
@@ -198,7 +199,6 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
     the Hub's own card check too."""
     from .dataset.hubcard import hub_validation_problems
     from .dataset.validate import _check_links, check_card_bytes, shard_number_problems
-    from .families import families_in_use
 
     layout = scan_repo(side.files)
     published = layout.published
@@ -218,7 +218,8 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
                 yield from hub_validation_problems(text)
             yield from _check_links(text, published)
     shards_by_config, measured = {}, {}
-    with families_in_use(header_families(header) if header is not None else None), SpillMap() as seen_images:
+    families = header_families(header)  # a family the build's recipe added is known (the card records the recipe)
+    with SpillMap() as seen_images:
         for config in CONFIGS:
             if not any(path.startswith(f"{config}/") for path in side.files):
                 yield f"{config}: folder missing (README declares {config}/{SPLIT}-*)"
@@ -230,7 +231,7 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
             for shard in shards:
                 result.shards += 1
                 result.shard_bytes += side.files[shard].size
-                yield from _check_shard(side, config, shard, seen_images, rows, exhaustive, measured)
+                yield from _check_shard(side, config, shard, seen_images, rows, exhaustive, measured, families)
     if header is not None:
         from .dataset.validate import _check_dataset_info
 
@@ -241,8 +242,9 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
 
 
 def _check_shard(side, config: str, shard: str, seen_images: SpillMap, rows: bool, exhaustive: bool,
-                 measured: dict) -> Iterator[str]:
-    """The shard's footer (schema, features metadata, rows); with ``rows`` its rows too.
+                 measured: dict, families: Families) -> Iterator[str]:
+    """The shard's footer (schema, features metadata, rows); with ``rows`` its rows too (their
+    families checked against ``families``, the card's).
     ``measured[shard]`` gets (rows, Arrow bytes or None) when the footer is readable."""
     from .dataset.validate import _check_schema, _check_shard_rows
 
@@ -271,7 +273,7 @@ def _check_shard(side, config: str, shard: str, seen_images: SpillMap, rows: boo
             except Exception as exc:
                 _reraise_if_transport(exc)
         else:
-            yield from _check_shard_rows(config, parquet, shard, shard, seen_images, exhaustive, measured)
+            yield from _check_shard_rows(config, parquet, shard, shard, seen_images, exhaustive, measured, families)
 
 
 def _reraise_if_transport(exc: BaseException) -> None:

@@ -54,10 +54,10 @@ def test_question_is_byte_identical_to_what_the_engine_received(sample_build):
             for qa in row["qa"]:
                 stored[(row["image_sha256"], qa["question"])] += 1
     assert stored == sent
-    from orandcar_builder.families import get_family
+    from orandcar_builder.families import DEFAULT_FAMILIES
 
     for request in engine.requests:  # the family's instruction is appended, options rendered as a block
-        assert request.question.endswith("\n" + get_family(request.family).instruction)
+        assert request.question.endswith("\n" + DEFAULT_FAMILIES[request.family].instruction)
         if request.family == "multiple_choice":
             assert "\nA. " in request.question and "\nB. " in request.question
 
@@ -78,12 +78,12 @@ def test_accounting_and_demo_shape(sample_build):
 def test_accepted_answer_is_the_models_text_and_rejected_answer_the_reference(sample_build):
     result, _ = sample_build
     decisions = {r["id"]: r for r in datasets.Dataset.from_parquet(str(result.work / "decisions.parquet"))}
-    from orandcar_builder.families import get_family
+    from orandcar_builder.families import DEFAULT_FAMILIES
 
     for row in _load(result.out, "RS_think"):
         for qa, src in zip(row["qa"], row["clean_meta"]["sources"]):
             assert qa["org_answer"] == src["references"][0]
-            assert qa["verifier"] == get_family(src["family"]).rule and qa["think"] == ""
+            assert qa["verifier"] == DEFAULT_FAMILIES[src["family"]].rule and qa["think"] == ""
     model_answers = {d["final_answer"] for d in decisions.values()}
     reasons = Counter()
     for row in _load(result.out, "rejected"):

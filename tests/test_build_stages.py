@@ -66,7 +66,7 @@ def test_a_recipe_fills_the_config(tmp_path):
     assert (config.engine, config.engine_options, config.judge, config.calibrate) == ("replay", {"replay": "g.jsonl"},
                                                                                         "same", 7)
     assert config.repo == "me/Set" and config.card_options == {"license": "cc-by-4.0"} and config.limit == 5
-    assert {f.name: f.instruction for f in config.families}["vqa"] == "One word."
+    assert config.families["vqa"].instruction == "One word."
     assert config.recipe is recipe
     # an engine object given instead keeps the config's own engine settings
     kept = BuildConfig(pool=tmp_path / "p.jsonl", out=tmp_path / "o").with_recipe(recipe, keep_engine=True)

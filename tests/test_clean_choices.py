@@ -11,6 +11,7 @@ from orandcar_builder.clean.choices import (
     parse_prose_options,
     resolve_reference,
 )
+from orandcar_builder.families import DEFAULT_FAMILIES
 from orandcar_builder.prompts import has_lettered_block, option_block, question_text
 
 BLOCK = "A. cat\nB. dog\nC. bird"
@@ -130,7 +131,7 @@ def test_multi_answer_references_must_agree_on_one_letter():
 
 def test_normalised_question_gets_no_second_block_in_the_prompt():
     result = normalise_choices("What animal is this? Options: cat, dog, bird", "dog", None)
-    prompt = question_text(result.question, "multiple_choice", result.options)
+    prompt = question_text(result.question, DEFAULT_FAMILIES["multiple_choice"], result.options)
     assert prompt.count(option_block(result.options)) == 1
 
 

@@ -9,7 +9,7 @@ from PIL import Image
 
 from orandcar_builder.clean import clean
 from orandcar_builder.clean.purity import PURITY_THRESHOLD, REASON, TASK_SIGNATURES, off_task
-from orandcar_builder.families import FAMILIES
+from orandcar_builder.families import DEFAULT_FAMILIES as FAMILIES
 from orandcar_builder.images import ImageRef
 from orandcar_builder.records import Admitted, Dropped, PoolItem, Source
 

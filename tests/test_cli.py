@@ -123,15 +123,16 @@ def import_one_line(source, writer, *, family="scene_text", dataset=None, split=
 @pytest.fixture
 def registered(monkeypatch):
     """A stand-in engine, executor, family and import format, each only added to its registry."""
+    from orandcar_builder import families
     from orandcar_builder.engines import ENGINES
     from orandcar_builder.executors import EXECUTORS
-    from orandcar_builder.families import FAMILIES, Family
+    from orandcar_builder.families import Family
     from orandcar_builder.pool import IMPORTERS
 
     monkeypatch.setitem(ENGINES, "stand_in_engine", ENGINES["replay"])
     monkeypatch.setitem(EXECUTORS, "stand_in_executor", EXECUTORS["local"])
-    monkeypatch.setitem(FAMILIES, "stand_in_family",
-                        Family("stand_in_family", rule="exact", instruction="", description="a test family"))
+    monkeypatch.setattr(families, "DEFAULT_FAMILIES", families.DEFAULT_FAMILIES.overlay(
+        [Family("stand_in_family", rule="exact", instruction="", description="a test family")]))
     monkeypatch.setitem(IMPORTERS, "stand_in_format", f"{__name__}:import_one_line")
 
 

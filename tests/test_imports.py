@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # and never another part of its own level.
 LEVELS: list[tuple[str, ...]] = [
     ("__init__", "vocab", "files", "errors", "redact", "interrupts"),
-    ("images", "parquetio", "spill", "shipped", "hubhttp", "diffstore"),
+    ("images", "parquetio", "spill", "shipped", "hubhttp", "diffstore", "registry"),
     ("records", "families"),
     ("prompts",),
     ("verify",),  # below engines: a rule never runs a model

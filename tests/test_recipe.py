@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from orandcar_builder.families import FAMILIES
+from orandcar_builder.families import DEFAULT_FAMILIES as FAMILIES
 from orandcar_builder.recipe import (
     DEFAULT_SEPARATOR,
     RECIPE_SCHEMA,

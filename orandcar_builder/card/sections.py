@@ -105,13 +105,14 @@ def reject_kind_rows(report: dict) -> tuple[list[str], list[list[str]]]:
 
 def family_rules(report: dict, family: str) -> list[str]:
     """The rules that decided a family's items: as the build recorded them (items with options are
-    decided by ``choice``, see families.rule_for), else the family's own rule."""
-    from ..families import FAMILIES
+    decided by ``choice``, see ``Families.rule_for``), else, for a report written before the
+    build recorded them, the code's rule of the family."""
+    from ..families import DEFAULT_FAMILIES
 
     recorded = (report.get("rules_by_family") or {}).get(family)
     if recorded:
         return list(recorded)
-    return [FAMILIES[family].rule] if family in FAMILIES else []
+    return [DEFAULT_FAMILIES[family].rule] if family in DEFAULT_FAMILIES else []
 
 
 def rule_sections(report: dict) -> list[dict]:

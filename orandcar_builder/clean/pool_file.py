@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Union
 
 from ..errors import OrandCarError
+from ..families import Families
 from ..files import JsonLinesFile, replaced_on_success, within
 from ..images import ImagePolicy
 from ..pool.jsonl import SOURCE_FIELDS, encode_pool_line, read_pool
@@ -33,7 +34,8 @@ DROPPED_FILE = "dropped.jsonl"
 
 def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[int] = None,
                 spill_dir: Optional[Union[str, os.PathLike]] = None,
-                images: Optional[ImagePolicy] = None, workers: int = 1) -> Iterator[Union[Admitted, Dropped]]:
+                images: Optional[ImagePolicy] = None, workers: int = 1,
+                families: Optional[Families] = None) -> Iterator[Union[Admitted, Dropped]]:
     """Every line of the pool file as one Admitted or Dropped record, in line order: what
     read_pool drops (bad lines, images, repeated ids) and cleaning's verdict on the rest.
 
@@ -43,19 +45,21 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     passes remember the ids seen in scratch files under ``spill_dir`` (e.g. the build's work dir;
     None: the system temp dir) once there are many. ``images`` bounds and confines the image files
     (``pool.jsonl.read_pool``); ``workers`` > 1 checks them on that many processes, with the same
-    records.
+    records. ``families``: the registry whose families are admitted (a build's, a recipe's
+    included; None: the code's).
     """
     pool = Path(pool)
     read_drops: list[Dropped] = []
 
     def items() -> Iterator[PoolItem]:
-        for record in read_pool(pool, limit=limit, spill_dir=spill_dir, images=images, workers=workers):
+        for record in read_pool(pool, limit=limit, spill_dir=spill_dir, images=images, workers=workers,
+                                families=families):
             if isinstance(record, Dropped):
                 read_drops.append(record)
             else:
                 yield record
 
-    meter = measure_pool_file(pool, limit=limit, spill_dir=spill_dir)
+    meter = measure_pool_file(pool, limit=limit, spill_dir=spill_dir, families=families)
     for record in clean(items(), report, base_dir=pool.parent, meter=meter, spill_dir=spill_dir):
         # read_pool's drops that came before this item, then the item's verdict.
         yield from read_drops

@@ -189,7 +189,7 @@ class PurityMeter:
         }
 
 
-def measure_pool_file(path, *, limit: Optional[int] = None, spill_dir=None) -> PurityMeter:
+def measure_pool_file(path, *, limit: Optional[int] = None, spill_dir=None, families=None) -> PurityMeter:
     """A first pass over a pool file that measures the purity shares from its lines alone (no image
     is read), so that ``clean(..., meter=...)`` can then decide items as they stream.
 
@@ -197,7 +197,8 @@ def measure_pool_file(path, *, limit: Optional[int] = None, spill_dir=None) -> P
     out missing or undecodable on the second pass is still counted: it is an item of its family all
     the same. Malformed lines and repeated ids are skipped, as ``read_pool`` drops them; the ids
     seen are kept in a SpillSet (scratch file under ``spill_dir`` past its threshold), so memory
-    does not grow with the pool.
+    does not grow with the pool. ``families``: the registry whose families read_pool admits (None:
+    the code's).
     """
     from ..pool.jsonl import PoolLineError, decode_json_lines, parse_pool_line
     from ..records import Dropped
@@ -211,7 +212,7 @@ def measure_pool_file(path, *, limit: Optional[int] = None, spill_dir=None) -> P
             if isinstance(obj, Dropped):
                 continue
             try:
-                fields = parse_pool_line(obj)
+                fields = parse_pool_line(obj, families)
             except PoolLineError:
                 continue
             if seen.add(fields["id"]):

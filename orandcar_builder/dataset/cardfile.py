@@ -22,7 +22,7 @@ from typing import Optional
 import yaml
 
 from ..errors import OrandCarError
-from ..families import DEFAULT_SEPARATOR, FAMILIES, Family
+from ..families import DEFAULT_FAMILIES, DEFAULT_SEPARATOR, Families, Family
 
 BUILD_KEY = "orandcar_build"
 VERSIONS_KEY = "orandcar_versions"
@@ -137,33 +137,35 @@ def card_versions(header: dict) -> list[dict]:
     return [entry for entry in value if isinstance(entry, dict) and entry.get("tag")] if isinstance(value, list) else []
 
 
-def recorded_families(folder) -> Optional[tuple]:
-    """The families (``families.Family``) the build of dataset ``folder`` ran with, as its card
-    records them (``header_families``); None when there is no card or it records none. A card
-    whose header cannot be read is a ``CardFormatError``: its families cannot be known."""
+def recorded_families(folder) -> Families:
+    """The family registry (``families.Families``) the build of dataset ``folder`` ran with, as
+    its card records them (``header_families``); the code's own when there is no card or it
+    records none. A card whose header cannot be read is a ``CardFormatError``: its families cannot
+    be known."""
     readme = Path(folder) / "README.md"
     try:
         text = readme.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        return None
+        return DEFAULT_FAMILIES
     header, _ = split_card(text, source=str(readme))
     return header_families(header)
 
 
-def header_families(header: dict) -> Optional[tuple]:
-    """The families (``families.Family``) a card header records (``orandcar_build.recipe.families``),
-    so ``validate`` and ``recheck`` know a family a recipe added and decide with the rule the recipe
-    gave; None when the header records none."""
-    recipe = card_settings(header).get("recipe")
+def header_families(header: Optional[dict]) -> Families:
+    """The family registry a card header records (``orandcar_build.recipe.families``) laid over the
+    code's (``DEFAULT_FAMILIES``), so ``validate`` and ``recheck`` know a family a recipe added and
+    decide with the rule the recipe gave; the code's own when the header (or None) records none.
+    An entry without a rule is skipped."""
+    recipe = card_settings(header).get("recipe") if isinstance(header, dict) else None
     families = recipe.get("families") if isinstance(recipe, dict) else None
     if not isinstance(families, dict):
-        return None
-    out = []
+        return DEFAULT_FAMILIES
+    out: dict[str, Family] = {}  # by name as text: a YAML key 1 and a key "1" name one family
     for name, settings in families.items():
         if not isinstance(settings, dict) or not isinstance(settings.get("rule"), str):
             continue
-        code = FAMILIES.get(name)
-        out.append(Family(name=str(name), rule=settings["rule"], instruction=str(settings.get("instruction", "")),
-                          separator=str(settings.get("separator", DEFAULT_SEPARATOR)),
-                          description=code.description if code else str(settings.get("description", ""))))
-    return tuple(out) or None
+        code = DEFAULT_FAMILIES.get(str(name))
+        out[str(name)] = Family(name=str(name), rule=settings["rule"], instruction=str(settings.get("instruction", "")),
+                                separator=str(settings.get("separator", DEFAULT_SEPARATOR)),
+                                description=code.description if code else str(settings.get("description", "")))
+    return DEFAULT_FAMILIES.overlay(out.values())

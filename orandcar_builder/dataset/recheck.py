@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import OrandCarError, UnknownNameError
-from ..families import families_in_use, rule_for
+from ..families import Families
 from ..interrupts import ignore_sigint, sigint_blocked
 from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
 from ..verify import verify
@@ -220,23 +220,18 @@ def _check(config: str, item: _Item, rule: str) -> tuple[str, Optional[str]]:
     return "agree", None
 
 
-def _rule_of(family: str, has_options: bool) -> tuple[str, str]:
+def _rule_of(families: Families, family: str, has_options: bool) -> tuple[str, str]:
     if not family:
         return "", "no family in clean_meta.sources"
     try:
-        return rule_for(family, has_options), ""
+        return families.rule_for(family, has_options), ""
     except UnknownNameError as exc:
         return "", str(exc)
 
 
-def _recheck_shard(folder: Path, config: str, path: Path, families: Optional[tuple]) -> RecheckReport:
-    """The report of one shard alone (the unit of work of ``recheck``), with the families the
-    build's recipe gave (``families``, as the card records them: ``recorded_families``)."""
-    with families_in_use(families):
-        return _recheck_shard_items(folder, config, path)
-
-
-def _recheck_shard_items(folder: Path, config: str, path: Path) -> RecheckReport:
+def _recheck_shard(folder: Path, config: str, path: Path, families: Families) -> RecheckReport:
+    """The report of one shard alone (the unit of work of ``recheck``), decided with the rules of
+    ``families`` (the build's registry, as the card records it: ``recorded_families``)."""
     report = RecheckReport(folder=folder)
     shard = path.relative_to(folder).as_posix()
     report.shards.append(shard)
@@ -246,7 +241,7 @@ def _recheck_shard_items(folder: Path, config: str, path: Path) -> RecheckReport
         tally = report.tally(config, family)
         key = (family, bool(item.options))
         if key not in rules:
-            rules[key] = _rule_of(*key)
+            rules[key] = _rule_of(families, *key)
         rule, missing = rules[key]
         if rule:
             outcome, detail = _check(config, item, rule)
@@ -285,7 +280,7 @@ def recheck(folder: Path, workers: int = 1) -> RecheckReport:
     """
     folder = Path(folder)
     shards = find_shards(folder)
-    families = recorded_families(folder)  # read once; Family pickles, so it travels to the workers
+    families = recorded_families(folder)  # read once; a Families value pickles, so it travels to the workers
     if workers > 1 and len(shards) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(shards)), initializer=ignore_sigint) as pool:
             with sigint_blocked():  # the workers start here: Ctrl-C is this process's to handle

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..families import FAMILIES
+from ..families import DEFAULT_FAMILIES, Families
 from ..files import loads_bounded
 from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
 from ..spill import SpillMap
@@ -252,7 +252,7 @@ def _check_schema(config: str, schema: pa.Schema, label: str) -> list[str]:
     return problems
 
 
-def _check_row(config: str, row: dict, where: str) -> Iterator[str]:
+def _check_row(config: str, row: dict, where: str, families: Families = DEFAULT_FAMILIES) -> Iterator[str]:
     validator = _validator(config)
     for error in sorted(validator.iter_errors(row_as_json(row)), key=lambda e: list(e.absolute_path)):
         field = ".".join(str(p) for p in error.absolute_path) or "(row)"
@@ -270,7 +270,7 @@ def _check_row(config: str, row: dict, where: str) -> Iterator[str]:
         yield f"{where} field clean_meta.sources: {len(sources)} sources for {len(qa)} qa items (must be aligned)"
     for i, source in enumerate(sources):
         family = source.get("family") if isinstance(source, dict) else None
-        if family is not None and family not in FAMILIES:
+        if family is not None and family not in families:
             yield f"{where} field clean_meta.sources.{i}.family: unknown family {family!r}"
     if config != CONFIG_REJECTED:
         for i, item in enumerate(qa):
@@ -298,8 +298,9 @@ def _unknown_names(lists: pa.Array, field: str, known: frozenset) -> np.ndarray:
     return any_item(lists, unknown)
 
 
-def _suspect_rows(config: str, batch: pa.RecordBatch) -> np.ndarray:
-    """Rows of ``batch`` that ``_check_row`` would report on (exactly those, see columnar).
+def _suspect_rows(config: str, batch: pa.RecordBatch, families: Families = DEFAULT_FAMILIES) -> np.ndarray:
+    """Rows of ``batch`` that ``_check_row`` would report on (exactly those, see columnar), with
+    the same ``families``.
 
     All rows are suspects when the config's schema could not be compiled."""
     check = _columnar(config)
@@ -318,7 +319,7 @@ def _suspect_rows(config: str, batch: pa.RecordBatch) -> np.ndarray:
     sources = _path(rows, "clean_meta", "sources")
     lengths = [pc.fill_null(pc.list_value_length(a), 0) for a in (qa, sources)]
     mask |= np.array(pc.not_equal(*lengths).to_numpy(zero_copy_only=False), dtype=bool)
-    mask |= _unknown_names(sources, "family", frozenset(FAMILIES))
+    mask |= _unknown_names(sources, "family", frozenset(families))
     if config != CONFIG_REJECTED:
         mask |= _unknown_names(qa, "verifier", KNOWN_VERIFIERS)
     return mask
@@ -347,15 +348,13 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     shards_by_config, measured = {}, {}
     # "config/sha256" -> where the image's first row in that config is. One map for the folder:
     # past its threshold it holds a fixed Bloom filter and page cache, paid once, not per config.
-    from ..families import families_in_use
-
-    # a family the build's recipe added is known (the card records the recipe)
-    with families_in_use(header_families(header) if header is not None else None), SpillMap() as seen_images:
+    families = header_families(header)  # a family the build's recipe added is known (the card records the recipe)
+    with SpillMap() as seen_images:
         for config in CONFIGS:
             shards, name_problems = _check_shard_names(folder, config, published)
             shards_by_config[config] = shards
             problems.extend(name_problems)
-            problems.extend(_check_rows(config, shards, seen_images, exhaustive, measured))
+            problems.extend(_check_rows(config, shards, seen_images, exhaustive, measured, families))
     if header is not None:
         expected = _expected_info(shards_by_config, measured)
         if expected is not None:
@@ -364,7 +363,7 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
 
 
 def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhaustive: bool,
-                measured: dict[Path, tuple[int, int]]) -> Iterator[str]:
+                measured: dict[Path, tuple[int, int]], families: Families) -> Iterator[str]:
     """Every problem in the rows of ``config``'s shards, in row order. Each shard's footer is read
     once, for its schema and then its rows; rows are read one row group at a time, and each shard's
     row count and Arrow size (``info.arrow_bytes``) are put in ``measured`` on the way, so the
@@ -386,7 +385,7 @@ def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhausti
         except ShardTooLargeError as exc:
             yield f"{label}: {exc}; its rows are not read"
             continue
-        yield from _check_shard_rows(config, parquet, shard, label, seen_images, exhaustive, measured)
+        yield from _check_shard_rows(config, parquet, shard, label, seen_images, exhaustive, measured, families)
 
 
 def _batches(parquet: pq.ParquetFile, shard: Path, measured: dict[Path, tuple[int, int]]) -> Iterator[pa.RecordBatch]:
@@ -399,14 +398,15 @@ def _batches(parquet: pq.ParquetFile, shard: Path, measured: dict[Path, tuple[in
 
 
 def _check_shard_rows(config: str, parquet: pq.ParquetFile, shard: Path, label: str, seen_images: SpillMap,
-                      exhaustive: bool, measured: dict[Path, tuple[int, int]]) -> Iterator[str]:
+                      exhaustive: bool, measured: dict[Path, tuple[int, int]], families: Families) -> Iterator[str]:
+    """The problems of one shard's rows; a row's family must be one of ``families`` (the card's)."""
     row_index = 0
     for batch in _batches(parquet, shard, measured):
-        suspects = np.ones(batch.num_rows, dtype=bool) if exhaustive else _suspect_rows(config, batch)
+        suspects = np.ones(batch.num_rows, dtype=bool) if exhaustive else _suspect_rows(config, batch, families)
         for i, (sha, suspect) in enumerate(zip(batch.column("image_sha256").to_pylist(), suspects.tolist())):
             where = f"{label} row {row_index + i}"
             if suspect:
-                yield from _check_row(config, batch.slice(i, 1).to_pylist()[0], where)
+                yield from _check_row(config, batch.slice(i, 1).to_pylist()[0], where, families)
             if sha is not None:
                 earlier = seen_images.first_seen(f"{config}/{sha}", where)
                 if earlier is not None:

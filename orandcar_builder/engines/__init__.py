@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from ..errors import OrandCarError, UnknownNameError
+from ..errors import OrandCarError
 from ..redact import scrub, secret_values
+from ..registry import Registry, missing_attributes
 from .base import Engine, EngineUnavailable, secret_options
 
-# name -> "module:factory"; imported lazily so heavy optional dependencies load only when used.
-ENGINES: dict[str, str] = {
+
+def _engine_contract(name: str, cls: Any) -> list[str]:
+    """An engine is a class with the Engine protocol's attributes (``engines.base.Engine``)."""
+    if not isinstance(cls, type):
+        return [f"is {type(cls).__name__}, not an engine class"]
+    return missing_attributes(cls, ("kind", "can_judge", "fingerprint", "generate"),
+                              callables=("fingerprint", "generate"))
+
+
+# name -> "module:class"; imported lazily so heavy optional dependencies load only when used.
+ENGINES = Registry("engine", {
     "rapidocr": "orandcar_builder.engines.rapidocr:RapidOCREngine",
     "replay": "orandcar_builder.engines.replay:ReplayEngine",
     "openai_compat": "orandcar_builder.engines.openai_compat:OpenAICompatEngine",
     "vllm": "orandcar_builder.engines.vllm:VLLMEngine",
-}
+}, check=_engine_contract)
 
 
 # The package extra (pyproject.toml) each engine needs beyond the package's own dependencies.
@@ -29,10 +38,7 @@ class EngineSettingError(OrandCarError, ValueError):
 def engine_class(name: str) -> Any:
     """The factory (an Engine class) registered as ``name``; its module is imported now, which
     does not import the engine's optional dependencies (they load when an engine is made)."""
-    if name not in ENGINES:
-        raise UnknownNameError("engine", name, ENGINES)
-    module_name, factory = ENGINES[name].split(":")
-    return getattr(importlib.import_module(module_name), factory)
+    return ENGINES.load(name)
 
 
 def judge_engine_names() -> list[str]:

@@ -9,26 +9,30 @@ where they run, and the stages after generation (judge, route, write) are the sa
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from ..errors import UnknownNameError
+from ..registry import Registry, missing_attributes
 from .base import DecidedChunk, EngineFactory, Executor, GenerationJob
 from .generation import generate_through_cache
 
+
+def _executor_contract(name: str, cls: Any) -> list[str]:
+    """An executor is a class with the Executor protocol's attributes (``executors.base.Executor``)."""
+    if not isinstance(cls, type):
+        return [f"is {type(cls).__name__}, not an executor class"]
+    return missing_attributes(cls, ("name", "run", "describe"), callables=("run", "describe"))
+
+
 # name -> "module:class"; imported on use so that ray is imported only by the ray executor.
-EXECUTORS: dict[str, str] = {
+EXECUTORS = Registry("executor", {
     "local": "orandcar_builder.executors.local:LocalExecutor",
     "ray": "orandcar_builder.executors.ray_data:RayExecutor",
-}
+}, check=_executor_contract)
 
 
 def _executor_class(name: str) -> type:
     """The class registered as ``name``, imported now; an unknown name says which was meant."""
-    if name not in EXECUTORS:
-        raise UnknownNameError("executor", name, EXECUTORS)
-    module, cls_name = EXECUTORS[name].split(":")
-    return getattr(importlib.import_module(module), cls_name)
+    return EXECUTORS.load(name)
 
 
 def executor_for(name: str, config: Any) -> Executor:

@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
 
 from ..cache import CacheStats, GenerationCache
 from ..engines import Engine, create_engine
+from ..families import DEFAULT_FAMILIES, Families
 from ..records import Generation, Request
 
 # Admitted items handled per chunk: the unit of reading, of decisions.parquet row groups and of
@@ -47,7 +48,7 @@ class GenerationJob:
     # The admitted rows (ADMITTED_SCHEMA, pool order) as they are admitted, when admission overlaps
     # generation (the local executor): ``admitted`` is complete only once they are exhausted.
     admitted_rows: Optional[Iterable[dict]] = None
-    families: Optional[tuple] = None  # a recipe's families (families.Family), for workers in other processes
+    families: Families = DEFAULT_FAMILIES  # the build's family registry: prompts and rules (workers get it too)
 
     def add_time(self, name: str, seconds: float) -> None:
         self.timings[name] = self.timings.get(name, 0.0) + seconds

@@ -81,7 +81,7 @@ class LocalExecutor:
         def feed() -> Iterator[Request]:
             for rows in _row_batches(job):
                 admitted = [admitted_from_row(row) for row in rows]
-                requests = [make_request(a) for a in admitted]
+                requests = [make_request(a, job.families) for a in admitted]
                 keys, classes = asks.classify(requests)
                 status.extend(classes)
                 for a, request, key, kind in zip(admitted, requests, keys, classes):
@@ -107,7 +107,7 @@ class LocalExecutor:
                         stats.uncached += 1
                     elif commits is not None:
                         commits.add(key, generation)
-                    row = decided_or_failed(a, request, generation)
+                    row = decided_or_failed(a, request, generation, job.families)
                 t2 = time.perf_counter()
                 timer["verify"] += t2 - t1
                 chunk = out.add(request, generation, row)
@@ -146,7 +146,7 @@ class LocalExecutor:
                 continue
             rows = batch.take(wanted).to_pylist()
             admitted = [admitted_from_row(row) for row in rows]
-            requests = [make_request(a) for a in admitted]
+            requests = [make_request(a, job.families) for a in admitted]
             keys = request_keys(asks.fingerprint, requests)
             found = asks.answers(keys)
             out = _Out(len(rows) + 1)  # one chunk per batch, taken below
@@ -161,7 +161,7 @@ class LocalExecutor:
                     out.add(request, None, failed_row(a, request, SAME_REQUEST_FAILED))
                     continue
                 generation = for_request(generation, request)
-                out.add(request, generation, decided_or_failed(a, request, generation))
+                out.add(request, generation, decided_or_failed(a, request, generation, job.families))
             job.progress(job.stats)
             yield out.take()
         job.add_time("verify", time.perf_counter() - t0)

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from ..cache import engine_hash, for_request, generation_from_json, generation_to_json, is_complete, request_keys
 from ..engines.base import EngineUnavailable, public_fingerprint, stream_of
 from ..errors import OrandCarError
+from ..families import Families
 from ..images import ImageRef
 from ..parquetio import open_parquet
 from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Generation, Request
@@ -73,11 +74,8 @@ class GenerateAndDecide:
     """The Ray Data actor: one engine per actor; ``__call__`` takes a batch of admitted rows and
     returns their decision records plus the generations (as JSON) for the driver's cache."""
 
-    def __init__(self, factory, expected_engine: str, families=None):
-        if families is not None:  # a recipe's family settings: this worker composes the same prompts
-            from ..families import use_families
-
-            use_families(families)
+    def __init__(self, factory, expected_engine: str, families: Families):
+        self.families = families  # the build's registry, shipped as a value: the driver's prompts and rules
         self.engine = factory.create()
         fingerprint = public_fingerprint(self.engine)
         if engine_hash(fingerprint) != expected_engine:
@@ -87,7 +85,7 @@ class GenerateAndDecide:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         admitted = [admitted_from_row(row) for row in batch.to_pylist()]
-        requests = [make_request(a) for a in admitted]
+        requests = [make_request(a, self.families) for a in admitted]
         generations, errors = self._generate(requests)
         rows, blobs = [], []
         for a, request, generation, error in zip(admitted, requests, generations, errors):
@@ -95,7 +93,7 @@ class GenerateAndDecide:
                 rows.append(failed_row(a, request, error))
                 blobs.append(None)
                 continue
-            rows.append(decided_or_failed(a, request, generation))  # a rule that raises fails only its item
+            rows.append(decided_or_failed(a, request, generation, self.families))  # a rule that raises fails only its item
             blobs.append(generation_to_json(generation))
         table = pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
         return table.append_column(GENERATION_COLUMN, pa.array(blobs, pa.string()))
@@ -229,7 +227,7 @@ class RayExecutor:
         try:
             for batch in admitted_file.iter_batches(batch_size=job.chunk_size):
                 rows = batch.to_pylist()
-                _, classes = asks.classify([make_request(admitted_from_row(row)) for row in rows])
+                _, classes = asks.classify([make_request(admitted_from_row(row), job.families) for row in rows])
                 status[position:position + len(rows)] = classes
                 position += len(rows)
                 pending.extend(row for row, kind in zip(rows, classes) if kind == ASK)
@@ -317,7 +315,7 @@ class RayExecutor:
         position = 0
         for batch in admitted_file.iter_batches(batch_size=job.chunk_size):
             admitted = [admitted_from_row(row) for row in batch.to_pylist()]
-            requests = [make_request(a) for a in admitted]
+            requests = [make_request(a, job.families) for a in admitted]
             keys = request_keys(asks.fingerprint, requests)
             classes = status[position:position + len(admitted)]
             position += len(admitted)
@@ -346,7 +344,7 @@ class RayExecutor:
                     continue
                 generation = for_request(generation, request)
                 generations.append(generation)
-                rows.append(decided_or_failed(a, request, generation))
+                rows.append(decided_or_failed(a, request, generation, job.families))
             job.stats.total += len(admitted)
             job.progress(job.stats)
             yield DecidedChunk(requests=requests, generations=generations, rows=rows)

@@ -21,7 +21,7 @@ from typing import Optional
 
 from ..cache import is_complete
 from ..engines.reasoning import answer_status
-from ..families import rule_for
+from ..families import Families
 from ..images import ImageRef
 from ..interrupts import raise_if_interrupted
 from ..judge import candidate_answer, promotion
@@ -88,11 +88,12 @@ def admitted_from_row(row: dict) -> Admitted:
 # --- the steps ------------------------------------------------------------------------------
 
 
-def make_request(admitted: Admitted) -> Request:
+def make_request(admitted: Admitted, families: Families) -> Request:
+    """The request of one item: its question as ``families`` (the build's registry) asks it."""
     item = admitted.item
     return Request(
         item_id=item.id,
-        question=question_text(item.question, item.family, item.options),
+        question=question_text(item.question, families[item.family], item.options),
         family=item.family,
         image=item.image,
     )
@@ -109,8 +110,10 @@ def _common(admitted: Admitted, request: Request) -> dict:
     )
 
 
-def outcome_of(admitted: Admitted, request: Request, generation: Generation) -> tuple[Outcome, Optional[Decision]]:
-    """The string-rule outcome for one QA item, and the rule's decision where one was made.
+def outcome_of(admitted: Admitted, request: Request, generation: Generation,
+               families: Families) -> tuple[Outcome, Optional[Decision]]:
+    """The string-rule outcome for one QA item, and the rule's decision where one was made; the
+    rule is the one ``families`` (the build's registry) gives the item.
 
     An engine that could not answer, a reasoning that never ended (``truncated``) and an empty
     final answer (``no_answer``) are rejected without a rule decision; they never go to the judge.
@@ -124,7 +127,7 @@ def outcome_of(admitted: Admitted, request: Request, generation: Generation) -> 
     status = answer_status(strip_reasoning(answer), generation.finish_reason)
     if status != ANSWER_OK:
         return Outcome(route=REJECTED, wrong_vlm=answer, reason=status, **common), None
-    decision = verify(rule_for(item.family, item.options), answer, item.references, item.options,
+    decision = verify(families.rule_for(item.family, item.options), answer, item.references, item.options,
                       question=request.question)
     if decision.passed:
         return Outcome(route=ACCEPTED, think=generation.think, accepted_text=decision.text,
@@ -206,7 +209,7 @@ def with_verdict(row: dict, verdict: Verdict) -> dict:
     return {**row, **outcome_record(outcome), "verdict": verdict.label, "verdict_raw": verdict.raw}
 
 
-def decided_row(admitted: Admitted, request: Request, generation: Generation) -> dict:
+def decided_row(admitted: Admitted, request: Request, generation: Generation, families: Families) -> dict:
     """The decision record of one item. A generation the engine did not complete (a finish
     reason other than stop or length, e.g. an abort) is never decided: it is not cached either,
     so deciding it would let a rerun change the dataset; the item is recorded as failed and a
@@ -214,15 +217,15 @@ def decided_row(admitted: Admitted, request: Request, generation: Generation) ->
     if not is_complete(generation):
         return failed_row(admitted, request, f"the engine did not complete the generation "
                                              f"(finish_reason {generation.finish_reason!r})")
-    outcome, decision = outcome_of(admitted, request, generation)
+    outcome, decision = outcome_of(admitted, request, generation, families)
     return decision_row(outcome, generation, decision)
 
 
-def decided_or_failed(admitted: Admitted, request: Request, generation: Generation) -> dict:
+def decided_or_failed(admitted: Admitted, request: Request, generation: Generation, families: Families) -> dict:
     """``decided_row``, or a failed record (``decision_failed``) when the rule raises: one item
     never sinks the rest."""
     try:
-        return decided_row(admitted, request, generation)
+        return decided_row(admitted, request, generation, families)
     except Exception as exc:
         raise_if_interrupted(exc)
         row = failed_row(admitted, request, f"{type(exc).__name__}: {exc}")

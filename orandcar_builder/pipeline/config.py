@@ -1,7 +1,7 @@
 """The settings of one build (``BuildConfig``), checked in one place, and the live objects a
 caller may hand the build instead of names (``BuildObjects``).
 
-``BuildConfig`` holds only values (names, numbers, paths, the recipe's families and card
+``BuildConfig`` holds only values (names, numbers, paths, the family registry and the card
 options): it can be printed, compared and recorded. An engine instance a test builds, an
 engine factory for Ray replicas or an executor object are not settings; they travel beside the
 config in ``BuildObjects`` and, where given, are used instead of the config's names.
@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from ..dataset.writer import DEFAULT_MAX_SHARD_BYTES
 from ..errors import OrandCarError
+from ..families import DEFAULT_FAMILIES, Families, Family
 from ..images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_READ_TIMEOUT_S, ImagePolicy
 from ..pool.prefetch import check_workers, default_workers
 from ..recipe import DEFAULT_ENGINE, DEFAULT_JUDGE, Recipe
@@ -44,8 +45,9 @@ class BuildConfig:
     images (None: ``pool.prefetch.default_workers()``); on the local executor admission
     overlaps generation unless ``overlap_admit`` is False. Beyond ``max_failed_share`` of the
     admitted items without an answer the build is a failed build and the old dataset stays
-    (``failure.py``). ``families`` (``families.Family``
-    records, None: the code's own), ``card_options`` (``card.CardOptions`` keywords) and ``repo``
+    (``failure.py``). ``families`` is the build's family registry (a ``families.Families``
+    value: the code's ``DEFAULT_FAMILIES`` unless a recipe changes them; ``Family`` records given
+    instead are laid over the code's), handed to every part that asks or decides; ``card_options`` (``card.CardOptions`` keywords) and ``repo``
     come from the recipe; ``recipe`` is the resolved recipe itself, recorded in the manifest and
     the card (None: the code's defaults with the settings above).
     """
@@ -74,7 +76,7 @@ class BuildConfig:
     admit_workers: Optional[int] = None
     overlap_admit: bool = True
     max_failed_share: float = DEFAULT_MAX_FAILED_SHARE
-    families: Optional[tuple] = None
+    families: Families = DEFAULT_FAMILIES
     card_options: Mapping[str, Any] = field(default_factory=dict)
     repo: Optional[str] = None
     recipe: Optional[Recipe] = None
@@ -86,8 +88,7 @@ class BuildConfig:
             object.__setattr__(self, "export_generations", Path(self.export_generations))
         for name in ("engine_options", "judge_options", "card_options"):
             object.__setattr__(self, name, dict(getattr(self, name) or {}))
-        if self.families is not None:
-            object.__setattr__(self, "families", tuple(self.families))
+        object.__setattr__(self, "families", _families(self.families))
         self.check()
 
     def check(self) -> None:
@@ -151,6 +152,22 @@ class BuildConfig:
         """The config of a build of ``pool`` into ``out`` that runs ``recipe`` (``settings``: the
         other fields)."""
         return cls(pool=pool, out=out, **settings).with_recipe(recipe)
+
+
+def _families(given: Any) -> Families:
+    """The registry a config carries: a ``Families`` value as it is, ``None`` the code's own, an
+    iterable of ``Family`` records laid over the code's; anything else is a BuildError."""
+    if isinstance(given, Families):
+        return given
+    if given is None:
+        return DEFAULT_FAMILIES
+    records = list(given) if isinstance(given, (tuple, list)) else None
+    if records is None or not all(isinstance(f, Family) for f in records):
+        raise BuildError(f"families must be a families.Families value or families.Family records, not {given!r}")
+    try:
+        return DEFAULT_FAMILIES.overlay(records)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
 
 
 @dataclass(frozen=True)

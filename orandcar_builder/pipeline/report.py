@@ -17,7 +17,7 @@ from .. import __version__
 from ..dataset.writer import DEFAULT_MAX_SHARD_BYTES
 from ..engines import secret_options_of
 from ..engines.base import public_fingerprint, secret_options, settings_of
-from ..families import rule_for
+from ..families import Families
 from ..files import write_text_atomic
 from ..images import IMAGE_OUTSIDE_POOL
 from ..parquetio import open_parquet
@@ -38,13 +38,14 @@ class Tally:
     rejected_by_reason: Counter = field(default_factory=Counter)
     accepted_by_verifier: Counter = field(default_factory=Counter)
     families: dict = field(default_factory=dict)
-    rules: set = field(default_factory=set)  # the rules that decide the items (see families.rule_for)
+    rules: set = field(default_factory=set)  # the rules that decide the items (see Families.rule_for)
     rules_by_family: dict = field(default_factory=dict)
     reject_kinds: dict = field(default_factory=dict)  # family -> Counter of vocab.REJECT_KINDS (rule rejections)
     promoted: Counter = field(default_factory=Counter)  # family -> QA items the judge promoted
 
 
-def tally(decisions: Path) -> Tally:
+def tally(decisions: Path, families: Families) -> Tally:
+    """The counts of ``decisions``; the rules are those ``families`` (the build's registry) gives."""
     counts = Tally()
     parquet = open_parquet(decisions)
     # reject_kind: what kind of rejection the rule's decision was (absent in an older work dir)
@@ -54,7 +55,7 @@ def tally(decisions: Path) -> Tally:
         values = [batch.column(c).to_pylist() if c in present else [None] * batch.num_rows for c in columns]
         for family, route_to, reason, verifier, options, kind in zip(*values):
             counts.routes[route_to] += 1
-            rule = rule_for(family, options)
+            rule = families.rule_for(family, options)
             counts.rules.add(rule)
             counts.rules_by_family.setdefault(family, set()).add(rule)
             if route_to == FAILED:
@@ -173,6 +174,8 @@ def recipe_ran(config: BuildConfig, engine, judge_engine, *, engine_given: bool 
     It is a record, written after the run: the engine and judge sections come with the secrets
     their engines declare already hidden (``record_without_secrets``)."""
     ran = config.recipe if config.recipe is not None else resolve(None)
+    if config.families != ran.family_registry():  # families given as a value, not by the recipe
+        ran = ran.with_families(config.families)
     sections: dict = {}
     if not engine_given and (config.engine, dict(config.engine_options)) != (ran.engine["name"], options_of(ran.engine)):
         sections["engine"] = {"name": config.engine, **config.engine_options}

@@ -17,7 +17,6 @@ from typing import Any, Optional
 from ..cache import CacheFullError, storage_problem
 from ..dataset.output import OutputLock, StagedOutput, WorkLock, check_paths
 from ..executors import executor_for
-from ..families import families_in_use
 from ..images import ImageError
 from .config import BuildConfig, BuildError, BuildObjects
 from .failure import BuildFailed, failed_build
@@ -96,8 +95,7 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     check_paths(target, work)
     try:
         work.mkdir(parents=True, exist_ok=True)
-        with families_in_use(config.families), WorkLock(work), OutputLock(target, work), \
-                StagedOutput(target, work) as staged:
+        with WorkLock(work), OutputLock(target, work), StagedOutput(target, work) as staged:
             result, manifest_data = _run_stages(config, objects, staged.path)
             from ..review import review_after_build
 
@@ -141,7 +139,7 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     executor = _executor(config, objects)
     work = BuildWork(config=config, objects=objects, out=out, executor=executor)
     work.admission = Admission(config.pool, work.dir, config.limit, work.clean_report, config.image_policy(),
-                               config.workers(), progress=config.progress)
+                               config.workers(), progress=config.progress, families=config.families)
     t0 = time.perf_counter()
     reports: list[StageReport] = []
     try:

@@ -7,32 +7,46 @@ reads back with ``read_pool`` and every record it cannot convert is a counted pr
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from pathlib import Path
 from typing import Callable
 
+from .. import families as code_families
 from ..errors import OrandCarError, UnknownNameError
-from ..families import get_family
+from ..registry import Registry
 from .jsonl import PoolLineError, encode_pool_line, parse_pool_line, pool_line, read_pool
 from .report import ImportProblem, ImportReport, format_import_report
 from .writer import PoolWriter
 
+
+def _importer_contract(fmt: str, importer: object) -> list[str]:
+    """An importer is a function ``(source, writer, **options)``: two positional parameters, its
+    options keyword-only (what ``import_source`` checks the given options against)."""
+    if not callable(importer):
+        return [f"is {type(importer).__name__}, not a function"]
+    try:
+        parameters = list(inspect.signature(importer).parameters.values())
+    except (TypeError, ValueError):
+        return ["has no signature to read"]
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) != 2 or any(p.default is not p.empty for p in positional):
+        return [f"takes {len(positional)} positional parameter(s); an importer takes (source, writer) and "
+                "keyword-only options"]
+    return []
+
+
 # format name -> "module:function"; imported on use so `hf` pulls in `datasets` only when asked.
-IMPORTERS: dict[str, str] = {
+IMPORTERS = Registry("import format", {
     "llava": "orandcar_builder.pool.llava:import_llava",
     "folder": "orandcar_builder.pool.folder:import_folder",
     "hf": "orandcar_builder.pool.hf:import_hf",
     "jsonl": "orandcar_builder.pool.jsonl:import_jsonl",
-}
+}, check=_importer_contract)
 
 
 def get_importer(fmt: str) -> Callable:
     """The importer function for ``fmt``; an unknown name says which one was meant."""
-    if fmt not in IMPORTERS:
-        raise UnknownNameError("import format", fmt, IMPORTERS)
-    module, function = IMPORTERS[fmt].split(":")
-    return getattr(importlib.import_module(module), function)
+    return IMPORTERS.load(fmt)
 
 
 def _check_options(fmt: str, importer: Callable, options: dict) -> None:
@@ -45,7 +59,7 @@ def _check_options(fmt: str, importer: Callable, options: dict) -> None:
     families = [options.get("family")] + list((options.get("family_map") or {}).values())
     for family in families:
         if family is not None:
-            get_family(family)  # fail once, up front, rather than once per line
+            code_families.DEFAULT_FAMILIES[family]  # fail once, up front, not once per line (an import knows no recipe)
 
 
 def import_source(fmt: str, source: Path, out: Path, **options) -> ImportReport:

@@ -23,8 +23,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Union
 
+from .. import families as code_families
 from ..errors import UnknownNameError
-from ..families import get_family
+from ..families import Families
 from ..files import JsonLimitError, json_decoder
 from ..images import ImageError, ImagePolicy, ImageRef, check_image
 from ..records import Dropped, PoolItem, Source
@@ -54,8 +55,10 @@ def _text(obj: dict, key: str, *, required: bool = True) -> Optional[str]:
     return value
 
 
-def parse_pool_line(obj: object) -> dict:
-    """Check one decoded line's shape and types; returns the normalised fields (no image I/O)."""
+def parse_pool_line(obj: object, families: Optional[Families] = None) -> dict:
+    """Check one decoded line's shape and types; returns the normalised fields (no image I/O).
+    Its family must be one of ``families`` (a build passes its registry, a recipe's included;
+    None: the code's, ``families.DEFAULT_FAMILIES``)."""
     if not isinstance(obj, dict):
         raise PoolLineError("malformed_line", f"a pool line must be a JSON object, got {type(obj).__name__}")
     missing = [k for k in REQUIRED_FIELDS if k not in obj]
@@ -94,7 +97,7 @@ def parse_pool_line(obj: object) -> dict:
         if value is not None and not isinstance(value, str):
             raise PoolLineError("bad_field", f"source.{key} must be a string or null")
     try:
-        get_family(family)
+        (families if families is not None else code_families.DEFAULT_FAMILIES)[family]
     except UnknownNameError as exc:
         raise PoolLineError("unknown_family", str(exc)) from None
     return {
@@ -185,8 +188,10 @@ def _line_id(obj: object) -> Optional[str]:
 
 def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
               spill_dir: Optional[Union[str, os.PathLike]] = None,
-              images: Optional[ImagePolicy] = None, workers: int = 1) -> Iterator[Union[PoolItem, Dropped]]:
-    """Yield a PoolItem for each good line and a Dropped for each bad one, in file order.
+              images: Optional[ImagePolicy] = None, workers: int = 1,
+              families: Optional[Families] = None) -> Iterator[Union[PoolItem, Dropped]]:
+    """Yield a PoolItem for each good line and a Dropped for each bad one, in file order. A line
+    whose family is not one of ``families`` is dropped (``unknown_family``).
 
     ``images`` bounds the image files (size, read time) and, unless it allows outside paths,
     drops a line whose ``image`` or ``source.image`` lies outside the pool file's folder (links
@@ -211,7 +216,8 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
 
     workers = check_workers(workers)
     with SpillSet(spill_dir) as seen_ids:
-        yield from _read_pool(path, base, limit, seen_ids, _with_seal(images or ImagePolicy(), path), workers)
+        yield from _read_pool(path, base, limit, seen_ids, _with_seal(images or ImagePolicy(), path), workers,
+                              families)
 
 
 def _with_seal(policy: ImagePolicy, pool: Path) -> ImagePolicy:
@@ -224,7 +230,8 @@ def _outside(recorded: str, base: str, root: str, policy: ImagePolicy) -> bool:
 
 
 def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
-               policy: ImagePolicy, workers: int = 1) -> Iterator[Union[PoolItem, Dropped]]:
+               policy: ImagePolicy, workers: int = 1,
+               families: Optional[Families] = None) -> Iterator[Union[PoolItem, Dropped]]:
     root = os.path.realpath(base)  # the folder the pool's paths must stay in, links resolved
     # One hash and decode check per image file while its QA items come close together; bounded, so
     # memory does not grow with the pool (an image seen again much later is checked again).
@@ -237,20 +244,21 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
     lines = islice(decode_json_lines(path), limit)
     here = lambda image_path: check_image(image_path, root, policy)  # noqa: E731
     if workers == 1:
-        yield from _read_lines(lines, base, root, seen_ids, policy, images, here)
+        yield from _read_lines(lines, base, root, seen_ids, policy, images, here, families)
         return
     from . import prefetch
 
     # The first lines are checked here: a small pool never waits for workers to start, and the
     # first items of a large one reach the engine while they start.
-    yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here)
+    yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here, families)
     with prefetch.ImagePrefetch(workers, base, root, policy, images.__contains__) as ahead:
-        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result)
+        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result, families)
 
 
 def _read_lines(lines: Iterable[tuple], base: str, root: str, seen_ids: SpillSet, policy: ImagePolicy,
                 images: "OrderedDict[str, ImageRef | ImageError]",
-                check: Callable[[str], "ImageRef | ImageError"]) -> Iterator[Union[PoolItem, Dropped]]:
+                check: Callable[[str], "ImageRef | ImageError"],
+                families: Optional[Families] = None) -> Iterator[Union[PoolItem, Dropped]]:
     """The records of ``lines`` in order; ``check(path)`` is an image file's admission check."""
     for where, obj in lines:
         if isinstance(obj, Dropped):
@@ -258,7 +266,7 @@ def _read_lines(lines: Iterable[tuple], base: str, root: str, seen_ids: SpillSet
             continue
         item_id = _line_id(obj)
         try:
-            fields = parse_pool_line(obj)
+            fields = parse_pool_line(obj, families)
         except PoolLineError as exc:
             yield Dropped(where, exc.reason, exc.detail, item_id)
             continue

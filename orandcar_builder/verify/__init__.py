@@ -25,20 +25,32 @@ candidate decided and which extraction pattern, with ``EXTRACTION_VERSION``.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import replace
 from types import ModuleType
 from typing import Iterable, Optional, Sequence
 
-from ..errors import UnknownNameError
 from ..records import Decision
+from ..registry import Registry, missing_attributes, named_as_registered
 from ..vocab import NO_PICK, SEVERAL_PICKS, WRONG_PICK
 from .candidates import candidates, final_answer_candidates, strip_reasoning
 from .extract import AFTER_CONTAINER, BEFORE_LETTER, EXTRACTION_VERSION, OTHER_CONTAINER
 
+
+def _rule_contract(name: str, module: ModuleType) -> list[str]:
+    """A rule module has the attributes the module docstring lists, its ``NAME`` is the name it is
+    registered under (the decisions and the card record ``NAME``), and every name in
+    ``CONSTANTS`` is one of its attributes (the card renders them)."""
+    problems = missing_attributes(module, ("NAME", "VERSION", "CONSTANTS", "score", "passes", "reference_score"),
+                                  callables=("score", "passes", "reference_score"))
+    problems += named_as_registered(name, module)
+    problems += [f"CONSTANTS names {constant!r}, which it lacks" for constant in getattr(module, "CONSTANTS", ())
+                 if not hasattr(module, constant)]
+    return problems
+
+
 # name -> module path; modules are imported on first use so a heavy dependency (math-verify)
 # costs nothing to builds that never use its rule.
-RULE_MODULES: dict[str, str] = {
+RULE_MODULES = Registry("rule", {
     "alnum": "orandcar_builder.verify.alnum",
     "anls": "orandcar_builder.verify.anls",
     "vqa": "orandcar_builder.verify.vqa",
@@ -46,27 +58,17 @@ RULE_MODULES: dict[str, str] = {
     "choice": "orandcar_builder.verify.choice",
     "math": "orandcar_builder.verify.math_answer",
     "exact": "orandcar_builder.verify.exact",
-}
-
-_loaded: dict[str, ModuleType] = {}
+}, attribute=False, check=_rule_contract)
 
 
 def register_rule(name: str, module_path: str) -> None:
-    if name in RULE_MODULES and RULE_MODULES[name] != module_path:
-        raise ValueError(f"rule {name!r} registered twice")
-    RULE_MODULES[name] = module_path
+    """Add rule ``name`` (its module, ``NAME`` equal to ``name``), checked when first loaded."""
+    RULE_MODULES.register(name, module_path)
 
 
 def get_rule(name: str) -> ModuleType:
-    if name not in RULE_MODULES:
-        raise UnknownNameError("rule", name, RULE_MODULES)
-    if name not in _loaded:
-        module = importlib.import_module(RULE_MODULES[name])
-        for attr in ("NAME", "VERSION", "CONSTANTS", "score", "passes", "reference_score"):
-            if not hasattr(module, attr):
-                raise TypeError(f"rule module {module.__name__} lacks {attr}")
-        _loaded[name] = module
-    return _loaded[name]
+    """The rule module ``name``, imported and checked on first use (UnknownNameError, RegistryError)."""
+    return RULE_MODULES.load(name)
 
 
 def decide(rule: ModuleType, text: str, references: Sequence[str], options: Optional[Sequence[str]]) -> tuple[float, bool]:

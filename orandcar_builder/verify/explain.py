@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Optional, Sequence
 
-from ..families import rule_for
+from ..families import DEFAULT_FAMILIES, Families
 from ..vocab import OPTION_LETTERS
 from . import check_inputs, decide, get_rule, verify
 from .candidates import STATEMENT_CANDIDATE, final_answer_candidates
@@ -14,8 +14,10 @@ from .extract import EXTRACTION_VERSION
 PASS_MARK, REJECT_MARK = "PASS", "REJECT"
 
 
-def explain(family: str, answer: str, references: Sequence[str], options: Optional[Sequence[str]] = None) -> dict:
-    """Every candidate of ``answer`` scored by the rule of ``family``, and the final decision.
+def explain(family: str, answer: str, references: Sequence[str], options: Optional[Sequence[str]] = None,
+            *, families: Families = DEFAULT_FAMILIES) -> dict:
+    """Every candidate of ``answer`` scored by the rule ``families`` (the code's unless given)
+    gives ``family``, and the final decision.
 
     Returns ``{"family", "rule", "rule_version", "answer", "references", "options",
     "extraction": {"version", "pattern", "span"}, "candidates": [{"candidate", "text",
@@ -25,7 +27,7 @@ def explain(family: str, answer: str, references: Sequence[str], options: Option
     every candidate is listed; ``decision`` is exactly what ``verify`` returns. Raises
     UnknownNameError for an unknown family or rule.
     """
-    rule_name = rule_for(family, options)
+    rule_name = families.rule_for(family, options)
     rule = get_rule(rule_name)
     refs, opts = check_inputs(answer, references, options)
     tried = []

@@ -14,6 +14,7 @@ from typing import Iterator, Optional
 
 from ...clean.pool_file import clean_lines
 from ...executors.steps import admitted_row
+from ...families import Families
 from ...files import JsonLinesFile
 from ...images import ImagePolicy
 from ...records import ADMITTED_SCHEMA, Dropped
@@ -32,8 +33,10 @@ class Admission:
 (``lines``)."""
 
     def __init__(self, pool: Path, work: Path, limit: Optional[int], clean_report: dict,
-                 images: Optional[ImagePolicy] = None, workers: int = 1, progress: bool = False):
+                 images: Optional[ImagePolicy] = None, workers: int = 1, progress: bool = False,
+                 families: Optional[Families] = None):
         self.pool, self.work, self.limit, self.clean_report = pool, work, limit, clean_report
+        self.families = families  # the build's registry: a recipe's families are admitted too
         self.images, self.workers, self.progress = images, workers, progress
         self.dropped: Counter = Counter()
         self.admitted = 0
@@ -61,7 +64,7 @@ class Admission:
                 WorkFiles(admitted=ParquetFile(self.work / "admitted.parquet", ADMITTED_SCHEMA),
                           dropped=JsonLinesFile(self.work / "dropped.jsonl")) as files:
             for record in clean_lines(self.pool, self.clean_report, limit=self.limit, spill_dir=self.work,
-                                      images=self.images, workers=self.workers):
+                                      images=self.images, workers=self.workers, families=self.families):
                 bar.update(1)
                 if isinstance(record, Dropped):
                     files.dropped.write(record.to_dict())

@@ -42,7 +42,7 @@ class WriteStage:
                 summary = write_dataset(work.out, {config_name: _rows(plan.rows(config_name), bar)
                                                    for config_name in CONFIGS},
                                         max_shard_bytes=config.max_shard_bytes)
-            report = build_report(work, tally(work.decisions), summary)
+            report = build_report(work, tally(work.decisions, work.config.families), summary)
             work.ran = recipe_ran(config, work.engine, work.judge_engine, engine_given=work.objects.engine is not None,
                                   judge_given=work.objects.judge_engine is not None)
             report["recipe"] = reproducible(work.ran.to_dict())
