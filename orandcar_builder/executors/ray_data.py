@@ -42,10 +42,10 @@ from ..engines.base import EngineUnavailable, public_fingerprint, stream_of
 from ..errors import OrandCarError
 from ..images import ImageRef
 from ..parquetio import open_parquet
-from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Generation, Request
+from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Generation, Request, admitted_from_row
 from .base import DecidedChunk, GenerationJob
 from .generation import ASK, HIT, CachedAsks
-from .steps import SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed, failed_row, make_request
+from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_request
 
 RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "
                "(it installs ray[data])")

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ...clean.pool_file import clean_lines
-from ...executors.steps import admitted_row
 from ...files import JsonLinesFile
 from ...images import ImagePolicy
-from ...records import ADMITTED_SCHEMA, Dropped
+from ...records import ADMITTED_SCHEMA, Dropped, admitted_row
 from ..progress import count_lines, stage_bar
 from ..work import BuildWork, StageReport
 from ..workfiles import ParquetFile, WorkFiles

@@ -20,10 +20,9 @@ from ...engines.replay import ReplayWriter
 from ...executors import EngineFactory, GenerationJob
 from ...executors.base import CHUNK_SIZE
 from ...executors.ordering import sort_by_order
-from ...executors.steps import generation_from_row
 from ...files import JsonLinesFile
 from ...parquetio import open_parquet
-from ...records import DECISION_SCHEMA
+from ...records import DECISION_SCHEMA, generation_from_row
 from ...vocab import FAILED
 from ..config import BuildError
 from ..progress import set_progress, stage_bar

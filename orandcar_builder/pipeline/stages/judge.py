@@ -14,10 +14,16 @@ from ...cache import CacheStats, GenerationCache
 from ...engines.base import public_fingerprint
 from ...executors import generate_through_cache
 from ...executors.base import CHUNK_SIZE
-from ...executors.steps import decision_from_row, generation_from_row, with_verdict
 from ...judge.prompt import candidate_text
 from ...parquetio import open_parquet
-from ...records import DECISION_SCHEMA, Generation
+from ...records import (
+    DECISION_SCHEMA,
+    Generation,
+    decision_from_row,
+    generation_from_row,
+    outcome_from_record,
+    with_verdict,
+)
 from ...vocab import GENERATION_BATCH, VERDICT_CORRECT, VERDICT_LABELS
 from ..progress import set_progress, stage_bar
 from ..work import BuildWork, StageReport, Timer
@@ -124,7 +130,9 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
                         calibration_pool.add(judge_item(row, generation))
                 verdicts = judging.judge(judge_engine, items, generate=run)
                 for i, verdict in zip(to_judge, verdicts):
-                    rows[i] = with_verdict(rows[i], verdict)
+                    outcome = judging.apply_verdict(outcome_from_record(rows[i]), generation_from_row(rows[i]),
+                                                    verdict)
+                    rows[i] = with_verdict(rows[i], outcome, verdict)
                     labels[verdict.label] += 1
                     unparseable += not getattr(verdict, "parseable", True)
                 for family, counts in judging.overturns_by_family(
