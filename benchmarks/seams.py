@@ -6,7 +6,7 @@
   Arguments of ``str.startswith``/``str.endswith`` are left out (``publish.py``'s git ref rule
   ends with ``.lock`` and names no file); docstrings and help texts never equal a name, so they
   are not counted;
-- figures-dict reads: ``x["key"]`` and ``x.get("key")`` with a key of work/report.json
+- figures-dict reads: ``x["key"]`` (read, not assigned) and ``x.get("key")`` with a key of work/report.json
   (``FIGURES_KEYS``: its top-level keys, the judge entry's and a family's yield) in the code that
   reads the figures (card/, review/, release.py, cli.py, pipeline/report.py's summary) and in the templates
   (``report.get("key")`` in dataset_card/ and review/templates/);
@@ -116,7 +116,7 @@ def figures_reads(source: str, functions: tuple[str, ...] = ()) -> list[tuple[in
     roots = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in functions] if functions else [tree]
     for node in (n for root in roots for n in ast.walk(root)):
         key = None
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.ctx, ast.Load):
             key = node.slice.value
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
               and node.args and isinstance(node.args[0], ast.Constant)):
