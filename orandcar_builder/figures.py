@@ -46,6 +46,31 @@ class JudgeFigures:
         return cls(**{f.name: data.get(f.name) for f in fields(cls)})
 
 
+@dataclass
+class FamilyYield:
+    """One family's entry of report.json's ``yield``: what a build keeps of its QA items, and how
+    much of what it throws away is the rule's (no pick found)."""
+
+    qa: Optional[int] = None
+    accepted_by_rule: Optional[int] = None
+    promoted_by_judge: Optional[int] = None
+    rejected_no_pick: Optional[int] = None
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "FamilyYield":
+        data = _mapping(data)
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
+
+
+def _yields_from_json(data: Any) -> Optional[dict[str, FamilyYield]]:
+    if not isinstance(data, dict):
+        return None
+    return {family: FamilyYield.from_json(entry) for family, entry in data.items()}
+
+
 # report.json's keys that are not Python names (field name -> key)
 _KEYS = {"yield_": "yield"}
 
@@ -72,7 +97,7 @@ class BuildFigures:
     rules: Optional[dict] = None  # rule -> version
     rules_by_family: Optional[dict] = None
     reject_kinds: Optional[dict] = None
-    yield_: Optional[dict] = None  # report.json's "yield": family -> accepted_by_rule, promoted_by_judge, ...
+    yield_: Optional[dict[str, FamilyYield]] = None  # report.json's "yield", by family
     configs: Optional[dict] = None  # the writer's summary: config -> rows, qa, shards, bytes, ...
     cleaning: Optional[dict] = None  # the cleaning's own figures (clean.policy)
     engine: Optional[dict] = None  # the engine's public fingerprint
@@ -96,7 +121,11 @@ class BuildFigures:
                 continue
             if f.name in _RUN_FIELDS and value is None and all(getattr(self, n) is None for n in _RUN_FIELDS):
                 continue
-            out[_KEYS.get(f.name, f.name)] = value.to_json() if isinstance(value, JudgeFigures) else value
+            if isinstance(value, JudgeFigures):
+                value = value.to_json()
+            elif f.name == "yield_" and value is not None:
+                value = {family: entry.to_json() for family, entry in value.items()}
+            out[_KEYS.get(f.name, f.name)] = value
         return out
 
     @classmethod
@@ -105,6 +134,7 @@ class BuildFigures:
         data = _mapping(data)
         values = {f.name: data.get(_KEYS.get(f.name, f.name)) for f in fields(cls)}
         values["judge"] = JudgeFigures.from_json(values["judge"])
+        values["yield_"] = _yields_from_json(values["yield_"])
         return cls(**values)
 
     @classmethod

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orandcar_builder.figures import BuildFigures, JudgeFigures
+from orandcar_builder.figures import BuildFigures, FamilyYield, JudgeFigures
 from orandcar_builder.files import partial_path
 from orandcar_builder.pipeline import BuildConfig, BuildContext, BuildObjects, build
 from orandcar_builder.workdir import JUDGED_SUFFIX, WorkDir
@@ -43,7 +43,9 @@ def test_the_sample_builds_report_json_round_trips_through_build_figures(sample_
     figures = _round_trips(WorkDir(result.work).report)
     assert list(figures.to_json()) == REPORT_KEYS
     assert figures.admitted == result.figures.admitted > 0 and figures.judge is None
-    assert figures.yield_ == json.loads(WorkDir(result.work).report.read_text())["yield"]
+    assert all(isinstance(y, FamilyYield) for y in figures.yield_.values())
+    assert ({family: y.to_json() for family, y in figures.yield_.items()}
+            == json.loads(WorkDir(result.work).report.read_text())["yield"])
     assert result.report == figures.to_json()
 
 

@@ -10,7 +10,7 @@ import json
 from typing import Any, Optional
 
 from ..dataset import layout
-from ..figures import BuildFigures
+from ..figures import BuildFigures, FamilyYield
 from ..vocab import ACCEPTED, RECORD_ONLY_KEYS, REJECTED, VERDICT_LABELS
 from .errors import CardError
 from .markdown import NAME_MAX_CHARS, NOT_RECORDED, code_span, fence, figure_tables, number, percent
@@ -106,8 +106,8 @@ def reject_kind_rows(figures: BuildFigures) -> tuple[list[str], list[list[str]]]
     columns = ["family", "accepted by rule", "promoted by judge", *REJECT_KINDS]
     rows = []
     for family in sorted(set(kinds) | set(yields)):
-        y, k = yields.get(family, {}), kinds.get(family, {})
-        rows.append([f"`{family}`", number(y.get("accepted_by_rule", 0)), number(y.get("promoted_by_judge", 0)),
+        y, k = yields.get(family) or FamilyYield(), kinds.get(family, {})
+        rows.append([f"`{family}`", number(y.accepted_by_rule or 0), number(y.promoted_by_judge or 0),
                      *(number(k.get(kind, 0)) for kind in REJECT_KINDS)])
     return columns, rows
 

@@ -19,7 +19,7 @@ from ..dataset.writer import DEFAULT_MAX_SHARD_BYTES
 from ..engines import secret_options_of
 from ..engines.base import public_fingerprint
 from ..families import rule_for
-from ..figures import BuildFigures
+from ..figures import BuildFigures, FamilyYield
 from ..files import write_text_atomic
 from ..images import IMAGE_OUTSIDE_POOL
 from ..parquetio import open_parquet
@@ -83,16 +83,16 @@ def tally(decisions: Path) -> Tally:
 NO_PICK_KINDS = (NO_PICK, SEVERAL_PICKS, NO_OPTION_MATCHED)
 
 
-def yield_by_family(counts: Tally) -> dict:
+def yield_by_family(counts: Tally) -> dict[str, FamilyYield]:
     """Per family: QA items, accepted by the rule, promoted by the judge, rejected with no pick
     found (``NO_PICK_KINDS``): what a build keeps, and how much of what it throws away is the rule's."""
     out = {}
     for family, c in sorted(counts.families.items()):
         kinds = counts.reject_kinds.get(family, Counter())
         promoted = counts.promoted.get(family, 0)
-        out[family] = {"qa": c.get("qa", 0), "accepted_by_rule": c.get(ACCEPTED, 0) - promoted,
-                       "promoted_by_judge": promoted,
-                       "rejected_no_pick": sum(kinds.get(k, 0) for k in NO_PICK_KINDS)}
+        out[family] = FamilyYield(qa=c.get("qa", 0), accepted_by_rule=c.get(ACCEPTED, 0) - promoted,
+                                  promoted_by_judge=promoted,
+                                  rejected_no_pick=sum(kinds.get(k, 0) for k in NO_PICK_KINDS))
     return out
 
 
@@ -312,8 +312,8 @@ def format_summary(result) -> str:
     for verifier, n in (f.accepted_by_verifier or {}).items():
         lines.append(f"  accepted  by {verifier:<19} {n}")
     for family, y in (f.yield_ or {}).items():
-        lines.append(f"  yield     {family:<22} {y['accepted_by_rule']} accepted by the rule, {y['promoted_by_judge']} "
-                     f"promoted by the judge, {y['rejected_no_pick']} rejected with no pick found, of {y['qa']} QA items")
+        lines.append(f"  yield     {family:<22} {y.accepted_by_rule} accepted by the rule, {y.promoted_by_judge} "
+                     f"promoted by the judge, {y.rejected_no_pick} rejected with no pick found, of {y.qa} QA items")
     judge = f.judge
     if judge is not None:
         v = judge.verdicts

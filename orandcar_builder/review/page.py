@@ -165,7 +165,7 @@ def _family_rows(figures: BuildFigures, family_counts: list[charts.FamilyCounts]
             "failed": f.failed, "rate": _percent(f.accepted, f.total),
             "reasons": sorted(f.rejected_by_reason.items()),
             # what of the rule's rejections it could not read as one answer (issue: keep every right answer)
-            "no_pick": (yields.get(f.family) or {}).get("rejected_no_pick"),
+            "no_pick": yields[f.family].rejected_no_pick if f.family in yields else None,
             "kinds": sorted((kinds.get(f.family) or {}).items()),
         })
     return rows

@@ -3,8 +3,8 @@ decide on an executor -> work/decisions.parquet (before the judge, pool order), 
 unsupported.jsonl, failed.jsonl and the optional replay export (``export_generations``).
 
 The runner opens the engines (``open_engines``) and the cache (``open_cache``) before the first
-stage and hands this stage the engine and the cache. The executor's chunks come in the order generations
-finished; they are written as they come, sorted into pool order on disk
+stage and hands this stage the engine and the cache. The executor's chunks come in the order
+generations finished; they are written as they come, sorted into pool order on disk
 (``executors.ordering.sort_by_order``), and the other files are written from the sorted
 decisions, so every file is in pool order."""
 
