@@ -21,6 +21,7 @@ import click
 
 from .errors import OrandCarError, UnknownNameError
 from .files import loads_bounded
+from .workdir import WorkDir
 
 
 def _fail(message: str) -> None:
@@ -256,10 +257,8 @@ def work_option(help: str, *, existing: bool = False, remembered: bool = False) 
 def _dataset_folder(folder: Path, verb: str = "give") -> None:
     """One error line when ``folder``, given where a dataset folder is wanted, is a work dir: it
     names the dataset folder that work dir's build wrote."""
-    from .pipeline.work import built_output, is_work_dir
-
-    if is_work_dir(folder):
-        out = built_output(folder)
+    if WorkDir(folder).is_work_dir():
+        out = WorkDir(folder).built_output()
         _fail(f"{folder} is a work dir (`orandcar build --work`), not a dataset folder; {verb} the dataset "
               f"folder {out if out is not None else 'its build wrote (-o)'}")
 
@@ -639,14 +638,14 @@ def calibrate(work, n, judge_name, judge_replay, judge_option):
     from .files import write_text_atomic
 
     options = _settings(judge_option, judge_replay)
-    decisions = work / "decisions.parquet"
+    decisions = WorkDir(work).decisions
     if not decisions.is_file():
         _fail(f"{decisions}: not found; run orandcar build with this work dir first")
     engine = create_engine(judge_name, **options)
     items = judging.accepted_items_from_decisions(decisions)
-    with GenerationCache(work / "cache" / "generations.sqlite") as cache:
+    with GenerationCache(WorkDir(work).cache) as cache:
         report = judging.calibrate(engine, items, n, generate=lambda e, r: generate_through_cache(e, r, cache))
-    write_text_atomic(work / "calibration.json", json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(WorkDir(work).calibration, json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     click.echo(judging.format_calibration(report))
 
 
@@ -672,7 +671,7 @@ def card(folder, work, repo_id, options_path):
     work = _work_of(folder, work)
     if repo_id is not None:
         check_repo_id(repo_id)  # it is written into the card's load_dataset example
-    path = rewrite_card(folder, work / "report.json", repo_id=repo_id, options_path=options_path)
+    path = rewrite_card(folder, WorkDir(work).report, repo_id=repo_id, options_path=options_path)
     problems = validate_folder(folder)
     for problem in problems:
         click.echo(problem)

@@ -1,12 +1,18 @@
-"""The records that flow between stages. Plain dataclasses; no stage imports another's internals.
+"""The records that flow between stages, and their row codecs. Plain dataclasses; no stage imports
+another's internals.
 
 ``Outcome`` and its Arrow codec (``OUTCOME_FIELDS``, ``outcome_record``, ``outcome_from_record``)
 are the record ``executors.steps.outcome_of`` writes to ``work/decisions.parquet`` and routing reads back: they
-live here so that neither side imports the other.
+live here so that neither side imports the other. So do the work files' schemas and row codecs:
+``admitted_row``/``admitted_from_row`` (work/admitted.parquet, ``ADMITTED_SCHEMA``) and
+``decision_row``/``generation_from_row``/``decision_from_row``/``with_verdict``
+(work/decisions.parquet, ``DECISION_SCHEMA``), which admit, the executors, the judge pass and the
+review page read without importing each other.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -237,3 +243,83 @@ DECISION_SCHEMA = pa.schema(
     list(OUTCOME_FIELDS) + [pa.field(n, t) for n, t in _GENERATION_FIELDS + _DECISION_FIELDS + _VERDICT_FIELDS]
     + [pa.field("error", pa.string())]
 )
+
+
+# --- the row codecs of the work files -----------------------------------------------------------
+# admitted.parquet (ADMITTED_SCHEMA)
+
+def admitted_row(admitted: Admitted) -> dict:
+    item = admitted.item
+    return {
+        "order": admitted.order, "id": item.id, "where": item.where, "image": item.image.path,
+        "image_sha256": item.image.sha256, "question": item.question,
+        "references": item.references, "family": item.family,
+        "options": list(item.options) if item.options is not None else None,
+        # vars(): the same dict as Source.to_dict() (flat fields) without asdict's deep copy.
+        "source": json.dumps(vars(item.source), sort_keys=True), "policy": admitted.policy,
+        "actions": list(admitted.actions),
+    }
+
+
+def admitted_from_row(row: dict) -> Admitted:
+    """The Admitted item an ``admitted_row`` describes (a single reference comes back as a str)."""
+    references = tuple(row["references"])
+    item = PoolItem(
+        id=row["id"], image=ImageRef(path=row["image"], sha256=row["image_sha256"]),
+        question=row["question"], reference=references[0] if len(references) == 1 else references,
+        family=row["family"], options=tuple(row["options"]) if row["options"] is not None else None,
+        source=Source(**json.loads(row["source"])), where=row["where"],
+    )
+    return Admitted(item=item, order=row["order"], policy=row["policy"], actions=tuple(row["actions"] or ()))
+
+
+# decisions.parquet (DECISION_SCHEMA)
+
+def decision_row(outcome: Outcome, generation: Generation, decision: Optional[Decision],
+                 verdict: Optional[Verdict] = None) -> dict:
+    return {
+        **outcome_record(outcome),
+        "text": generation.text, "think": generation.think,
+        "final_answer": generation.final_answer, "finish_reason": generation.finish_reason,
+        "unsupported": generation.unsupported, "model": generation.model,
+        "revision": generation.revision, "prompt": generation.prompt,
+        "prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens,
+        "rule": decision.rule if decision else None,
+        "rule_version": decision.rule_version if decision else None,
+        "candidate": decision.candidate if decision else None,
+        "score": decision.score if decision else None,
+        "rule_passed": decision.passed if decision else None,
+        "extraction": decision.extraction if decision else None,
+        "extraction_version": decision.extraction_version if decision else None,
+        "decided_text": decision.text if decision else None,
+        "reject_kind": (decision.reject_kind or None) if decision else None,
+        "verdict": verdict.label if verdict else None,
+        "verdict_raw": verdict.raw if verdict else None,
+        "error": None,
+    }
+
+
+def generation_from_row(row: dict) -> Generation:
+    """The generation a decision record holds."""
+    return Generation(item_id=row["id"], text=row["text"] or "", think=row["think"] or "",
+                      final_answer=row["final_answer"] or "", finish_reason=row["finish_reason"] or "",
+                      model=row["model"] or "", revision=row["revision"] or "",
+                      unsupported=row["unsupported"], prompt=row["prompt"],
+                      prompt_tokens=row.get("prompt_tokens"), completion_tokens=row.get("completion_tokens"))
+
+
+def decision_from_row(row: dict) -> Optional[Decision]:
+    """The rule's decision a record holds (a record written before the extraction columns
+    existed gives back empty ``text`` and extraction fields)."""
+    if row["rule"] is None:
+        return None
+    return Decision(rule=row["rule"], rule_version=row["rule_version"], candidate=row["candidate"],
+                    text=row.get("decided_text") or "", score=row["score"], passed=row["rule_passed"],
+                    extraction=row.get("extraction") or "", extraction_version=row.get("extraction_version") or "",
+                    reject_kind=row.get("reject_kind") or "")
+
+
+def with_verdict(row: dict, outcome: Outcome, verdict: Verdict) -> dict:
+    """The decision record ``row`` after the judge: its ``verdict`` and the ``outcome`` it led to
+    (``judge.apply_verdict``)."""
+    return {**row, **outcome_record(outcome), "verdict": verdict.label, "verdict_raw": verdict.raw}

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from .dataset.cardfile import VERSIONS_KEY, join_card, split_card
 from .dataset.contents import with_contents
+from .figures import BuildFigures
 from .vocab import RECORD_ONLY_KEYS
 
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")  # a git commit as provenance.source_info records it
@@ -33,25 +34,25 @@ def _without_left_out(engine: Any) -> Any:
     return {k: v for k, v in engine.items() if k not in RECORD_ONLY_KEYS}
 
 
-def build_settings(report: dict) -> dict:
-    """The ``orandcar_build`` block for a build ``report``: what shaped the data, nothing that
+def build_settings(figures: BuildFigures) -> dict:
+    """The ``orandcar_build`` block for a build's ``figures``: what shaped the data, nothing that
     depends on the machine or the clock."""
     from .verify.extract import EXTRACTION_VERSION
 
-    judge = report.get("judge") if isinstance(report.get("judge"), dict) else None
-    cleaning = report.get("cleaning") if isinstance(report.get("cleaning"), dict) else {}
+    judge = figures.judge
+    cleaning = figures.cleaning if isinstance(figures.cleaning, dict) else {}
     settings = {
-        "engine": _without_left_out(report.get("engine")),
+        "engine": _without_left_out(figures.engine),
         "judge": None if judge is None else {
-            "engine": _without_left_out(judge.get("engine")),
-            "prompt_version": judge.get("prompt_version"),
+            "engine": _without_left_out(judge.engine),
+            "prompt_version": judge.prompt_version,
         },
-        "rules": dict(report.get("rules") or {}),
+        "rules": dict(figures.rules or {}),
         "extraction_version": EXTRACTION_VERSION,
         "cleaning_policy": cleaning.get("policy"),
     }
-    if report.get("recipe") is not None:
-        settings["recipe"] = report["recipe"]
+    if figures.recipe is not None:
+        settings["recipe"] = figures.recipe
     return settings
 
 
@@ -135,15 +136,15 @@ def version_entry(tag: str, previous: Optional[str], summary: dict) -> dict:
 
 # --- How to reproduce ----------------------------------------------------------------------------
 
-def reproduce_context(report: dict) -> Optional[dict]:
-    """What the card's "How to reproduce" section shows, from the build report: the recipe the
-    build ran (as TOML), the command, and the versions; None for a report without a recipe."""
-    recipe = report.get("recipe")
+def reproduce_context(figures: BuildFigures) -> Optional[dict]:
+    """What the card's "How to reproduce" section shows, from the build's figures: the recipe the
+    build ran (as TOML), the command, and the versions; None for figures without a recipe."""
+    recipe = figures.recipe
     if not isinstance(recipe, dict):
         return None
     from .recipe import to_toml
 
-    reproduce = report.get("reproduce") if isinstance(report.get("reproduce"), dict) else {}
+    reproduce = figures.reproduce if isinstance(figures.reproduce, dict) else {}
     versions = reproduce.get("versions") if isinstance(reproduce.get("versions"), dict) else {}
     source = reproduce.get("source") if isinstance(reproduce.get("source"), dict) else {}
     commit = source.get("commit") if isinstance(source.get("commit"), str) and _COMMIT.match(source["commit"]) else None

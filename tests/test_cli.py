@@ -189,12 +189,13 @@ def test_only_engines_that_can_judge_are_offered_as_judges(tmp_path):
 
 def test_registered_engine_judge_and_executor_reach_the_build(registered, monkeypatch, tmp_path):
     from orandcar_builder import pipeline as build_module
+    from orandcar_builder.figures import BuildFigures
 
     seen = {}
 
     def fake_run_build(config, objects=None):
         seen["config"] = config
-        return build_module.BuildResult(out=config.out, work=config.work, report={})
+        return build_module.BuildResult(out=config.out, work=config.work, figures=BuildFigures())
 
     monkeypatch.setattr(build_module, "run_build", fake_run_build)
     monkeypatch.setattr(build_module, "format_summary", lambda result: "summary")

@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # Lowest first. Each part may import itself and any part of a lower level, never a higher one
 # and never another part of its own level.
 LEVELS: list[tuple[str, ...]] = [
-    ("__init__", "vocab", "files", "errors", "redact", "interrupts"),
+    ("__init__", "vocab", "files", "errors", "redact", "interrupts", "workdir"),
     ("images", "parquetio", "spill", "shipped", "hubhttp", "diffstore", "registry"),
-    ("records", "families"),
+    ("records", "families", "figures"),
     ("prompts",),
     ("verify",),  # below engines: a rule never runs a model
     ("judge",),  # below engines and cache: the judge builds requests and reads verdicts, it runs nothing

@@ -24,18 +24,19 @@ from PIL import Image
 
 from orandcar_builder.cli import main
 from orandcar_builder.pipeline import BuildFailed, build, format_summary
-from orandcar_builder.review import REVIEW_FILE, ReviewError, review_after_build, write_review
+from orandcar_builder.review import ReviewError, review_after_build, write_review
 from orandcar_builder.review.charts import (
     FamilyCounts,
     LengthHistogram,
     acceptance_chart,
     bin_label,
-    family_counts_from_report,
+    family_counts_of,
     length_chart,
     rejection_chart,
 )
 from orandcar_builder.review.collect import PROMOTED_LISTED_MAX, SAMPLES_PER_KIND, collect, kind_of, sample_key
 from orandcar_builder.review.page import render_review
+from orandcar_builder.workdir import WorkDir
 
 from .browser import ARTIFACTS_ENV, PAGE_CHECKS, Chromium, browser_required, chromium_binary
 from .conftest import write_png, write_pool
@@ -100,7 +101,7 @@ def judged_build(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def judged_page(judged_build) -> str:
-    return (judged_build.work / REVIEW_FILE).read_text(encoding="utf-8")
+    return WorkDir(judged_build.work).review.read_text(encoding="utf-8")
 
 
 def _decisions(work: Path) -> list[dict]:
@@ -112,7 +113,7 @@ def _decisions(work: Path) -> list[dict]:
 
 def test_every_build_writes_the_page(judged_build, sample_build):
     for result in (judged_build, sample_build[0]):
-        page = result.work / REVIEW_FILE
+        page = WorkDir(result.work).review
         assert page.is_file() and page.stat().st_size > 10_000
         assert f"review page: {page}" in format_summary(result)
         assert "Written by <code>orandcar build</code> at the end of every build" in page.read_text(encoding="utf-8")
@@ -124,9 +125,9 @@ def test_counts_per_family_agree_with_the_build_report(judged_build, sample_buil
         from_decisions = {f.family: (f.accepted_by_rule, f.promoted, f.rejected, dict(f.rejected_by_reason))
                           for f in collected.family_counts()}
         from_report = {f.family: (f.accepted_by_rule, f.promoted, f.rejected, dict(f.rejected_by_reason))
-                       for f in family_counts_from_report(result.report)}
+                       for f in family_counts_of(result.report)}
         assert from_decisions == from_report
-    promoted = sum(f.promoted for f in family_counts_from_report(judged_build.report))
+    promoted = sum(f.promoted for f in family_counts_of(judged_build.report))
     assert promoted == judged_build.report["judge"]["promoted"] > 0
 
 
@@ -228,7 +229,7 @@ def test_dropped_lines_are_shown_with_their_reason(judged_build, judged_page):
 def test_the_page_is_byte_identical_for_the_same_build(judged_build, tmp_path):
     first, _, _ = render_review(judged_build.out, judged_build.work)
     assert render_review(judged_build.out, judged_build.work)[0] == first
-    assert first == (judged_build.work / REVIEW_FILE).read_text(encoding="utf-8")
+    assert first == WorkDir(judged_build.work).review.read_text(encoding="utf-8")
     script = ("import sys; from orandcar_builder.review import write_review; "
               "write_review(sys.argv[1], sys.argv[2], sys.argv[3])")
     target = tmp_path / "other-process.html"
@@ -343,9 +344,9 @@ def test_missing_inputs_are_named(tmp_path, judged_build):
 def test_a_page_that_cannot_be_written_does_not_fail_the_build(tmp_path, capsys):
     work = tmp_path / "work"
     work.mkdir()
-    (work / REVIEW_FILE).write_text("a page of an earlier build")
+    WorkDir(work).review.write_text("a page of an earlier build")
     assert review_after_build(tmp_path / "missing-out", work) is None
-    assert not (work / REVIEW_FILE).exists()
+    assert not WorkDir(work).review.exists()
     err = capsys.readouterr().err
     assert "warning: review page not written" in err and "orandcar report" in err
 
@@ -355,7 +356,7 @@ def test_report_command(judged_build, tmp_path):
     result = CliRunner().invoke(main, ["report", str(judged_build.out), "--work", str(judged_build.work),
                                        "-o", str(target)])
     assert result.exit_code == 0, result.output
-    assert target.read_bytes() == (judged_build.work / REVIEW_FILE).read_bytes()
+    assert target.read_bytes() == WorkDir(judged_build.work).review.read_bytes()
     assert re.fullmatch(rf"{re.escape(str(target))}: [\d,]+ bytes; \d+ QA items, \d+ shown with their image\n",
                         result.output)
     missing = CliRunner().invoke(main, ["report", str(judged_build.out), "--work", str(tmp_path / "none")])
@@ -483,7 +484,7 @@ def _check_in_browser(browser, page: Path, shot: Path) -> dict:
 
 def test_sample_build_page_in_chromium(browser, sample_build, tmp_path):
     result, _ = sample_build
-    checks = _check_in_browser(browser, result.work / REVIEW_FILE, tmp_path / "review-sample-build.png")
+    checks = _check_in_browser(browser, WorkDir(result.work).review, tmp_path / "review-sample-build.png")
     assert checks["title"] == "Build review: OrandCar"
     assert checks["thumbnails"] == sum(len(v) for v in collect(result.work / "decisions.parquet").samples.values())
     assert "No judge pass ran in this build" in checks["text"]
@@ -492,7 +493,7 @@ def test_sample_build_page_in_chromium(browser, sample_build, tmp_path):
 
 
 def test_judged_build_page_in_chromium(browser, judged_build, tmp_path):
-    checks = _check_in_browser(browser, judged_build.work / REVIEW_FILE, tmp_path / "review-judged-build.png")
+    checks = _check_in_browser(browser, WorkDir(judged_build.work).review, tmp_path / "review-judged-build.png")
     assert browser.evaluate("typeof window.__pwned") == "undefined"
     assert HOSTILE_QUESTION in checks["text"] and HOSTILE_REPLY in checks["text"]
     assert "Every promoted item" in checks["text"]
@@ -523,12 +524,12 @@ def empty_build(tmp_path_factory, ocr_engine):
 
 
 def test_a_build_where_nothing_reaches_the_model(empty_build):
-    text = (empty_build.work / REVIEW_FILE).read_text(encoding="utf-8")
+    text = WorkDir(empty_build.work).review.read_text(encoding="utf-8")
     assert text.count("No QA item reached the model.") == 2
 
 
 def test_a_build_where_nothing_reaches_the_model_in_chromium(browser, empty_build, tmp_path):
-    checks = _check_in_browser(browser, empty_build.work / REVIEW_FILE, tmp_path / "review-empty-build.png")
+    checks = _check_in_browser(browser, WorkDir(empty_build.work).review, tmp_path / "review-empty-build.png")
     assert checks["thumbnails"] == 0 and "malformed_json" in checks["text"]
 
 

@@ -22,6 +22,7 @@ import yaml
 from ..dataset.cardfile import BUILD_KEY, YamlRefused, dump_header, load_yaml
 from ..dataset.features import configs_block
 from ..dataset.info import dataset_info
+from ..figures import BuildFigures
 from ..recipe import RECIPE_SCHEMA
 from ..release import build_settings
 from .errors import CardError
@@ -200,8 +201,8 @@ def card_header(sizes: dict[str, dict], options: CardOptions) -> dict:
     return header
 
 
-def header_text(sizes: dict[str, dict], options: CardOptions, report: dict) -> str:
+def header_text(sizes: dict[str, dict], options: CardOptions, figures: BuildFigures) -> str:
     """The YAML header's text: ``card_header`` plus the build settings ``orandcar diff`` reads back."""
     header = card_header(sizes, options)
-    header[BUILD_KEY] = build_settings(report)
+    header[BUILD_KEY] = build_settings(figures)
     return dump_header(header)

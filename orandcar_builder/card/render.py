@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import jinja2
 
 from ..dataset.cardfile import CardFormatError, card_versions, split_card
 from ..dataset.contents import CONTENTS_END, CONTENTS_START, with_contents
 from ..dataset.layout import EXAMPLES_DIR, README
+from ..figures import BuildFigures
 from ..files import write_bytes_atomic, write_text_atomic
 from ..recipe import dataset_card_options, dataset_repo
 from ..release import install_commands, reproduce_context, versions_section, with_versions
@@ -67,59 +68,62 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _context(folder: Path, report: dict, repo_id: str, options: CardOptions) -> tuple[dict, dict[str, list[Example]]]:
-    sizes = card_sizes(folder, report)
-    header = header_text(sizes, options, report)
-    family_columns, family_table = family_rows(report)
-    kind_columns, kind_table = reject_kind_rows(report)
+def _context(folder: Path, figures: BuildFigures, repo_id: str,
+             options: CardOptions) -> tuple[dict, dict[str, list[Example]]]:
+    sizes = card_sizes(folder, figures)
+    header = header_text(sizes, options, figures)
+    family_columns, family_table = family_rows(figures)
+    kind_columns, kind_table = reject_kind_rows(figures)
     shown = examples(folder, sizes)
     context = {
         "header": header,
         "options": options,
         "repo_id": repo_id,
-        "report": report,
+        "figures": figures,
         "configs": CONFIGS,
         "sizes": sizes,
         "total_file_bytes": sum(s["file_bytes"] for s in sizes.values()),
         "total_arrow_bytes": sum(s["arrow_bytes"] for s in sizes.values()),
-        "generation": generation_facts(report),
-        "fingerprint": engine_fingerprint(report),
+        "generation": generation_facts(figures),
+        "fingerprint": engine_fingerprint(figures),
         "families": {"columns": family_columns, "rows": family_table},
         "reject_kinds": {"columns": kind_columns, "rows": kind_table},
         "sources": source_rows(folder),
         "contents": CONTENTS_START + "\n" + CONTENTS_END + "\n",  # filled from the headings (dataset/contents.py)
         "candidates_source": fence(candidates_source(), "python"),
         "extraction": extraction_section(),
-        "rules": rule_sections(report),
-        "judge": judge_section(report),
-        "cleaning": cleaning_section(report),
+        "rules": rule_sections(figures),
+        "judge": judge_section(figures),
+        "cleaning": cleaning_section(figures),
         "schema": schema_tables(),
         "examples": shown,
         "fence": fence,
         "install_commands": install_commands,
         "versions_section": versions_section([]),  # filled by `orandcar push --tag`
-        "reproduce": reproduce_context(report),
-        "acceptance_chart": ACCEPTANCE_CHART if has_acceptance_chart(report) else None,
+        "reproduce": reproduce_context(figures),
+        "acceptance_chart": ACCEPTANCE_CHART if has_acceptance_chart(figures) else None,
     }
     return context, shown
 
 
-def render_card(folder: Path, report: dict, *, repo_id: str = DEFAULT_REPO_ID,
+def render_card(folder: Path, figures: Union[BuildFigures, dict], *, repo_id: str = DEFAULT_REPO_ID,
                 options: Optional[CardOptions] = None) -> str:
-    """The README.md text for the built dataset ``folder`` and its build ``report`` (writes nothing)."""
-    context, _ = _context(Path(folder), report, repo_id, options or CardOptions())
+    """The README.md text for the built dataset ``folder`` and its build's ``figures`` (or
+    report.json's content); writes nothing."""
+    context, _ = _context(Path(folder), BuildFigures.of(figures), repo_id, options or CardOptions())
     return with_contents(_environment().get_template("README.md.j2").render(**context))
 
 
-def write_card(folder: Path, report: dict, *, repo_id: str = DEFAULT_REPO_ID,
+def write_card(folder: Path, figures: Union[BuildFigures, dict], *, repo_id: str = DEFAULT_REPO_ID,
                options: Optional[CardOptions] = None) -> Path:
-    """Write README.md and its example images into ``folder``; stale example files are removed."""
-    folder = Path(folder)
-    context, shown = _context(folder, report, repo_id, options or CardOptions())
+    """Write README.md and its example images into ``folder`` from the build's ``figures`` (or
+    report.json's content); stale example files are removed."""
+    folder, figures = Path(folder), BuildFigures.of(figures)
+    context, shown = _context(folder, figures, repo_id, options or CardOptions())
     text = with_contents(_environment().get_template("README.md.j2").render(**context))
     wanted = {ex.image_file: ex.image_bytes for exs in shown.values() for ex in exs if ex.image_file}
     if context["acceptance_chart"]:
-        wanted[ACCEPTANCE_CHART] = acceptance_chart_png(report)
+        wanted[ACCEPTANCE_CHART] = acceptance_chart_png(figures)
     directory = folder / EXAMPLES_DIR
     if wanted:
         directory.mkdir(exist_ok=True)
@@ -143,16 +147,16 @@ def rewrite_card(folder: Path, report_path: Path, *, repo_id: Optional[str] = No
     folder = Path(folder)
     if not folder.is_dir():
         raise CardError(f"{folder}: not a dataset folder (build it with `orandcar build` first)")
-    report = load_report(report_path)
+    figures = load_figures(report_path)
     # without --repo / --options, the repo and card options of the build's recipe
-    recipe_dataset = lookup(report, "recipe", "dataset") or {}
+    recipe_dataset = lookup(figures.recipe, "dataset") or {}
     if options_path is not None:
         options = CardOptions.from_yaml(options_path)
     else:
         options = CardOptions.from_mapping(dataset_card_options(recipe_dataset), source=f"{report_path}: recipe")
     repo_id = repo_id or dataset_repo(recipe_dataset) or DEFAULT_REPO_ID
     kept = _published_versions(folder / README)
-    path = write_card(folder, report, repo_id=repo_id, options=options)
+    path = write_card(folder, figures, repo_id=repo_id, options=options)
     if kept:  # the Versions section a tagged push wrote stays (the build report does not know it)
         write_text_atomic(path, with_versions(path.read_text(encoding="utf-8"), kept))
     return path
@@ -165,9 +169,9 @@ def _published_versions(readme: Path) -> list[dict]:
         return []
 
 
-def load_report(path: Path) -> dict:
-    """A build report (``work/report.json``) for re-rendering a card with ``orandcar card``."""
+def load_figures(path: Path) -> BuildFigures:
+    """A build's figures (``work/report.json``) for re-rendering a card with ``orandcar card``."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return BuildFigures.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
         raise CardError(f"{path}: cannot read the build report ({exc}); run `orandcar build` first") from None

@@ -26,10 +26,9 @@ from ..images import ImagePolicy
 from ..pool.jsonl import SOURCE_FIELDS, encode_pool_line, read_pool
 from ..pool.seal import sealed_roots, write_seal
 from ..records import Admitted, Dropped, PoolItem
+from ..workdir import WorkDir
 from .policy import DROP_REASONS, clean
 from .purity import measure_pool_file
-
-DROPPED_FILE = "dropped.jsonl"
 
 
 def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[int] = None,
@@ -111,7 +110,7 @@ def clean_pool(pool: Path, out: Path, *, dropped: Optional[Path] = None,
     Both files are written under a temporary name and renamed when complete.
     """
     pool, out = Path(pool), Path(out)
-    dropped = Path(dropped) if dropped is not None else out.parent / DROPPED_FILE
+    dropped = Path(dropped) if dropped is not None else WorkDir(out.parent).dropped
     if not pool.is_file():
         raise OrandCarError(f"{pool}: pool file not found")
     if os.path.abspath(out) == os.path.abspath(pool):

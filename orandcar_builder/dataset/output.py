@@ -29,12 +29,12 @@ from typing import Optional
 
 from ..errors import OrandCarError
 from ..files import within
+from ..workdir import WorkDir
 from .layout import MARKER, scan, write_marker
 
 STAGE_SUFFIX = ".orandcar-new"
 OLD_SUFFIX = ".orandcar-old"
 OUT_LOCK_SUFFIX = ".orandcar-lock"
-LOCK_FILE = ".lock"
 
 
 class OutputError(OrandCarError):
@@ -106,7 +106,7 @@ class WorkLock:
         self.fd: Optional[int] = None
 
     def __enter__(self) -> "WorkLock":
-        path = self.work / LOCK_FILE
+        path = WorkDir(self.work).lock
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -28,10 +28,10 @@ import numpy as np
 from ..cache import CommitBuffer, for_request, is_complete, request_keys
 from ..engines.base import public_fingerprint, stream_of
 from ..parquetio import open_parquet
-from ..records import Admitted, Generation, Request
+from ..records import Admitted, Generation, Request, admitted_from_row
 from .base import DecidedChunk, GenerationJob
 from .generation import ASK, HIT, CachedAsks
-from .steps import SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed, failed_row, make_request
+from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_request
 
 # Seconds between progress callbacks while streaming.
 PROGRESS_EVERY_S = 0.5

@@ -43,10 +43,11 @@ from ..errors import OrandCarError
 from ..families import Families
 from ..images import ImageRef
 from ..parquetio import open_parquet
-from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Generation, Request
+from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Generation, Request, admitted_from_row
+from ..workdir import WorkDir
 from .base import DecidedChunk, GenerationJob
 from .generation import ASK, HIT, CachedAsks
-from .steps import SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed, failed_row, make_request
+from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_request
 
 RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "
                "(it installs ray[data])")
@@ -178,7 +179,7 @@ class RayExecutor:
         if job.factory is None:
             raise ExecutorError("the ray executor makes one engine per replica: it needs an engine "
                                 "name and options (an EngineFactory), not only an engine object")
-        asks_dir = job.work / "ray"
+        asks_dir = WorkDir(job.work).ray_dir
         shutil.rmtree(asks_dir, ignore_errors=True)
         asks_dir.mkdir(parents=True)
         fingerprint = public_fingerprint(job.engine)
@@ -214,7 +215,7 @@ class RayExecutor:
             nonlocal writer, in_file
             while pending:
                 if writer is None:
-                    files.append(asks_dir / f"asks-{len(files):05d}.parquet")
+                    files.append(WorkDir(job.work).ray_asks(len(files)))
                     writer = pq.ParquetWriter(files[-1], ADMITTED_SCHEMA)
                 take = min(len(pending), ASKS_PER_FILE - in_file)
                 writer.write_table(pa.Table.from_pylist(pending[:take], schema=ADMITTED_SCHEMA))

@@ -1,44 +1,25 @@
-"""The per-item steps of the generation stage, and the records they read and write.
+"""The per-item steps of the generation stage: the request an admitted item makes
+(``make_request``), its string-rule outcome (``outcome_of``) and its decision record
+(``decided_row``, or ``failed_row`` for an item with no generation).
 
-An executor (``local``, ``ray``) decides where these run; the steps do not know. Records travel
-between stages as parquet rows:
-
-- ``work/admitted.parquet`` (ADMITTED_SCHEMA): an ``Admitted`` item per row
-  (``admitted_row`` / ``admitted_from_row``);
-- ``work/decisions.parquet`` (DECISION_SCHEMA): one row per QA item in pool order: the outcome
-  (records.OUTCOME_FIELDS), the generation, the rule's decision (rule and version, the candidate
-  and the text it decided on, the final-answer extraction pattern and version), the judge's
-  verdict, and for an item whose generation failed (route ``failed``) the error. An accepted
-  ``answer`` is the decided text: the span of the reply's explicit final-answer statement when it
-  made one ("C" from "\\boxed{C}"), else the passing candidate, always as the model wrote it.
+An executor (``local``, ``ray``) decides where these run; the steps do not know. The records they
+read and write, and their row codecs (``admitted_row``/``admitted_from_row`` for
+``work/admitted.parquet``, ``decision_row``/``generation_from_row``/``decision_from_row`` for
+``work/decisions.parquet``), live in ``records.py``. An accepted ``answer`` is the decided text:
+the span of the reply's explicit final-answer statement when it made one ("C" from
+"\\boxed{C}"), else the passing candidate, always as the model wrote it.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import replace
 from typing import Optional
 
 from ..cache import is_complete
 from ..engines.reasoning import answer_status
 from ..families import Families
-from ..images import ImageRef
 from ..interrupts import raise_if_interrupted
-from ..judge import candidate_answer, promotion
 from ..prompts import question_text
-from ..records import (
-    DECISION_SCHEMA,
-    Admitted,
-    Decision,
-    Generation,
-    Outcome,
-    PoolItem,
-    Request,
-    Source,
-    Verdict,
-    outcome_from_record,
-    outcome_record,
-)
+from ..records import DECISION_SCHEMA, Admitted, Decision, Generation, Outcome, Request, decision_row, outcome_record
 from ..redact import scrub
 from ..verify import verify
 from ..verify.candidates import strip_reasoning
@@ -48,7 +29,6 @@ from ..vocab import (
     DECISION_FAILED,
     FAILED,
     GENERATION_FAILED,
-    JUDGE_VERIFIER,
     NO_ANSWER,
     REJECTED,
     WRONG_ANSWER,
@@ -56,34 +36,6 @@ from ..vocab import (
 
 # The error recorded on an item that asked the same request as an earlier item whose request failed.
 SAME_REQUEST_FAILED = "the same request failed for an earlier item"
-
-# --- admitted items -------------------------------------------------------------------------
-
-
-def admitted_row(admitted: Admitted) -> dict:
-    item = admitted.item
-    return {
-        "order": admitted.order, "id": item.id, "where": item.where, "image": item.image.path,
-        "image_sha256": item.image.sha256, "question": item.question,
-        "references": item.references, "family": item.family,
-        "options": list(item.options) if item.options is not None else None,
-        # vars(): the same dict as Source.to_dict() (flat fields) without asdict's deep copy.
-        "source": json.dumps(vars(item.source), sort_keys=True), "policy": admitted.policy,
-        "actions": list(admitted.actions),
-    }
-
-
-def admitted_from_row(row: dict) -> Admitted:
-    """The Admitted item an ``admitted_row`` describes (a single reference comes back as a str)."""
-    references = tuple(row["references"])
-    item = PoolItem(
-        id=row["id"], image=ImageRef(path=row["image"], sha256=row["image_sha256"]),
-        question=row["question"], reference=references[0] if len(references) == 1 else references,
-        family=row["family"], options=tuple(row["options"]) if row["options"] is not None else None,
-        source=Source(**json.loads(row["source"])), where=row["where"],
-    )
-    return Admitted(item=item, order=row["order"], policy=row["policy"], actions=tuple(row["actions"] or ()))
-
 
 # --- the steps ------------------------------------------------------------------------------
 
@@ -135,41 +87,7 @@ def outcome_of(admitted: Admitted, request: Request, generation: Generation,
     return Outcome(route=REJECTED, wrong_vlm=answer, reason=WRONG_ANSWER, **common), decision
 
 
-def apply_verdict(outcome: Outcome, generation: Generation, verdict: Verdict) -> Outcome:
-    """The outcome after the judge: only CORRECT promotes, with the model's whole final answer."""
-    route_to, reason = promotion(verdict)
-    if route_to == ACCEPTED:
-        return replace(outcome, route=ACCEPTED, think=generation.think,
-                       accepted_text=candidate_answer(generation), verifier=JUDGE_VERIFIER,
-                       wrong_vlm="", reason=None)
-    return replace(outcome, reason=reason)
-
-
 # --- decision records -----------------------------------------------------------------------
-
-
-def decision_row(outcome: Outcome, generation: Generation, decision: Optional[Decision],
-                 verdict: Optional[Verdict] = None) -> dict:
-    return {
-        **outcome_record(outcome),
-        "text": generation.text, "think": generation.think,
-        "final_answer": generation.final_answer, "finish_reason": generation.finish_reason,
-        "unsupported": generation.unsupported, "model": generation.model,
-        "revision": generation.revision, "prompt": generation.prompt,
-        "prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens,
-        "rule": decision.rule if decision else None,
-        "rule_version": decision.rule_version if decision else None,
-        "candidate": decision.candidate if decision else None,
-        "score": decision.score if decision else None,
-        "rule_passed": decision.passed if decision else None,
-        "extraction": decision.extraction if decision else None,
-        "extraction_version": decision.extraction_version if decision else None,
-        "decided_text": decision.text if decision else None,
-        "reject_kind": (decision.reject_kind or None) if decision else None,
-        "verdict": verdict.label if verdict else None,
-        "verdict_raw": verdict.raw if verdict else None,
-        "error": None,
-    }
 
 
 def failed_row(admitted: Admitted, request: Request, error: str) -> dict:
@@ -180,33 +98,6 @@ def failed_row(admitted: Admitted, request: Request, error: str) -> dict:
     row.update(outcome_record(outcome))
     row["error"] = scrub(error)
     return row
-
-
-def generation_from_row(row: dict) -> Generation:
-    """The generation a decision record holds."""
-    return Generation(item_id=row["id"], text=row["text"] or "", think=row["think"] or "",
-                      final_answer=row["final_answer"] or "", finish_reason=row["finish_reason"] or "",
-                      model=row["model"] or "", revision=row["revision"] or "",
-                      unsupported=row["unsupported"], prompt=row["prompt"],
-                      prompt_tokens=row.get("prompt_tokens"), completion_tokens=row.get("completion_tokens"))
-
-
-def decision_from_row(row: dict) -> Optional[Decision]:
-    """The rule's decision a record holds (a record written before the extraction columns
-    existed gives back empty ``text`` and extraction fields)."""
-    if row["rule"] is None:
-        return None
-    return Decision(rule=row["rule"], rule_version=row["rule_version"], candidate=row["candidate"],
-                    text=row.get("decided_text") or "", score=row["score"], passed=row["rule_passed"],
-                    extraction=row.get("extraction") or "", extraction_version=row.get("extraction_version") or "",
-                    reject_kind=row.get("reject_kind") or "")
-
-
-def with_verdict(row: dict, verdict: Verdict) -> dict:
-    """A decision record after the judge's ``verdict`` (see ``apply_verdict``)."""
-    generation = generation_from_row(row)
-    outcome = apply_verdict(outcome_from_record(row), generation, verdict)
-    return {**row, **outcome_record(outcome), "verdict": verdict.label, "verdict_raw": verdict.raw}
 
 
 def decided_row(admitted: Admitted, request: Request, generation: Generation, families: Families) -> dict:

@@ -39,6 +39,7 @@ from .run import GenerateFn, judge, needs_judge
 from .verdict import (
                           VERDICT_PARSER_VERSION,
                           JudgeVerdict,
+                          apply_verdict,
                           overturns_by_family,
                           parse_verdict,
                           promotion,
@@ -50,7 +51,7 @@ __all__ = [
     "CALIBRATION_SAMPLE_SALT", "CalibrationReport", "CalibrationRow", "GenerateFn", "JUDGE_FAMILY",
     "JUDGE_PROMPT_TEMPLATE", "JUDGE_PROMPT_VERSION", "JUDGE_VERIFIER", "JudgeItem", "JudgeItemLike", "JudgeVerdict",
     "REFERENCE_BLOCK",
-    "VERDICT_PARSER_VERSION", "accepted_items_from_decisions", "as_judge_item", "calibrate",
+    "VERDICT_PARSER_VERSION", "accepted_items_from_decisions", "apply_verdict", "as_judge_item", "calibrate",
     "calibration_sample", "candidate_answer", "format_calibration", "judge", "judge_prompt", "judge_request",
     "needs_judge", "overturns_by_family", "parse_verdict", "promotion", "reply_after_reasoning", "sample_key",
     "verdict_from_generation",

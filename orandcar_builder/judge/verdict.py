@@ -1,17 +1,19 @@
 """Reading the judge's reply: the verdict it states (``parse_verdict``), the verdict of a judge
-generation, and where a verdict sends an item (``promotion``)."""
+generation, where a verdict sends an item (``promotion``) and the outcome it leaves
+(``apply_verdict``)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional, Union
 
-from ..records import Generation, Verdict
+from ..records import Generation, Outcome, Verdict
 from ..verify.candidates import strip_reasoning
 from ..vocab import (
     ACCEPTED,
     FINISH_LENGTH,
+    JUDGE_VERIFIER,
     REJECTED,
     UNSURE,
     VERDICT_CORRECT,
@@ -20,6 +22,7 @@ from ..vocab import (
     VERDICT_WRONG,
     WRONG_ANSWER,
 )
+from .prompt import candidate_answer
 
 VERDICT_PARSER_VERSION = "1"  # a change in how replies are read changes verdicts: bump it
 
@@ -177,6 +180,16 @@ def promotion(verdict: Union[Verdict, str]) -> tuple[str, Optional[str]]:
     if label == VERDICT_WRONG:
         return REJECTED, WRONG_ANSWER
     return REJECTED, UNSURE
+
+
+def apply_verdict(outcome: Outcome, generation: Generation, verdict: Verdict) -> Outcome:
+    """The outcome after the judge: only CORRECT promotes, with the model's whole final answer."""
+    route_to, reason = promotion(verdict)
+    if route_to == ACCEPTED:
+        return replace(outcome, route=ACCEPTED, think=generation.think,
+                       accepted_text=candidate_answer(generation), verifier=JUDGE_VERIFIER,
+                       wrong_vlm="", reason=None)
+    return replace(outcome, reason=reason)
 
 
 def overturns_by_family(rows: Iterable[tuple[str, Union[Verdict, str, None]]]) -> dict[str, dict[str, int]]:

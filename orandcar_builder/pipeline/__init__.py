@@ -26,7 +26,7 @@ from .config import BuildConfig, BuildError, BuildObjects
 from .failure import BuildFailed
 from .report import format_summary, reproducible
 from .runner import BuildResult, build, run_build
-from .work import BuildWork, StageReport
+from .work import BuildContext, StageStats
 
-__all__ = ["BuildConfig", "BuildError", "BuildFailed", "BuildObjects", "BuildResult", "BuildWork", "StageReport", "build",
-           "format_summary", "reproducible", "run_build"]
+__all__ = ["BuildConfig", "BuildContext", "BuildError", "BuildFailed", "BuildObjects", "BuildResult", "StageStats",
+           "build", "format_summary", "reproducible", "run_build"]

@@ -23,6 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
+from ..figures import BuildFigures
+from ..workdir import WorkDir
 from .config import BuildError
 from .report import OUTSIDE_POOL_REASONS  # drops that --allow-outside-paths admits
 
@@ -31,11 +33,16 @@ REASON_CHARS = 160  # of each reason's text
 
 
 class BuildFailed(BuildError):
-    """A build that produced no dataset worth publishing; ``report`` holds its figures."""
+    """A build that produced no dataset worth publishing; ``figures`` are its figures."""
 
-    def __init__(self, message: str, report: Optional[dict] = None):
+    def __init__(self, message: str, figures: Optional[BuildFigures] = None):
         super().__init__(message)
-        self.report = report
+        self.figures = figures
+
+    @property
+    def report(self) -> Optional[dict]:
+        """work/report.json's content (``figures.to_json()``)."""
+        return self.figures.to_json() if self.figures is not None else None
 
 
 def _short(text: str) -> str:
@@ -66,12 +73,12 @@ def failure_reasons(failed_jsonl: Path) -> Counter:
     return counts
 
 
-def failed_build(report: dict, work: Path, max_failed_share: float) -> Optional[str]:
-    """Why the build whose figures are ``report`` (``report.build_report``) is a failed build, or
-    None when its dataset may replace the old one."""
-    admitted, failed = report.get("admitted") or 0, report.get("failed") or 0
+def failed_build(figures: BuildFigures, work: WorkDir, max_failed_share: float) -> Optional[str]:
+    """Why the build whose figures are ``figures`` (``report.build_figures``) is a failed build,
+    or None when its dataset may replace the old one."""
+    admitted, failed = figures.admitted or 0, figures.failed or 0
     if not admitted:
-        dropped = Counter(report.get("dropped_by_reason") or {})
+        dropped = Counter(figures.dropped_by_reason or {})
         if not dropped:
             return "the pool holds no item to build (an empty pool file, or --limit 0)"
         hint = ""
@@ -79,8 +86,8 @@ def failed_build(report: dict, work: Path, max_failed_share: float) -> Optional[
             hint = (" (images outside the pool file's folder: if you trust this pool, one `orandcar import` wrote "
                     "say, build again with --allow-outside-paths)")
         return (f"no pool line was admitted: {sum(dropped.values())} dropped, {_top(dropped)}{hint}; every dropped "
-                f"line and its reason is in {work / 'dropped.jsonl'}")
-    rows = sum(config.get("rows", 0) for config in (report.get("configs") or {}).values())
+                f"line and its reason is in {work.dropped}")
+    rows = sum(config.get("rows", 0) for config in (figures.configs or {}).values())
     share = failed / admitted
     if rows and share <= max_failed_share:
         return None
@@ -89,5 +96,5 @@ def failed_build(report: dict, work: Path, max_failed_share: float) -> Optional[
                f"{max_failed_share:.0%} --max-failed-share allows)")
     else:
         why = f"no row was written: {failed} of {admitted} admitted items got no answer"
-    return (f"{why}: {_top(failure_reasons(work / 'failed.jsonl'))}; each item's reason is in "
-            f"{work / 'failed.jsonl'}; fix the cause and build again (the answered items are cached)")
+    return (f"{why}: {_top(failure_reasons(work.failed))}; each item's reason is in "
+            f"{work.failed}; fix the cause and build again (the answered items are cached)")

@@ -1,5 +1,6 @@
-"""The build's figures (work/report.json, and the card renders from them), the manifest
-(work/manifest.json: what ran, where, with which versions) and the summary the CLI prints."""
+"""The build's figures (``figures.BuildFigures``: work/report.json, and the card renders from
+them), the manifest (work/manifest.json: what ran, where, with which versions) and the summary
+the CLI prints."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..dataset.writer import DEFAULT_MAX_SHARD_BYTES
 from ..engines import secret_options_of
 from ..engines.base import public_fingerprint, secret_options, settings_of
 from ..families import Families
+from ..figures import BuildFigures, FamilyYield
 from ..files import write_text_atomic
 from ..images import IMAGE_OUTSIDE_POOL
 from ..parquetio import open_parquet
@@ -26,8 +28,9 @@ from ..recipe import DEFAULTS_SOURCE, Recipe, options_of, resolve
 from ..redact import redact
 from ..verify import get_rule
 from ..vocab import ACCEPTED, FAILED, JUDGE_VERIFIER, NO_OPTION_MATCHED, NO_PICK, REJECT_KINDS, REJECTED, SEVERAL_PICKS
+from ..workdir import WorkDir
 from .config import BuildConfig, BuildError
-from .work import GenerationFacts
+from .work import Engines, GenerateResult, GenerationFacts, JudgeResult, WriteResult
 
 
 @dataclass
@@ -81,51 +84,55 @@ def tally(decisions: Path, families: Families) -> Tally:
 NO_PICK_KINDS = (NO_PICK, SEVERAL_PICKS, NO_OPTION_MATCHED)
 
 
-def yield_by_family(counts: Tally) -> dict:
+def yield_by_family(counts: Tally) -> dict[str, FamilyYield]:
     """Per family: QA items, accepted by the rule, promoted by the judge, rejected with no pick
     found (``NO_PICK_KINDS``): what a build keeps, and how much of what it throws away is the rule's."""
     out = {}
     for family, c in sorted(counts.families.items()):
         kinds = counts.reject_kinds.get(family, Counter())
         promoted = counts.promoted.get(family, 0)
-        out[family] = {"qa": c.get("qa", 0), "accepted_by_rule": c.get(ACCEPTED, 0) - promoted,
-                       "promoted_by_judge": promoted,
-                       "rejected_no_pick": sum(kinds.get(k, 0) for k in NO_PICK_KINDS)}
+        out[family] = FamilyYield(qa=c.get("qa", 0), accepted_by_rule=c.get(ACCEPTED, 0) - promoted,
+                                  promoted_by_judge=promoted,
+                                  rejected_no_pick=sum(kinds.get(k, 0) for k in NO_PICK_KINDS))
     return out
 
 
-def build_report(work, counts: Tally, summary: dict) -> dict:
-    """The build's figures from what the stages left in ``work`` (a ``BuildWork``), the decisions'
-    tally and the writer's summary; everything here is deterministic (the card renders from it)."""
-    pool, limit = work.config.pool, work.config.limit
-    admitted, dropped, engine, judge_report = work.admitted, work.dropped, work.engine, work.judge_report
-    clean_report, facts = work.clean_report, work.facts
+def build_figures(config: BuildConfig, engines: Engines, generated: GenerateResult, judged: Optional[JudgeResult],
+                  written: WriteResult, ran: Recipe) -> BuildFigures:
+    """The build's figures from the stages' results: the admission (``generated.admitted``), the
+    generations' facts, the judge's figures, the writer's summary and the decisions' tally, and
+    the recipe that ran (``recipe_ran``). Everything here is deterministic (the card renders
+    from it); the runner adds this run's timings and cache counts."""
+    admitted, counts = generated.admitted, written.tally
+    dropped = admitted.dropped
     rules = {rule: get_rule(rule).VERSION for rule in sorted(counts.rules)}
     rules_by_family = {family: sorted(r) for family, r in sorted(counts.rules_by_family.items())}
-    fingerprint = public_fingerprint(engine)
-    return {
-        "pool": pool.name,
-        "limit": limit,
-        "items": sum(dropped.values()) + admitted,
-        "admitted": admitted,
-        "dropped": sum(dropped.values()),
-        "dropped_by_reason": dict(sorted(dropped.items())),
-        "accepted": counts.routes[ACCEPTED],
-        "rejected": counts.routes[REJECTED],
-        "failed": counts.routes[FAILED],
-        "rejected_by_reason": dict(sorted(counts.rejected_by_reason.items())),
-        "accepted_by_verifier": dict(sorted(counts.accepted_by_verifier.items())),
-        "families": {f: dict(sorted(c.items())) for f, c in sorted(counts.families.items())},
-        "rules": dict(sorted(rules.items())),
-        "rules_by_family": rules_by_family,
-        "reject_kinds": {f: {k: c[k] for k in REJECT_KINDS if c.get(k)} for f, c in sorted(counts.reject_kinds.items())},
-        "yield": yield_by_family(counts),
-        "configs": summary,
-        "cleaning": clean_report,
-        "engine": fingerprint,
-        "generation": generation_settings(engine, facts),
-        "judge": dict(judge_report) if judge_report else None,
-    }
+    fingerprint = public_fingerprint(engines.engine)
+    return BuildFigures(
+        pool=config.pool.name,
+        limit=config.limit,
+        items=sum(dropped.values()) + admitted.admitted,
+        admitted=admitted.admitted,
+        dropped=sum(dropped.values()),
+        dropped_by_reason=dict(sorted(dropped.items())),
+        accepted=counts.routes[ACCEPTED],
+        rejected=counts.routes[REJECTED],
+        failed=counts.routes[FAILED],
+        rejected_by_reason=dict(sorted(counts.rejected_by_reason.items())),
+        accepted_by_verifier=dict(sorted(counts.accepted_by_verifier.items())),
+        families={f: dict(sorted(c.items())) for f, c in sorted(counts.families.items())},
+        rules=dict(sorted(rules.items())),
+        rules_by_family=rules_by_family,
+        reject_kinds={f: {k: c[k] for k in REJECT_KINDS if c.get(k)} for f, c in sorted(counts.reject_kinds.items())},
+        yield_=yield_by_family(counts),
+        configs=written.configs,
+        cleaning=admitted.cleaning,
+        engine=fingerprint,
+        generation=generation_settings(engines.engine, generated.facts),
+        judge=judged.figures if judged is not None else None,
+        recipe=reproducible(ran.to_dict()),
+        reproduce=reproduce(config, ran),
+    )
 
 
 def generation_settings(engine, facts: GenerationFacts) -> dict:
@@ -297,61 +304,51 @@ def _timings_line(timings: dict) -> str:
     return "  time: " + ", ".join(shown) + total if shown else ""
 
 
-def run_figures(work: Path) -> dict:
-    """This run's cache counts and timings (report.json's ``cache`` and ``timings_s``; they vary
-    from run to run, so the card never shows them): empty when report.json cannot be read."""
-    try:
-        data = json.loads((Path(work) / "report.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {"cache": data.get("cache") or {}, "timings_s": data.get("timings_s") or {}} if isinstance(data, dict) else {}
-
-
 def format_summary(result) -> str:
-    """The CLI's summary of a BuildResult. A QA item is one question about an image (a pool
-    line); a row is one image with its QA items, so the configs' rows are counted apart."""
-    r = result.report
+    """The CLI's summary of a BuildResult (its ``figures``). A QA item is one question about an
+    image (a pool line); a row is one image with its QA items, so the configs' rows are counted apart."""
+    f = result.figures
+    dropped_by_reason = f.dropped_by_reason or {}
     lines = [
-        f"pool {r['pool']}: {r['items']} lines, one QA item each: {r['admitted']} admitted, {r['dropped']} dropped",
-        f"QA items: accepted {r['accepted']}  rejected {r['rejected']}",
+        f"pool {f.pool}: {f.items} lines, one QA item each: {f.admitted} admitted, {f.dropped} dropped",
+        f"QA items: accepted {f.accepted}  rejected {f.rejected}",
     ]
-    for reason, n in r["dropped_by_reason"].items():
+    for reason, n in dropped_by_reason.items():
         lines.append(f"  dropped   {reason:<22} {n}")
-    outside = sum(n for reason, n in r["dropped_by_reason"].items() if reason in OUTSIDE_POOL_REASONS)
+    outside = sum(n for reason, n in dropped_by_reason.items() if reason in OUTSIDE_POOL_REASONS)
     if outside:
         lines.append(f"  {outside} QA item(s) name an image outside the pool file's folder, and no import seal of this "
                      f"machine vouches for it (a pool `orandcar import` wrote here, unchanged since, has one): if you "
                      f"trust this pool, build again with --allow-outside-paths")
-    if r.get("failed"):
-        lines.append(f"  failed    {r['failed']} QA item(s) got no answer (reasons in work/failed.jsonl; a rerun asks again)")
-    for reason, n in r["rejected_by_reason"].items():
+    work = WorkDir(result.work)
+    if f.failed:
+        lines.append(f"  failed    {f.failed} QA item(s) got no answer (reasons in {work.failed}; a rerun asks again)")
+    for reason, n in (f.rejected_by_reason or {}).items():
         lines.append(f"  rejected  {reason:<22} {n}")
-    for verifier, n in r["accepted_by_verifier"].items():
+    for verifier, n in (f.accepted_by_verifier or {}).items():
         lines.append(f"  accepted  by {verifier:<19} {n}")
-    for family, y in (r.get("yield") or {}).items():
-        lines.append(f"  yield     {family:<22} {y['accepted_by_rule']} accepted by the rule, {y['promoted_by_judge']} "
-                     f"promoted by the judge, {y['rejected_no_pick']} rejected with no pick found, of {y['qa']} QA items")
-    judge = r.get("judge")
-    if judge:
-        v = judge["verdicts"]
-        lines.append(f"  judge: {judge['judged']} QA items judged, {judge['promoted']} promoted "
+    for family, y in (f.yield_ or {}).items():
+        lines.append(f"  yield     {family:<22} {y.accepted_by_rule} accepted by the rule, {y.promoted_by_judge} "
+                     f"promoted by the judge, {y.rejected_no_pick} rejected with no pick found, of {y.qa} QA items")
+    judge = f.judge
+    if judge is not None:
+        v = judge.verdicts
+        lines.append(f"  judge: {judge.judged} QA items judged, {judge.promoted} promoted "
                      f"(CORRECT {v['CORRECT']}, WRONG {v['WRONG']}, UNSURE {v['UNSURE']}, "
-                     f"unparseable {judge['unparseable']})")
-        cal = judge.get("calibration")
+                     f"unparseable {judge.unparseable})")
+        cal = judge.calibration
         if cal:
             lines.append(f"  judge calibration: agreed on {cal['agreed']}/{cal['n']} rule-accepted QA items")
     else:
         lines.append("  judge: no second pass ran")
     lines.append("rows (one per image, holding its QA items):")
-    for config, s in r["configs"].items():
+    for config, s in (f.configs or {}).items():
         lines.append(f"  {config:<11} {s['rows']} rows, {s['qa']} QA items, in {len(s['shards'])} shard(s), "
                      f"{s['bytes']} bytes")
-    figures = run_figures(result.work)
-    lines.extend(line for line in (_cache_line(figures.get("cache") or {}),
-                                   _timings_line(figures.get("timings_s") or {})) if line)
+    lines.extend(line for line in (_cache_line(f.cache or {}), _timings_line(f.timings_s or {})) if line)
     lines.append(f"dataset: {result.out}   work dir: {result.work}")
-    if (result.work / "report.html").is_file():
-        lines.append(f"review page: {result.work / 'report.html'}")
+    if work.review.is_file():
+        lines.append(f"review page: {work.review}")
     if result.problems:
         lines.append(f"validation FAILED: {len(result.problems)} problem(s)")
         lines.extend(f"  {p}" for p in result.problems[:20])

@@ -17,26 +17,33 @@ from typing import Any, Optional
 from ..cache import CacheFullError, storage_problem
 from ..dataset.output import OutputLock, StagedOutput, WorkLock, check_paths
 from ..executors import executor_for
+from ..figures import BuildFigures
 from ..images import ImageError
+from ..workdir import WorkDir
 from .config import BuildConfig, BuildError, BuildObjects
 from .failure import BuildFailed, failed_build
-from .report import manifest, without_secrets, write_json
-from .stages import Admission, stages_for
-from .work import BuildWork, StageReport
+from .report import build_figures, manifest, recipe_ran, without_secrets, write_json
+from .stages import Admission, open_cache, open_engines, stages_for
+from .work import BuildContext, StageStats
 
 
 @dataclass
 class BuildResult:
     out: Path
     work: Path
-    report: dict
+    figures: BuildFigures  # what work/report.json holds
     problems: list[str] = field(default_factory=list)
     staged: Optional[Path] = None  # where an invalid build was kept; ``out`` then holds the old dataset
-    stages: list[StageReport] = field(default_factory=list)  # what each stage reported, in order
+    stages: list[StageStats] = field(default_factory=list)  # each stage's seconds and counters, in order
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def report(self) -> dict:
+        """work/report.json's content (``figures.to_json()``)."""
+        return self.figures.to_json()
 
 
 # BuildObjects fields a caller may give to ``build`` as keywords; every other keyword is a setting.
@@ -99,15 +106,15 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
             result, manifest_data = _run_stages(config, objects, staged.path)
             from ..review import review_after_build
 
-            failure = result.report.get("build_failed")
+            failure = result.figures.build_failed
             if failure:  # its review page shows why; leaving the block with an error removes the staged folder
                 review_after_build(staged.path, work)
-                raise BuildFailed(f"the build failed: {failure}; {_kept(out)}", result.report)
+                raise BuildFailed(f"the build failed: {failure}; {_kept(out)}", result.figures)
             if result.ok:
                 staged.publish()
                 # work/manifest.json was written before the swap, naming the staged folder (so a
                 # swap that fails leaves one); now it names the folder the dataset went to
-                write_json(work / "manifest.json", {**manifest_data, "out": str(out.resolve())})
+                write_json(WorkDir(work).manifest, {**manifest_data, "out": str(out.resolve())})
             else:
                 result.staged = staged.path
             result.out = out
@@ -134,44 +141,52 @@ def _executor(config: BuildConfig, objects: BuildObjects):
 
 
 def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[BuildResult, dict]:
-    """The stages over ``out`` (the staged folder); work/report.json gathers their timings. Also
-    returns what it wrote to work/manifest.json (naming ``out``)."""
+    """The stages over ``out`` (the staged folder), each handed the results it reads; then
+    work/report.json (the figures with this run's timings and cache counts) and work/manifest.json.
+    Also returns what it wrote to work/manifest.json (naming ``out``)."""
     executor = _executor(config, objects)
-    work = BuildWork(config=config, objects=objects, out=out, executor=executor)
-    work.admission = Admission(config.pool, work.dir, config.limit, work.clean_report, config.image_policy(),
-                               config.workers(), progress=config.progress, families=config.families)
+    context = BuildContext(config=config, objects=objects, out=out, work=WorkDir(config.work), executor=executor)
+    admission = Admission(config.pool, context.work.path, config.limit, {}, config.image_policy(), config.workers(),
+                          progress=config.progress, families=config.families)
+    plan = stages_for(config, objects, executor)
     t0 = time.perf_counter()
-    reports: list[StageReport] = []
     try:
-        for stage in stages_for(config, objects, executor):
-            reports.append(stage.run(work))
+        engines = open_engines(config, objects)
+        cache = open_cache(context)
+        admitted = plan.admit.run(context, admission) if plan.admit is not None else None
+        generated = plan.generate.run(context, engines.engine, cache, admission)
+        judged = plan.judge.run(context, engines.judge, cache) if plan.judge is not None else None
+        written = plan.write.run(context)
+        ran = recipe_ran(config, engines.engine, engines.judge, engine_given=objects.engine is not None,
+                         judge_given=objects.judge_engine is not None)
+        figures = build_figures(config, engines, generated, judged, written, ran)
+        carded = plan.card.run(context, figures, ran)
+        validated = plan.validate.run(context)
     finally:
-        work.close()
+        context.close()
+    stats = [r.stats for r in (admitted, generated, judged, written, carded, validated) if r is not None]
     timings: dict[str, float] = {}
-    for report in reports:
-        for name, seconds in report.timings.items():
+    for stage in stats:
+        for name, seconds in stage.timings.items():
             timings[name] = timings.get(name, 0.0) + seconds
     timings["total"] = time.perf_counter() - t0
 
-    judge_stats = vars(work.judge_stats) if work.judge_stats is not None else None
-    failure = failed_build(work.report, work.dir, config.max_failed_share)
-    if failure:
-        work.report["build_failed"] = failure
-    write_json(work.dir / "report.json", {
-        **work.report, "timings_s": {k: round(v, 3) for k, v in timings.items()},
-        "cache": {"generate": vars(work.generation_stats), "judge": judge_stats},
-        "validation_problems": work.problems,
-        # each stage's own report, in the order they ran (datatrove's per-step stats)
-        "stages": [{"name": r.name, "timings_s": {k: round(v, 3) for k, v in r.timings.items()},
-                    "counters": r.counters} for r in reports]})
-    ran = work.ran
+    figures = figures.replace(
+        build_failed=failed_build(figures, context.work, config.max_failed_share),
+        timings_s={k: round(v, 3) for k, v in timings.items()},
+        cache={"generate": vars(generated.cache_stats), "judge": vars(judged.cache_stats) if judged else None},
+        validation_problems=validated.problems,
+        # each stage's own seconds and counters, in the order they ran (datatrove's per-step stats)
+        stages=[{"name": s.name, "timings_s": {k: round(v, 3) for k, v in s.timings.items()},
+                 "counters": s.counters} for s in stats])
+    write_json(context.work.report, figures.to_json())
     manifest_data = {
-        **manifest(config, out, work.report["engine"], work.judge_engine, work.report["rules"], executor),
+        **manifest(config, out, figures.engine, engines.judge, figures.rules, executor),
         "recipe": without_secrets(ran.to_dict()),
         "recipe_file": ran.source if config.recipe is not None else None,
-        "command": work.report["reproduce"]["command"]}
-    write_json(work.dir / "manifest.json", manifest_data)
-    return (BuildResult(out=out, work=work.dir, report=work.report, problems=work.problems, stages=reports),
+        "command": figures.reproduce["command"]}
+    write_json(context.work.manifest, manifest_data)
+    return (BuildResult(out=out, work=context.work.path, figures=figures, problems=validated.problems, stages=stats),
             manifest_data)
 
 
@@ -196,10 +211,10 @@ def _kept(out: Path) -> str:
 def _failure_message(exc: BaseException, out: Path, work: Path) -> str:
     kept = _kept(out)
     if isinstance(exc, sqlite3.DatabaseError):
-        full = storage_problem(exc, work / "cache" / "generations.sqlite")
+        full = storage_problem(exc, WorkDir(work).cache)
         if full:
             return f"{full}; {kept}"
-        return (f"{work / 'cache'}: the generation cache is damaged ({exc}); delete the cache folder to start it "
+        return (f"{WorkDir(work).cache_dir}: the generation cache is damaged ({exc}); delete the cache folder to start it "
                 f"afresh (the engine is asked again); {kept}")
     if isinstance(exc, ImageError):
         return f"{exc}; build again to admit the image as it is now; {kept}"

@@ -1,60 +1,57 @@
-"""What the build's stages share (``BuildWork``) and what each hands back (``StageReport``).
+"""What a build's stages are given (``BuildContext``) and what each returns (its result).
 
-A stage is an object with a ``name`` and ``run(work) -> StageReport`` (datatrove's step shape):
-it reads the files and facts earlier stages left in ``work``, writes its own, and measures its
-own time and counters. The runner (``runner.run_build``) runs the list ``stages.stages_for``
-gives and gathers the reports into work/report.json's ``timings_s``.
+A stage is an object with a ``name`` and a ``run(context, ...)`` method (datatrove's step shape)
+that takes the context and the results of the earlier stages it needs, as arguments, and returns
+its own typed result; every result carries the stage's ``StageStats`` (its seconds and counters).
+Nothing is left in a shared bag for a later stage to find: the runner (``runner.run_build``)
+hands each stage what it reads.
+
+==========  ===============================================  ==========================================
+stage       receives                                         returns
+==========  ===============================================  ==========================================
+admit       the ``Admission`` (the pool, streamed)           ``AdmitResult``: admitted, drops, cleaning
+generate    the engine, the cache, the ``Admission``         ``GenerateResult``: the admission's result,
+                                                             the generations' facts, the cache's counts
+judge       the judge engine, the cache                      ``JudgeResult``: the judge's figures and
+                                                             the cache's counts
+write       (the decisions in the work dir)                  ``WriteResult``: the writer's summary, the
+                                                             decisions' tally
+card        the ``BuildFigures``, the recipe that ran        ``CardResult``
+validate    (the dataset folder)                             ``ValidateResult``: the problems found
+==========  ===============================================  ==========================================
+
+The engines and the cache are opened by the runner before the stages (``Engines``,
+``stages.open_engines``), so the judge stage is handed its engine, not left to find one the
+generate stage made; the figures are made by the runner from the results, between write and card.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ..cache import CacheStats, GenerationCache
+from ..cache import CacheStats
+from ..engines.base import Engine
+from ..figures import JudgeFigures
+from ..workdir import WorkDir
 from .config import BuildConfig, BuildObjects
 
-# A work dir's manifest and one of the stages' parquet files: a dataset folder never holds them, so
-# a command that wants a dataset folder can tell it was given a work dir.
-MANIFEST = "manifest.json"
-WORK_DIR_FILES = ("decisions.parquet", "admitted.parquet")
-
-
-def is_work_dir(folder: Path) -> bool:
-    """Whether ``folder`` is a build's work dir (its manifest and a stage's parquet file)."""
-    folder = Path(folder)
-    return (folder / MANIFEST).is_file() and any((folder / name).is_file() for name in WORK_DIR_FILES)
-
-
-def built_output(work: Path) -> Optional[Path]:
-    """The dataset folder the work dir's last build wrote, as its manifest names it (None: unknown)."""
-    try:
-        out = json.loads((Path(work) / MANIFEST).read_text(encoding="utf-8")).get("out")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return Path(out) if isinstance(out, str) and out else None
+if TYPE_CHECKING:
+    from .report import Tally
 
 
 @dataclass
-class StageReport:
+class StageStats:
     """One stage's run: ``timings`` (seconds by name, as report.json's ``timings_s`` shows them;
     usually just the stage's own name, sometimes its parts, e.g. generate and verify) and
-    ``counters``."""
+    ``counters`` (report.json's ``stages``)."""
 
     name: str
     timings: dict[str, float] = field(default_factory=dict)
     counters: dict[str, Any] = field(default_factory=dict)
-
-
-class Stage(Protocol):
-    name: str
-
-    def run(self, work: "BuildWork") -> StageReport:
-        ...
 
 
 class Timer:
@@ -70,56 +67,20 @@ class Timer:
 
 
 @dataclass
-class GenerationFacts:
-    """What the generate stage learnt from the generations, for the report and the card."""
-
-    models: set = field(default_factory=set)
-    revisions: set = field(default_factory=set)
-    failed: int = 0
-
-
-@dataclass
-class BuildWork:
-    """The state the stages share. ``out`` is the folder the dataset is written to (the staged
-    folder beside the user's ``-o``); ``dir`` is the work dir (``config.work``). Fields below the
-    paths are filled in as the stages run; each says which stage sets it."""
+class BuildContext:
+    """What every stage is given: the settings, the live objects, the folder the dataset is
+    written to (``out``: the staged folder beside the user's ``-o``), the work dir and the
+    executor. ``on_close`` registers what must be closed when the build ends, however it ends."""
 
     config: BuildConfig
     objects: BuildObjects
     out: Path
-    clean_report: dict = field(default_factory=dict)  # admit: the cleaning's figures
-    admission: Any = None  # admit.Admission: the admitted rows and the drops (set up by the runner)
-    executor: Any = None  # executors.Executor (runner)
-    engine: Any = None  # generate: the build's engine
-    judge_engine: Any = None  # generate (made with the build's engine): the judge, or None
-    cache: Optional[GenerationCache] = None  # generate: work/cache/generations.sqlite, or None
-    generation_stats: CacheStats = field(default_factory=CacheStats)  # generate
-    facts: GenerationFacts = field(default_factory=GenerationFacts)  # generate
-    judge_report: Optional[dict] = None  # judge
-    judge_stats: Optional[CacheStats] = None  # judge: its cache's counts (report.json's cache.judge)
-    report: Optional[dict] = None  # write: the build's figures (the card renders from them)
-    ran: Any = None  # write: the recipe this build ran (recipe.Recipe)
-    problems: list = field(default_factory=list)  # validate
-    _closers: list = field(default_factory=list)
+    work: WorkDir
+    executor: Any  # executors.Executor
+    _closers: list[Callable[[], None]] = field(default_factory=list)
 
-    @property
-    def dir(self) -> Path:
-        return self.config.work
-
-    @property
-    def admitted(self) -> int:
-        return self.admission.admitted
-
-    @property
-    def dropped(self) -> Counter:
-        return self.admission.dropped
-
-    @property
-    def decisions(self) -> Path:
-        return self.dir / "decisions.parquet"
-
-    def on_close(self, close) -> None:
-        """Run ``close()`` when the build ends, however it ends (last registered, first run)."""
+    def on_close(self, close: Callable[[], None]) -> None:
+        """Run ``close()`` when the build ends (last registered, first run)."""
         self._closers.append(close)
 
     def close(self) -> None:
@@ -131,3 +92,70 @@ class BuildWork:
                 error = error or exc
         if error is not None:
             raise error
+
+
+@dataclass(frozen=True)
+class Engines:
+    """The build's engine and its judge (None: no judge pass), opened before the stages."""
+
+    engine: Engine
+    judge: Optional[Engine] = None
+
+
+@dataclass
+class AdmitResult:
+    """What admission left: the items admitted, the drops by reason and the cleaning's figures."""
+
+    admitted: int
+    dropped: Counter
+    cleaning: dict
+    stats: Optional[StageStats] = None  # None when admission ran inside the generate stage
+
+    @classmethod
+    def of(cls, admission, stats: Optional[StageStats] = None) -> "AdmitResult":
+        """The result of a finished ``stages.admit.Admission``."""
+        if not admission.done:
+            raise RuntimeError("the admission's result was asked before every pool line was admitted")  # a bug
+        return cls(admission.admitted, Counter(admission.dropped), admission.clean_report, stats)
+
+
+@dataclass
+class GenerationFacts:
+    """What the generate stage learnt from the generations, for the figures and the card."""
+
+    models: set = field(default_factory=set)
+    revisions: set = field(default_factory=set)
+    failed: int = 0
+
+
+@dataclass
+class GenerateResult:
+    admitted: AdmitResult  # the admission it ran (overlapped) or was given, finished
+    facts: GenerationFacts
+    cache_stats: CacheStats  # report.json's cache.generate
+    stats: StageStats
+
+
+@dataclass
+class JudgeResult:
+    figures: JudgeFigures  # report.json's judge entry
+    cache_stats: CacheStats  # report.json's cache.judge
+    stats: StageStats
+
+
+@dataclass
+class WriteResult:
+    configs: dict  # the writer's summary per config (rows, qa, shards, bytes, ...)
+    tally: "Tally"  # the decisions' counts
+    stats: StageStats
+
+
+@dataclass
+class CardResult:
+    stats: StageStats
+
+
+@dataclass
+class ValidateResult:
+    problems: list[str]
+    stats: StageStats

@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from ..workdir import WorkDir
 from .collect import ReviewError
-from .page import REVIEW_FILE, ReviewResult, render_review, write_review
+from .page import ReviewResult, render_review, write_review
 
-__all__ = ["REVIEW_FILE", "ReviewError", "ReviewResult", "render_review", "review_after_build", "write_review"]
+__all__ = ["ReviewError", "ReviewResult", "render_review", "review_after_build", "write_review"]
 
 
 def review_after_build(out: Path, work: Path) -> Optional[ReviewResult]:
@@ -27,7 +28,7 @@ def review_after_build(out: Path, work: Path) -> Optional[ReviewResult]:
     try:
         return write_review(out, work)
     except Exception as exc:  # the build's outputs are complete: never lose them to the page
-        (Path(work) / REVIEW_FILE).unlink(missing_ok=True)  # a page of an earlier build would mislead
+        WorkDir(work).review.unlink(missing_ok=True)  # a page of an earlier build would mislead
         detail = str(exc) if isinstance(exc, ReviewError) else f"{type(exc).__name__}: {exc}"
         sys.stderr.write(f"warning: review page not written: {detail}; write it with "
                          f"`orandcar report {out} --work {work}`\n")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, Union
 
+from ..figures import BuildFigures
 from ..vocab import ACCEPTED, NO_ANSWER, REJECTED, TRUNCATED, UNSURE, WRONG_ANSWER
 
 # Route segments of the acceptance chart, in drawing order, and their colours (colour-blind safe).
@@ -72,13 +73,13 @@ class FamilyCounts:
         return self.accepted_by_rule + self.promoted
 
 
-def family_counts_from_report(report: Mapping) -> list[FamilyCounts]:
-    """Per-family counts from a build report (``work/report.json``): what the card can draw.
-    The report does not record failed items per family, so ``failed`` is 0 here."""
-    judge = report.get("judge") or {}
-    overturns = judge.get("overturns_by_family") or {}
+def family_counts_of(figures: Union[BuildFigures, Mapping]) -> list[FamilyCounts]:
+    """Per-family counts from a build's figures (or report.json's content): what the card can
+    draw. The figures do not record failed items per family, so ``failed`` is 0 here."""
+    figures = BuildFigures.of(figures)
+    overturns = (figures.judge.overturns_by_family if figures.judge is not None else None) or {}
     out = []
-    for family, counts in sorted((report.get("families") or {}).items()):
+    for family, counts in sorted((figures.families or {}).items()):
         promoted = int((overturns.get(family) or {}).get("promoted", 0))
         reasons = {key[len(f"{REJECTED}_"):]: int(n) for key, n in counts.items()
                    if key.startswith(f"{REJECTED}_") and n}

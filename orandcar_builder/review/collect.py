@@ -22,9 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import OrandCarError
+from ..figures import BuildFigures
 from ..parquetio import open_parquet
 from ..records import DECISION_SCHEMA
 from ..vocab import ACCEPTED, FAILED, FINISH_LENGTH, JUDGE_VERIFIER, REJECTED
+from ..workdir import WorkDir
 from .charts import FamilyCounts, LengthHistogram
 
 SAMPLE_SALT = "orandcar-review-sample"
@@ -224,7 +226,8 @@ def _add_lengths(out: Collected, batch: pa.RecordBatch) -> None:
 # --- the other work-dir files -------------------------------------------------------------------
 
 
-def read_report(path: Path) -> dict:
+def read_figures(path: Path) -> BuildFigures:
+    """The build's figures from its work/report.json."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -233,7 +236,7 @@ def read_report(path: Path) -> dict:
         raise ReviewError(f"{path}: cannot read the build report ({exc})") from None
     if not isinstance(data, dict):
         raise ReviewError(f"{path}: the build report is not a JSON object")
-    return data
+    return BuildFigures.from_json(data)
 
 
 def read_json_lines(path: Path) -> Iterator[Optional[dict]]:
@@ -277,13 +280,13 @@ def dropped_examples(path: Path, per_reason: int = DROPPED_EXAMPLES_PER_REASON) 
     return out
 
 
-def calibration_of(report: dict, work: Path) -> tuple[Optional[dict], Optional[str]]:
-    """The judge's calibration and where it came from: the build's report, else the file
+def calibration_of(figures: BuildFigures, work: WorkDir) -> tuple[Optional[dict], Optional[str]]:
+    """The judge's calibration and where it came from: the build's figures, else the file
     ``orandcar calibrate`` writes (``work/calibration.json``)."""
-    calibration = (report.get("judge") or {}).get("calibration")
+    calibration = figures.judge.calibration if figures.judge is not None else None
     if calibration:
         return calibration, "the build (report.json)"
-    path = Path(work) / "calibration.json"
+    path = WorkDir(work).calibration
     if path.is_file():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ..figures import BuildFigures, JudgeFigures
 from ..files import write_bytes_atomic
 from ..vocab import ACCEPTED, FINISH_LENGTH
+from ..workdir import WorkDir
 from . import charts
 from .collect import (
     ACCEPTED_KIND,
@@ -30,12 +32,11 @@ from .collect import (
     calibration_of,
     collect,
     dropped_examples,
+    read_figures,
     read_json_lines,
-    read_report,
 )
 from .thumbnails import thumbnails
 
-REVIEW_FILE = "report.html"  # written into the work dir by every build
 TEMPLATE = "review.html.j2"
 TEXT_SHOWN_CHARS = 1500  # longer texts (replies, reasoning, judge replies) are cut, with the rest counted
 LIST_TEXT_CHARS = 160  # texts in one-line tables
@@ -128,32 +129,33 @@ def item_view(row: dict, thumbs: dict, extra_columns: list[str]) -> dict:
     }
 
 
-def _glance(report: dict) -> list[dict]:
-    judge = report.get("judge") or {}
-    admitted = report.get("admitted") or 0
+def _glance(figures: BuildFigures) -> list[dict]:
+    judge = figures.judge
+    admitted = figures.admitted or 0
     cards = [
-        {"label": "pool items", "value": report.get("items"), "note": report.get("pool") or ""},
-        {"label": "dropped by cleaning", "value": report.get("dropped"),
-         "note": _percent(report.get("dropped") or 0, report.get("items") or 0) + " of the pool"},
+        {"label": "pool items", "value": figures.items, "note": figures.pool or ""},
+        {"label": "dropped by cleaning", "value": figures.dropped,
+         "note": _percent(figures.dropped or 0, figures.items or 0) + " of the pool"},
         {"label": "admitted", "value": admitted, "note": "asked to the model"},
-        {"label": "accepted", "value": report.get("accepted"),
-         "note": _percent(report.get("accepted") or 0, admitted) + " of admitted"},
-        {"label": "rejected", "value": report.get("rejected"),
-         "note": _percent(report.get("rejected") or 0, admitted) + " of admitted"},
+        {"label": "accepted", "value": figures.accepted,
+         "note": _percent(figures.accepted or 0, admitted) + " of admitted"},
+        {"label": "rejected", "value": figures.rejected,
+         "note": _percent(figures.rejected or 0, admitted) + " of admitted"},
     ]
-    if report.get("failed"):
-        cards.append({"label": "failed", "value": report.get("failed"), "note": "no generation; a rerun asks again"})
-    if judge:
-        cards.append({"label": "judged", "value": judge.get("judged"),
-                      "note": f"{judge.get('promoted', 0):,} promoted"})
+    if figures.failed:
+        cards.append({"label": "failed", "value": figures.failed, "note": "no generation; a rerun asks again"})
+    if judge is not None:
+        cards.append({"label": "judged", "value": judge.judged,
+                      "note": f"{judge.promoted or 0:,} promoted"})
     else:
         cards.append({"label": "judge", "value": None, "note": "no second pass ran"})
     return cards
 
 
-def _family_rows(report: dict, family_counts: list[charts.FamilyCounts]) -> list[dict]:
-    rules = report.get("rules") or {}
-    by_family = report.get("rules_by_family") or {}
+def _family_rows(figures: BuildFigures, family_counts: list[charts.FamilyCounts]) -> list[dict]:
+    rules = figures.rules or {}
+    by_family = figures.rules_by_family or {}
+    yields, kinds = figures.yield_ or {}, figures.reject_kinds or {}
     rows = []
     for f in family_counts:
         rows.append({
@@ -163,18 +165,18 @@ def _family_rows(report: dict, family_counts: list[charts.FamilyCounts]) -> list
             "failed": f.failed, "rate": _percent(f.accepted, f.total),
             "reasons": sorted(f.rejected_by_reason.items()),
             # what of the rule's rejections it could not read as one answer (issue: keep every right answer)
-            "no_pick": ((report.get("yield") or {}).get(f.family) or {}).get("rejected_no_pick"),
-            "kinds": sorted(((report.get("reject_kinds") or {}).get(f.family) or {}).items()),
+            "no_pick": yields[f.family].rejected_no_pick if f.family in yields else None,
+            "kinds": sorted((kinds.get(f.family) or {}).items()),
         })
     return rows
 
 
-def _judge(report: dict, calibration: Optional[dict], source: Optional[str], collected: Collected,
+def _judge(figures: BuildFigures, calibration: Optional[dict], source: Optional[str], collected: Collected,
            thumbs: dict) -> Optional[dict]:
-    judge = report.get("judge")
-    if not judge and not calibration:
+    ran = figures.judge is not None
+    if not ran and not calibration:
         return None
-    judge = judge or {}
+    judge = figures.judge if ran else JudgeFigures()
     disagreements = []
     for entry in (calibration or {}).get("disagreements") or []:
         row = collected.wanted.get(entry.get("id"), {})
@@ -193,10 +195,10 @@ def _judge(report: dict, calibration: Optional[dict], source: Optional[str], col
                 for r in collected.promoted]
     n = (calibration or {}).get("n") or 0
     return {
-        "ran": bool(judge), "engine": judge.get("engine"), "prompt_version": judge.get("prompt_version"),
-        "judged": judge.get("judged"), "verdicts": judge.get("verdicts") or {},
-        "unparseable": judge.get("unparseable"), "promoted_count": judge.get("promoted"),
-        "overturns": judge.get("overturns_by_family") or {},
+        "ran": ran, "engine": judge.engine, "prompt_version": judge.prompt_version,
+        "judged": judge.judged, "verdicts": judge.verdicts or {},
+        "unparseable": judge.unparseable, "promoted_count": judge.promoted,
+        "overturns": judge.overturns_by_family or {},
         "promoted": promoted, "promoted_total": collected.promoted_total,
         "calibration": calibration, "calibration_source": source,
         "agreement": _percent((calibration or {}).get("agreed") or 0, n) if n else None,
@@ -215,9 +217,9 @@ def _lengths(collected: Collected) -> list[dict]:
     return out
 
 
-def _failed_examples(work: Path) -> list[dict]:
+def _failed_examples(work: WorkDir) -> list[dict]:
     out = []
-    for record in read_json_lines(work / "failed.jsonl"):
+    for record in read_json_lines(work.failed):
         if record is not None:
             out.append({"id": record.get("id"), "reason": record.get("reason"),
                         "detail": clip(record.get("detail"), LIST_TEXT_CHARS * 2)})
@@ -226,11 +228,11 @@ def _failed_examples(work: Path) -> list[dict]:
     return out
 
 
-def _run(report: dict) -> dict:
+def _run(figures: BuildFigures) -> dict:
     """The "This run" tables: report.json's ``cache`` (per pass) and ``timings_s`` (per stage)."""
     cache = [{"name": name, "total": stats.get("total", 0), "hits": stats.get("hits", 0), "asked": stats.get("asked", 0)}
-             for name, stats in (report.get("cache") or {}).items() if isinstance(stats, dict)]
-    timings = [(name, f"{seconds:.2f}") for name, seconds in (report.get("timings_s") or {}).items()
+             for name, stats in (figures.cache or {}).items() if isinstance(stats, dict)]
+    timings = [(name, f"{seconds:.2f}") for name, seconds in (figures.timings_s or {}).items()
                if isinstance(seconds, (int, float))]
     return {"cache": cache, "timings": timings}
 
@@ -241,11 +243,11 @@ def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -
     ``context["items"]``)."""
     if per_kind < 0:
         raise ReviewError(f"samples per family and outcome must be 0 or more, not {per_kind}")
-    out, work = Path(out), Path(work)
-    report = read_report(work / "report.json")
-    calibration, calibration_source = calibration_of(report, work)
+    out, work = Path(out), WorkDir(work)
+    figures = read_figures(work.report)
+    calibration, calibration_source = calibration_of(figures, work)
     wanted = frozenset(str(d.get("id")) for d in (calibration or {}).get("disagreements") or [])
-    collected = collect(work / "decisions.parquet", wanted_ids=wanted, per_kind=per_kind)
+    collected = collect(work.decisions, wanted_ids=wanted, per_kind=per_kind)
     family_counts = collected.family_counts()
 
     sampled_rows = [row for (_, _), items in collected.samples.items() for row in (s.row for s in items)]
@@ -265,27 +267,27 @@ def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -
     length_histograms = [collected.reasoning.histogram(), collected.final_answer.histogram()]
     context = {
         "title": out.name or str(out),
-        "report": report,
-        "generation": report.get("generation") or {},
-        "glance": _glance(report),
-        "run": _run(report),
+        "figures": figures,
+        "generation": figures.generation or {},
+        "glance": _glance(figures),
+        "run": _run(figures),
         "charts": {
             "acceptance": _svg_uri(charts.acceptance_chart(family_counts)),
             "rejection": _svg_uri(charts.rejection_chart(family_counts)),
             "lengths": _svg_uri(charts.length_chart(length_histograms)),
         },
-        "families_table": _family_rows(report, family_counts),
-        "judge": _judge(report, calibration, calibration_source, collected, thumbs),
+        "families_table": _family_rows(figures, family_counts),
+        "judge": _judge(figures, calibration, calibration_source, collected, thumbs),
         "lengths": _lengths(collected),
         "no_generation": collected.no_generation,
-        "dropped": dropped_examples(work / "dropped.jsonl"),
+        "dropped": dropped_examples(work.dropped),
         "failed_examples": _failed_examples(work),
         "families": families,
         "extra_columns": collected.extra_columns,
         "sample_salt": SAMPLE_SALT,
         "per_kind": per_kind,
         "items": collected.rows,
-        "validation_problems": report.get("validation_problems") or [],
+        "validation_problems": figures.validation_problems or [],
     }
     return context, len(sampled_rows)
 
@@ -325,7 +327,7 @@ def write_review(out: Path, work: Path, target: Optional[Path] = None, *,
         raise ReviewError(f"{work}: work dir not found; run `orandcar build` first")
     if not out.is_dir():
         raise ReviewError(f"{out}: dataset folder not found (the page shows images the build routed there)")
-    target = Path(target) if target is not None else work / REVIEW_FILE
+    target = Path(target) if target is not None else WorkDir(work).review
     html, items, sampled = render_review(out, work, per_kind=per_kind)
     data = html.encode("utf-8")
     try:

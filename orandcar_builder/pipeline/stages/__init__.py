@@ -1,17 +1,17 @@
-"""The build's stages, in order (``stages_for``). Each reads what the earlier ones left in the work
-dir and in ``BuildWork``, and writes its own:
+"""The build's stages, in order (``stages_for``). Each is given what it reads, as arguments, and
+returns a typed result (``work.py``); the runner hands each result to the stages after it:
 
-=========  =========================================  =============================================
-stage      reads                                      writes
-=========  =========================================  =============================================
-admit      the pool file and its images               work/admitted.parquet, work/dropped.jsonl
-generate   work/admitted.parquet (or admit's rows),   work/decisions.parquet (pool order), prompts,
-           work/cache                                 unsupported, failed .jsonl, work/cache
-judge      work/decisions.parquet, work/cache         work/decisions.parquet (with verdicts)
-write      work/decisions.parquet, the images         the dataset's shards; the report's figures
-card       the report's figures, the recipe           README.md
-validate   the dataset folder                         the problems found
-=========  =========================================  =============================================
+=========  ==========================================  ============================================
+stage      reads                                       writes
+=========  ==========================================  ============================================
+admit      the pool file and its images                work/admitted.parquet, work/dropped.jsonl
+generate   work/admitted.parquet (or admit's rows),    work/decisions.parquet (pool order), prompts,
+           work/cache                                  unsupported, failed .jsonl, work/cache
+judge      work/decisions.parquet, work/cache          work/decisions.parquet (with verdicts)
+write      work/decisions.parquet, the images          the dataset's shards
+card       the build's figures, the recipe that ran    README.md, examples/
+validate   the dataset folder                          the problems found
+=========  ==========================================  ============================================
 
 On the local executor admission overlaps generation: there is no separate admit stage, the
 generate stage consumes the admitted rows as they come (and reports admit's time and counts).
@@ -19,10 +19,13 @@ generate stage consumes the admitted rows as they come (and reports admit's time
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
 from ..config import BuildConfig, BuildObjects
 from .admit import Admission, AdmitStage
 from .card import CardStage
-from .generate import GenerateStage
+from .generate import GenerateStage, open_cache, open_engines
 from .judge import JudgeStage
 from .validate import ValidateStage
 from .write import WriteStage
@@ -33,15 +36,30 @@ def overlaps(config: BuildConfig, executor) -> bool:
     return config.overlap_admit and executor.name == "local"
 
 
-def stages_for(config: BuildConfig, objects: BuildObjects, executor) -> list:
-    """The stages a build with ``config`` runs on ``executor``, in order."""
+@dataclass(frozen=True)
+class StagePlan:
+    """The stages one build runs: admit and judge may be absent. Iterating gives those present, in order."""
+
+    admit: Optional[AdmitStage]
+    generate: GenerateStage
+    judge: Optional[JudgeStage]
+    write: WriteStage
+    card: CardStage
+    validate: ValidateStage
+
+    def __iter__(self) -> Iterator:
+        stages = (self.admit, self.generate, self.judge, self.write, self.card, self.validate)
+        return iter([stage for stage in stages if stage is not None])
+
+
+def stages_for(config: BuildConfig, objects: BuildObjects, executor) -> StagePlan:
+    """The stages a build with ``config`` runs on ``executor``."""
     overlap = overlaps(config, executor)
-    stages: list = [] if overlap else [AdmitStage()]
-    stages.append(GenerateStage(overlapped=overlap))
-    if objects.judge_engine is not None or config.judge != "none":
-        stages.append(JudgeStage())
-    return stages + [WriteStage(), CardStage(), ValidateStage()]
+    judged = objects.judge_engine is not None or config.judge != "none"
+    return StagePlan(admit=None if overlap else AdmitStage(), generate=GenerateStage(overlapped=overlap),
+                     judge=JudgeStage() if judged else None, write=WriteStage(), card=CardStage(),
+                     validate=ValidateStage())
 
 
-__all__ = ["Admission", "AdmitStage", "CardStage", "GenerateStage", "JudgeStage", "ValidateStage", "WriteStage",
-           "overlaps", "stages_for"]
+__all__ = ["Admission", "AdmitStage", "CardStage", "GenerateStage", "JudgeStage", "StagePlan", "ValidateStage",
+           "WriteStage", "open_cache", "open_engines", "overlaps", "stages_for"]

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ...clean.pool_file import clean_lines
-from ...executors.steps import admitted_row
 from ...families import Families
 from ...files import JsonLinesFile
 from ...images import ImagePolicy
-from ...records import ADMITTED_SCHEMA, Dropped
+from ...records import ADMITTED_SCHEMA, Dropped, admitted_row
+from ...workdir import WorkDir
 from ..progress import count_lines, stage_bar
-from ..work import BuildWork, StageReport
+from ..work import AdmitResult, BuildContext, StageStats
 from ..workfiles import ParquetFile, WorkFiles
 
 
@@ -61,8 +61,8 @@ class Admission:
     def rows(self) -> Iterator[dict]:
         t0 = time.perf_counter()
         with stage_bar("admit", self.lines if self.progress else None, self.progress) as bar, \
-                WorkFiles(admitted=ParquetFile(self.work / "admitted.parquet", ADMITTED_SCHEMA),
-                          dropped=JsonLinesFile(self.work / "dropped.jsonl")) as files:
+                WorkFiles(admitted=ParquetFile(WorkDir(self.work).admitted, ADMITTED_SCHEMA),
+                          dropped=JsonLinesFile(WorkDir(self.work).dropped)) as files:
             for record in clean_lines(self.pool, self.clean_report, limit=self.limit, spill_dir=self.work,
                                       images=self.images, workers=self.workers, families=self.families):
                 bar.update(1)
@@ -89,8 +89,7 @@ class AdmitStage:
 
     name = "admit"
 
-    def run(self, work: BuildWork) -> StageReport:
-        admission = work.admission
+    def run(self, context: BuildContext, admission: Admission) -> AdmitResult:
         for _ in admission.rows():
             pass
-        return StageReport(self.name, {"admit": admission.seconds}, admission.counters())
+        return AdmitResult.of(admission, StageStats(self.name, {"admit": admission.seconds}, admission.counters()))

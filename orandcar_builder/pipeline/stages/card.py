@@ -1,19 +1,20 @@
-"""card: the build's figures (``work.report``) and the recipe's card options -> README.md in the
-dataset folder."""
+"""card: the build's figures (``BuildFigures``) and the recipe that ran (its card options and repo)
+-> README.md and examples/ in the dataset folder."""
 
 from __future__ import annotations
 
-from ..work import BuildWork, StageReport, Timer
+from ...figures import BuildFigures
+from ...recipe import Recipe
+from ..work import BuildContext, CardResult, StageStats, Timer
 
 
 class CardStage:
     name = "card"
 
-    def run(self, work: BuildWork) -> StageReport:
+    def run(self, context: BuildContext, figures: BuildFigures, ran: Recipe) -> CardResult:
         from ...card import CardOptions, write_card
 
         with Timer() as timer:
-            ran = work.ran
             card_options = CardOptions.from_mapping(ran.card_options(), source=ran.source)
-            write_card(work.out, work.report, **({"repo_id": ran.repo} if ran.repo else {}), options=card_options)
-        return StageReport(self.name, {"card": timer.seconds})
+            write_card(context.out, figures, **({"repo_id": ran.repo} if ran.repo else {}), options=card_options)
+        return CardResult(StageStats(self.name, {"card": timer.seconds}))

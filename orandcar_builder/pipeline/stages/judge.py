@@ -14,27 +14,36 @@ from ...cache import CacheStats, GenerationCache
 from ...engines.base import public_fingerprint
 from ...executors import generate_through_cache
 from ...executors.base import CHUNK_SIZE
-from ...executors.steps import decision_from_row, generation_from_row, with_verdict
+from ...figures import JudgeFigures
 from ...judge.prompt import candidate_text
 from ...parquetio import open_parquet
-from ...records import DECISION_SCHEMA, Generation
+from ...records import (
+    DECISION_SCHEMA,
+    Generation,
+    decision_from_row,
+    generation_from_row,
+    outcome_from_record,
+    with_verdict,
+)
 from ...vocab import GENERATION_BATCH, VERDICT_CORRECT, VERDICT_LABELS
+from ...workdir import JUDGED_SUFFIX
 from ..progress import set_progress, stage_bar
-from ..work import BuildWork, StageReport, Timer
+from ..work import BuildContext, JudgeResult, StageStats, Timer
 from ..workfiles import ParquetFile, WorkFiles
 
 
 class JudgeStage:
     name = "judge"
 
-    def run(self, work: BuildWork) -> StageReport:
+    def run(self, context: BuildContext, judge_engine, cache: Optional[GenerationCache]) -> JudgeResult:
+        """The judge pass with ``judge_engine`` over the work dir's decisions, through ``cache``."""
+        config = context.config
         with Timer() as timer:
-            work.judge_stats = CacheStats()
-            work.judge_report = judge_pass(work.judge_engine, work.decisions, work.cache, work.config.calibrate,
-                                           work.config.progress, batch_size=work.config.generation_batch,
-                                           stats=work.judge_stats)
-        counters = {k: work.judge_report[k] for k in ("judged", "promoted", "unparseable")}
-        return StageReport(self.name, {"judge": timer.seconds}, counters)
+            cache_stats = CacheStats()
+            figures = judge_pass(judge_engine, context.work.decisions, cache, config.calibrate, config.progress,
+                                 batch_size=config.generation_batch, stats=cache_stats)
+        counters = {"judged": figures.judged, "promoted": figures.promoted, "unparseable": figures.unparseable}
+        return JudgeResult(figures, cache_stats, StageStats(self.name, {"judge": timer.seconds}, counters))
 
 
 class CalibrationPool:
@@ -81,11 +90,11 @@ def count_to_judge(decisions: Path, chunk: int = CHUNK_SIZE) -> int:
 
 def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], calibrate: int,
                progress: bool, chunk: int = CHUNK_SIZE, batch_size: int = GENERATION_BATCH,
-               stats: Optional[CacheStats] = None) -> dict:
+               stats: Optional[CacheStats] = None) -> JudgeFigures:
     """Second pass over rule rejects with a final answer, chunk by chunk: decisions.parquet is
     read and rewritten with the verdicts; optional calibration on rule accepts. Returns the
-    report's ``judge`` entry; the cache's counts are added to ``stats`` (report.json's
-    ``cache.judge``)."""
+    judge's figures (report.json's ``judge`` entry); the cache's counts are added to ``stats``
+    (report.json's ``cache.judge``)."""
     stats = stats if stats is not None else CacheStats()
     labels: Counter = Counter()
     unparseable = 0
@@ -107,7 +116,7 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
 
         # staged as decisions.parquet.judged and renamed over decisions.parquet when complete (after
         # the last batch is read)
-        with WorkFiles(judged=ParquetFile(decisions, DECISION_SCHEMA, suffix=".judged")) as files:
+        with WorkFiles(judged=ParquetFile(decisions, DECISION_SCHEMA, suffix=JUDGED_SUFFIX)) as files:
             for batch in open_parquet(decisions).iter_batches(batch_size=chunk):
                 rows = batch.to_pylist()
                 to_judge: list[int] = []
@@ -124,7 +133,9 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
                         calibration_pool.add(judge_item(row, generation))
                 verdicts = judging.judge(judge_engine, items, generate=run)
                 for i, verdict in zip(to_judge, verdicts):
-                    rows[i] = with_verdict(rows[i], verdict)
+                    outcome = judging.apply_verdict(outcome_from_record(rows[i]), generation_from_row(rows[i]),
+                                                    verdict)
+                    rows[i] = with_verdict(rows[i], outcome, verdict)
                     labels[verdict.label] += 1
                     unparseable += not getattr(verdict, "parseable", True)
                 for family, counts in judging.overturns_by_family(
@@ -138,13 +149,13 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
         if calibration_pool is not None:
             calibration = judging.calibrate(judge_engine, calibration_pool.items(), calibrate, generate=run).to_dict()
         set_progress(bar, stats.done, stats.done)
-    return {
-        "engine": public_fingerprint(judge_engine),
-        "prompt_version": judging.JUDGE_PROMPT_VERSION,
-        "judged": sum(labels.values()),
-        "verdicts": {label: labels.get(label, 0) for label in VERDICT_LABELS},
-        "unparseable": unparseable,
-        "promoted": labels.get(VERDICT_CORRECT, 0),
-        "overturns_by_family": dict(sorted(overturns.items())),
-        "calibration": calibration,
-    }
+    return JudgeFigures(
+        engine=public_fingerprint(judge_engine),
+        prompt_version=judging.JUDGE_PROMPT_VERSION,
+        judged=sum(labels.values()),
+        verdicts={label: labels.get(label, 0) for label in VERDICT_LABELS},
+        unparseable=unparseable,
+        promoted=labels.get(VERDICT_CORRECT, 0),
+        overturns_by_family=dict(sorted(overturns.items())),
+        calibration=calibration,
+    )

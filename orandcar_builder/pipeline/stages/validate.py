@@ -1,16 +1,15 @@
-"""validate: the dataset folder -> its problems (``work.problems``; none: the build may be swapped
-in)."""
+"""validate: the dataset folder -> its problems (none: the build may be swapped in)."""
 
 from __future__ import annotations
 
 from ...dataset.validate import validate_folder
-from ..work import BuildWork, StageReport, Timer
+from ..work import BuildContext, StageStats, Timer, ValidateResult
 
 
 class ValidateStage:
     name = "validate"
 
-    def run(self, work: BuildWork) -> StageReport:
+    def run(self, context: BuildContext) -> ValidateResult:
         with Timer() as timer:
-            work.problems = validate_folder(work.out)
-        return StageReport(self.name, {"validate": timer.seconds}, {"problems": len(work.problems)})
+            problems = validate_folder(context.out)
+        return ValidateResult(problems, StageStats(self.name, {"validate": timer.seconds}, {"problems": len(problems)}))

@@ -1,6 +1,6 @@
 """write: work/decisions.parquet -> route (``route.RoutePlan``: rows grouped by image, on disk) ->
-the three configs' shards in the dataset folder; then the build's figures (``work.report``) and
-the recipe it ran (``work.ran``), from the decisions and the earlier stages' facts."""
+the three configs' shards in the dataset folder; returns the writer's summary and the decisions'
+tally (the runner makes the build's figures from them: ``report.build_figures``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Iterator
 from ...dataset.writer import write_dataset
 from ...parquetio import open_parquet
 from ...route import RoutePlan
-from ...vocab import CONFIG_ROUTE, CONFIGS
+from ...vocab import ACCEPTED, CONFIG_ROUTE, CONFIGS, FAILED, REJECTED
 from ..progress import stage_bar
-from ..report import build_report, recipe_ran, reproduce, reproducible, tally
-from ..work import BuildWork, StageReport, Timer
+from ..report import tally
+from ..work import BuildContext, StageStats, Timer, WriteResult
 
 
 def _rows(plans, bar) -> Iterator[dict]:
@@ -34,20 +34,16 @@ def qa_in_rows(decisions) -> int:
 class WriteStage:
     name = "write"
 
-    def run(self, work: BuildWork) -> StageReport:
-        config = work.config
+    def run(self, context: BuildContext) -> WriteResult:
+        config, decisions = context.config, context.work.decisions
         with Timer() as timer:
-            total = qa_in_rows(work.decisions) if config.progress else None
-            with RoutePlan(work.decisions) as plan, stage_bar("write", total, config.progress) as bar:
-                summary = write_dataset(work.out, {config_name: _rows(plan.rows(config_name), bar)
-                                                   for config_name in CONFIGS},
+            total = qa_in_rows(decisions) if config.progress else None
+            with RoutePlan(decisions) as plan, stage_bar("write", total, config.progress) as bar:
+                summary = write_dataset(context.out, {config_name: _rows(plan.rows(config_name), bar)
+                                                      for config_name in CONFIGS},
                                         max_shard_bytes=config.max_shard_bytes)
-            report = build_report(work, tally(work.decisions, work.config.families), summary)
-            work.ran = recipe_ran(config, work.engine, work.judge_engine, engine_given=work.objects.engine is not None,
-                                  judge_given=work.objects.judge_engine is not None)
-            report["recipe"] = reproducible(work.ran.to_dict())
-            report["reproduce"] = reproduce(config, work.ran)
-            work.report = report
+            counts = tally(decisions, config.families)
         counters = {"rows": {name: s["rows"] for name, s in summary.items()},
-                    "accepted": report["accepted"], "rejected": report["rejected"], "failed": report["failed"]}
-        return StageReport(self.name, {"write": timer.seconds}, counters)
+                    "accepted": counts.routes[ACCEPTED], "rejected": counts.routes[REJECTED],
+                    "failed": counts.routes[FAILED]}
+        return WriteResult(summary, counts, StageStats(self.name, {"write": timer.seconds}, counters))
