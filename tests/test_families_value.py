@@ -200,10 +200,9 @@ def test_a_ray_actor_asks_and_decides_with_the_families_it_is_shipped():
     from orandcar_builder.cache import engine_hash
     from orandcar_builder.engines.base import public_fingerprint
     from orandcar_builder.executors.ray_data import GenerateAndDecide
-    from orandcar_builder.executors.steps import admitted_row
     from orandcar_builder.families import Family
     from orandcar_builder.images import ImageRef
-    from orandcar_builder.records import ADMITTED_SCHEMA, Admitted, PoolItem
+    from orandcar_builder.records import ADMITTED_SCHEMA, Admitted, PoolItem, admitted_row
 
     families = DEFAULT_FAMILIES.overlay([Family(name="scene_text", rule="exact", instruction="Copy it.",
                                                 description="", separator=" ")])
