@@ -250,7 +250,8 @@ def test_extraction_grows_linearly_with_a_repeating_reply(unit, rule, references
         return time.perf_counter() - start
 
     seconds(50)  # warm caches and imports
-    small, large = min(seconds(500) for _ in range(3)), min(seconds(4000) for _ in range(2))
+    # the fastest of several runs: a busy machine only ever adds time to a run
+    small, large = min(seconds(1000) for _ in range(5)), min(seconds(8000) for _ in range(3))
     assert large < 30 * max(small, 1e-3), (small, large)
 
 
