@@ -17,8 +17,8 @@ Ray executor, whose engines run on the cluster, takes its classification and its
   process killed at any moment keeps what was committed. An engine without a stream of its own
   is asked in batches, and what it answered is committed before its next batch is asked.
 
-Nothing of the pool is held: requests are taken in batches of CLASSIFY_BATCH as the engine wants
-them; hits found while the engine still wants requests wait in a queue of at most MAX_READY
+Nothing of the pool is held: requests are taken in batches (FIRST_TAKE growing to CLASSIFY_BATCH)
+as the engine wants them; hits found while the engine still wants requests wait in a queue of at most MAX_READY
 (past that the engine's stream is let finish and a new one started after the hits are handed
 on). Without a cache every request is asked, and nothing is looked up or stored.
 """
@@ -43,7 +43,10 @@ from .steps import SAME_REQUEST_FAILED
 # A streaming build commits its finished generations at least this often (count, seconds).
 COMMIT_ENTRIES = 64
 COMMIT_SECONDS = 0.05
-# Requests taken from the caller and looked up in the cache at a time.
+# Requests taken from the caller and looked up in the cache at a time: the first takes are small
+# (the caller may still be admitting them: the first request goes out after a few), growing to
+# CLASSIFY_BATCH.
+FIRST_TAKE = 8
 CLASSIFY_BATCH = 64
 # Hits queued while the engine's stream still wants requests; past it the stream is let finish.
 MAX_READY = 1024
@@ -262,10 +265,11 @@ class CachedGeneration:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         source = iter(requests)
-        state = {"exhausted": False, "fed": False}
+        state = {"exhausted": False, "fed": False, "take": min(FIRST_TAKE, CLASSIFY_BATCH)}
 
         def take() -> None:
-            batch = list(islice(source, CLASSIFY_BATCH))
+            batch = list(islice(source, state["take"]))
+            state["take"] = min(2 * state["take"], CLASSIFY_BATCH)
             if not batch:
                 state["exhausted"] = True
                 return
