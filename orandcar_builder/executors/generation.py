@@ -69,10 +69,13 @@ class CommitBuffer:
     most ``max_entries`` per transaction, and none waits longer than ``max_seconds``, so a process
     killed at any moment loses only what was in flight and the last fraction of a second.
 
-    The writes run on a thread of its own with its own connection (the caller never waits on the
-    disk, except in ``flush``); ``get(key)`` sees an entry from the moment it is added. ``close()``
-    commits the rest and raises any error the writer met (a full disk, say); ``add`` raises it too
-    once known. ``stats.stored`` and ``stats.batches`` count what was committed.
+    A full transaction's worth is committed by the caller as it adds the last entry (as it would
+    with ``put_many``); what is left below the count is committed by a thread of its own (with its
+    own connection) once the oldest entry has waited ``max_seconds``, so an entry never waits on
+    the next completion. ``flush()`` commits everything added so far; ``get(key)`` sees an entry
+    from the moment it is added. ``close()`` commits the rest and raises any error a commit met
+    (a full disk, say); ``add`` raises it too once known. ``stats.stored`` and ``stats.batches``
+    count what was committed.
     """
 
     def __init__(self, path: str | os.PathLike, fingerprint: dict, *, max_entries: int = COMMIT_ENTRIES,
@@ -80,13 +83,16 @@ class CommitBuffer:
         if max_entries < 1 or max_seconds <= 0:
             raise ValueError("a commit buffer needs max_entries >= 1 and max_seconds > 0")
         self.path, self.fingerprint = str(path), fingerprint
-        GenerationCache(self.path).close()  # a file that is no cache fails here, in the caller
+        self._cache: Optional[GenerationCache] = GenerationCache(self.path)  # the caller's; a file that is no cache fails here
         self.max_entries, self.max_seconds = max_entries, max_seconds
         self.stats = stats
-        self._pending: dict[str, Generation] = {}  # added, not yet committed
+        self._pending: dict[str, Generation] = {}  # added, not yet taken by a commit
+        self._committing: dict[str, Generation] = {}  # taken by a commit that has not ended
         self._since: Optional[float] = None  # when the oldest pending entry was added
         self._cond = threading.Condition()
-        self._closing = self._flushing = False
+        self._closing = False
+        self._writer_busy = False
+        self._flushing = 0  # flushes waiting for the writer's commit
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="cache-commits", daemon=True)
         self._thread.start()
@@ -95,7 +101,8 @@ class CommitBuffer:
         self.add_many([(key, generation)])
 
     def add_many(self, entries: Sequence[tuple[str, Generation]]) -> None:
-        """Queue complete generations under their keys; an incomplete one is a ValueError (none queued)."""
+        """Queue complete generations under their keys (committing each full transaction's worth
+        now); an incomplete one is a ValueError (none queued)."""
         for _key, generation in entries:
             if not is_complete(generation):
                 raise ValueError(f"generation {generation.item_id!r} is incomplete "
@@ -104,25 +111,26 @@ class CommitBuffer:
             return
         with self._cond:
             self._raise_error()
-            first = self._since is None
-            if first:
+            if self._since is None:
                 self._since = time.monotonic()
             self._pending.update(entries)
-            if first or len(self._pending) >= self.max_entries:
-                self._cond.notify_all()  # the writer sets its timer by the first, commits at the count
+        while len(self._pending) >= self.max_entries:
+            self._commit_some()
 
     def get(self, key: str) -> Optional[Generation]:
         with self._cond:
-            return self._pending.get(key)
+            found = self._pending.get(key)
+            return found if found is not None else self._committing.get(key)
 
     def flush(self) -> None:
-        """Return once everything added so far is committed (or raise the writer's error)."""
+        """Return once everything added so far is committed (or raise the error a commit met)."""
+        while self._pending:
+            self._commit_some()
         with self._cond:
-            self._flushing = True
-            self._cond.notify_all()
-            while self._pending and self._error is None and self._thread.is_alive():
+            self._flushing += 1
+            while self._writer_busy and self._error is None:
                 self._cond.wait()
-            self._flushing = False
+            self._flushing -= 1
             self._raise_error()
 
     def close(self) -> None:
@@ -130,14 +138,61 @@ class CommitBuffer:
             self._closing = True
             self._cond.notify_all()
         self._thread.join()
-        with self._cond:
-            self._raise_error()
+        try:
+            if self._cache is not None:
+                self.flush()
+        finally:
+            if self._cache is not None:
+                self._cache.close()
+                self._cache = None
 
     def __enter__(self) -> "CommitBuffer":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _take(self) -> list[tuple[str, Generation]]:
+        """Up to ``max_entries`` pending entries, moved to ``_committing`` (call under the lock)."""
+        entries = list(islice(self._pending.items(), self.max_entries))
+        for key, generation in entries:
+            del self._pending[key]
+            self._committing[key] = generation
+        self._since = time.monotonic() if self._pending else None
+        return entries
+
+    def _done(self, entries: list[tuple[str, Generation]]) -> None:
+        """Count a committed transaction (call under the lock)."""
+        for key, _ in entries:
+            self._committing.pop(key, None)
+        if self.stats is not None and entries:
+            self.stats.stored += len(entries)
+            self.stats.batches += 1
+        if self._flushing:  # only a flush waits on a commit (waking the writer for nothing costs)
+            self._cond.notify_all()
+
+    def _commit_some(self) -> None:
+        """One transaction of pending entries, on the caller's connection."""
+        with self._cond:
+            self._raise_error()
+            entries = self._take()
+        if not entries:
+            return
+        try:
+            self._cache.put_many(self.fingerprint, entries)  # type: ignore[union-attr]
+        except BaseException as exc:
+            with self._cond:
+                if isinstance(exc, Exception):  # the cache refused them: they are not kept
+                    self._pending.clear()
+                else:  # interrupted: they stay for close() to commit
+                    self._pending.update(entries)
+                self._committing.clear()
+                self._since = time.monotonic() if self._pending else None
+            if not isinstance(exc, Exception) or isinstance(exc, CacheError):
+                raise
+            raise CacheError(f"{self.path}: cannot store generations ({type(exc).__name__}: {exc})") from exc
+        with self._cond:
+            self._done(entries)
 
     def _raise_error(self) -> None:
         if self._error is not None:
@@ -147,37 +202,37 @@ class CommitBuffer:
             raise CacheError(f"{self.path}: cannot store generations ({type(error).__name__}: {error})") from error
 
     def _run(self) -> None:
+        """The writer: every ``max_seconds / 2`` it commits what has waited half that long below
+        the count (so nothing waits longer than ``max_seconds``; an add never wakes it)."""
+        tick = self.max_seconds / 2
         try:
             with GenerationCache(self.path) as cache:
                 while True:
                     with self._cond:
-                        while not self._ready():
-                            timeout = None if self._since is None else self._since + self.max_seconds - time.monotonic()
-                            self._cond.wait(timeout)
-                        closing = self._closing
-                        entries = list(self._pending.items())[: self.max_entries]
-                    if entries:
-                        cache.put_many(self.fingerprint, entries)
-                    with self._cond:
-                        for key, _ in entries:
-                            self._pending.pop(key, None)
-                        self._since = time.monotonic() if self._pending else None
-                        if self.stats is not None and entries:
-                            self.stats.stored += len(entries)
-                            self.stats.batches += 1
-                        self._cond.notify_all()  # a flush waiting for this commit
-                        if closing and not self._pending:
+                        while not self._closing and not self._due(tick):
+                            self._cond.wait(tick)
+                        if self._closing:
                             return
+                        entries = self._take()
+                        self._writer_busy = True
+                    try:
+                        cache.put_many(self.fingerprint, entries)
+                    except BaseException:
+                        with self._cond:
+                            self._writer_busy = False
+                        raise
+                    with self._cond:
+                        self._writer_busy = False
+                        self._done(entries)
         except BaseException as exc:  # handed to the caller's thread
             with self._cond:
                 self._error = exc
                 self._pending.clear()
+                self._committing.clear()
                 self._cond.notify_all()
 
-    def _ready(self) -> bool:
-        if self._closing or (self._flushing and self._pending) or len(self._pending) >= self.max_entries:
-            return True
-        return self._since is not None and time.monotonic() - self._since >= self.max_seconds
+    def _due(self, age: float) -> bool:
+        return bool(self._pending) and self._since is not None and time.monotonic() - self._since >= age
 
 
 class CachedGeneration:
