@@ -187,15 +187,15 @@ class RayExecutor:
         asks_dir.mkdir(parents=True)
         t0 = time.perf_counter()
         started = False
-        with cached_generation(job.cache, job.engine, job.stats, job.progress) as path:
-            status, files = self._write_asks(job, path, asks_dir)
+        with cached_generation(job.cache, job.engine, job.stats, job.progress) as cached:
+            status, files = self._write_asks(job, cached, asks_dir)
             try:
                 if files:
                     started = self._connect()
-                    results = _Peekable(self._results(job, path, files))
+                    results = _Peekable(self._results(job, cached, files))
                 else:
                     results = _Peekable(iter(()))
-                yield from self._merge(job, path, status, results)
+                yield from self._merge(job, cached, status, results)
                 if results.next() is not None:
                     raise ExecutorError("Ray returned more results than items were asked")
             finally:
@@ -249,10 +249,10 @@ class RayExecutor:
                  configure_logging=self.show_progress)
         return True
 
-    def _results(self, job: GenerationJob, path: CachedGeneration, files: list[Path]) -> Iterator[dict]:
+    def _results(self, job: GenerationJob, cached: CachedGeneration, files: list[Path]) -> Iterator[dict]:
         """The actors' records in ask order; each received batch of generations is committed to
         the cache (through the path's committer) before its records are handed on."""
-        fingerprint = path.fingerprint
+        fingerprint = cached.fingerprint
         import ray.data
 
         context = ray.data.DataContext.get_current()
@@ -288,14 +288,14 @@ class RayExecutor:
             options["max_task_retries"] = self.max_task_retries
         decided = dataset.map_batches(GenerateAndDecide, **options)
         try:
-            yield from self._commit(job, path, decided.iter_batches(batch_format="pyarrow", batch_size=None))
+            yield from self._commit(job, cached, decided.iter_batches(batch_format="pyarrow", batch_size=None))
         except OrandCarError:
             raise
         except Exception as exc:  # Ray's own errors wrap ours; show the cause, keep the chain
             raise ExecutorError(f"the Ray job failed: {_cause(exc)}") from exc
 
     @staticmethod
-    def _commit(job: GenerationJob, path: CachedGeneration, tables) -> Iterator[dict]:
+    def _commit(job: GenerationJob, cached: CachedGeneration, tables) -> Iterator[dict]:
         """The rows of each received table, its complete generations committed first."""
         for table in tables:
             rows = table.to_pylist()
@@ -307,12 +307,12 @@ class RayExecutor:
                     complete.append(row)
             requests = [Request(item_id=row["id"], question=row["question"], family=row["family"],
                                 image=_image_of(row)) for row in complete]
-            entries = list(zip(request_keys(path.fingerprint, requests), (row["_generation"] for row in complete)))
+            entries = list(zip(request_keys(cached.fingerprint, requests), (row["_generation"] for row in complete)))
             job.stats.asked += len(rows)
             job.stats.uncached += sum(1 for r in rows if r["_generation"] is not None) - len(entries)
-            if entries and path.commits is not None:
-                path.commits.add_many(entries)
-                path.commits.flush()  # committed before its rows are handed on
+            if entries and cached.commits is not None:
+                cached.commits.add_many(entries)
+                cached.commits.flush()  # committed before its rows are handed on
             yield from rows
 
     def _merge(self, job: GenerationJob, asks: CachedGeneration, status: np.ndarray,
