@@ -281,3 +281,28 @@ def test_the_ray_executor_uses_the_one_path(tmp_path, made):
     assert [m["cache"] for m in made] == [True]
     assert sorted(row["id"] for c in chunks for row in c.rows) == ["a", "b"]
     assert (stats.total, stats.hits, stats.asked) == (2, 2, 0)
+
+
+def test_the_commit_buffer_never_holds_a_full_transaction_uncommitted(tmp_path):
+    from orandcar_builder.executors.generation import CommitBuffer
+
+    stats = CacheStats()
+    most = 0
+    with CommitBuffer(tmp_path / "g.sqlite", FP, max_entries=5, max_seconds=60, stats=stats) as buffer:
+        for i in range(23):
+            text = f"A:{i}"
+            buffer.add(f"k{i}", Generation(str(i), text, "", text, "stop", "m"))
+            most = max(most, len(buffer._pending))
+        assert stats.stored == 20  # four full transactions, committed as they filled
+    assert most < 5 and stats.stored == 23 and stats.batches == 5
+
+
+def test_cache_py_is_storage_only():
+    import ast
+
+    import orandcar_builder.cache as cache_module
+
+    tree = ast.parse(Path(cache_module.__file__).read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert not any("engines" in name for name in imported)
+    assert not hasattr(cache_module, "generate_cached") and not hasattr(cache_module, "CommitBuffer")
