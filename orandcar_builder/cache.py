@@ -5,11 +5,14 @@ template settings), the exact question text and the image sha256. Nothing else i
 changed rule or judge never triggers regeneration, and two QA items that ask the same question
 of the same image share one generation.
 
-Writes are atomic: each batch is one transaction in a write-ahead-logged database, so a process
-killed at any point (SIGKILL included) leaves every earlier batch intact and none of its
-current one; the next run asks the engine only for what is missing. A streaming build commits
-through ``CommitBuffer``: small transactions as generations finish, bounded by count and time. The judge pass uses the
-same cache with the judge engine's fingerprint.
+Writes are atomic: each ``put_many`` is one transaction in a write-ahead-logged database, so a
+process killed at any point (SIGKILL included) leaves every earlier batch intact and none of its
+current one; the next run asks the engine only for what is missing. The judge pass uses the same
+cache with the judge engine's fingerprint.
+
+This module is storage only: keys, reads, writes, counts and the messages for a disk that refuses
+a write. It runs no engine: generating through the cache (what is asked, what is shared, when
+generations are committed) is ``executors.generation``.
 """
 
 from __future__ import annotations
@@ -19,16 +22,13 @@ import json
 import os
 import shutil
 import sqlite3
-import threading
-import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
-from .engines.base import Engine, EngineContractError, EngineRequestError, public_fingerprint
 from .errors import OrandCarError
 from .records import Generation, Request
-from .vocab import FINISH_REASONS, GENERATION_BATCH, RECORD_ONLY_KEYS
+from .vocab import FINISH_REASONS, RECORD_ONLY_KEYS
 
 SCHEMA_VERSION = 1
 KEY_SCHEME = "orandcar-generation/1"
@@ -37,9 +37,6 @@ KEY_SCHEME = "orandcar-generation/1"
 # when it resumes elsewhere. A generation is complete (cached) when it ended in vocab.FINISH_REASONS.
 # SQLite's default limit on bound parameters is 999 in old builds; stay under it.
 _LOOKUP_CHUNK = 500
-# A streaming build commits its finished generations at least this often (count, seconds).
-COMMIT_ENTRIES = 64
-COMMIT_SECONDS = 0.05
 _GENERATION_FIELDS = {f.name for f in fields(Generation)}
 
 _SCHEMA = """
@@ -174,10 +171,11 @@ def generation_from_json(blob: str) -> Generation:
 
 @dataclass
 class CacheStats:
-    """Counts for one ``generate_cached`` call: ``hits`` requests answered from the cache,
-    ``asked`` requests sent to the engine (one per distinct key), ``shared`` requests answered
-    by another request of the same call with the same key, ``stored`` generations written,
-    ``uncached`` incomplete generations returned but not written."""
+    """Counts for one run through the cache (``executors.generation``): ``hits`` requests answered
+    from the cache, ``asked`` requests sent to the engine (one per distinct key), ``shared``
+    requests answered by another request of the same run with the same key, ``stored``
+    generations written in ``batches`` transactions, ``uncached`` incomplete generations
+    returned but not written."""
 
     total: int = 0
     hits: int = 0
@@ -307,220 +305,3 @@ class GenerationCache:
             chunk = keys[start : start + _LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
             yield from self.connection.execute(f"SELECT {columns} FROM generations WHERE key IN ({marks})", chunk)
-
-
-class CommitBuffer:
-    """Finished generations committed to a cache file in small transactions as they arrive: at
-    most ``max_entries`` per transaction, and none waits longer than ``max_seconds``, so a process
-    killed at any moment loses only what was in flight and the last fraction of a second.
-
-    The writes run on a thread of its own with its own connection (the caller never waits on the
-    disk); ``get(key)`` sees an entry from the moment it is added. ``close()`` commits the rest
-    and raises any error the writer met (a full disk, say); ``add`` raises it too once known.
-    """
-
-    def __init__(self, path: str | os.PathLike, fingerprint: dict, *, max_entries: int = COMMIT_ENTRIES,
-                 max_seconds: float = COMMIT_SECONDS, stats: Optional["CacheStats"] = None):
-        if max_entries < 1 or max_seconds <= 0:
-            raise ValueError("a commit buffer needs max_entries >= 1 and max_seconds > 0")
-        self.path, self.fingerprint = str(path), fingerprint
-        GenerationCache(self.path).close()  # a file that is no cache fails here, in the caller
-        self.max_entries, self.max_seconds = max_entries, max_seconds
-        self.stats = stats
-        self._pending: dict[str, Generation] = {}  # added, not yet committed
-        self._since: Optional[float] = None  # when the oldest pending entry was added
-        self._cond = threading.Condition()
-        self._closing = False
-        self._error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, name="cache-commits", daemon=True)
-        self._thread.start()
-
-    def add(self, key: str, generation: Generation) -> None:
-        if not is_complete(generation):
-            raise ValueError(f"generation {generation.item_id!r} is incomplete (finish_reason {generation.finish_reason!r})")
-        with self._cond:
-            self._raise_error()
-            first = self._since is None
-            if first:
-                self._since = time.monotonic()
-            self._pending[key] = generation
-            if first or len(self._pending) >= self.max_entries:
-                self._cond.notify()  # the writer sets its timer by the first, commits at the count
-
-    def get(self, key: str) -> Optional[Generation]:
-        with self._cond:
-            return self._pending.get(key)
-
-    def close(self) -> None:
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        self._thread.join()
-        with self._cond:
-            self._raise_error()
-
-    def __enter__(self) -> "CommitBuffer":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _raise_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            if isinstance(error, CacheError):
-                raise error
-            raise CacheError(f"{self.path}: cannot store generations ({type(error).__name__}: {error})") from error
-
-    def _run(self) -> None:
-        try:
-            with GenerationCache(self.path) as cache:
-                while True:
-                    with self._cond:
-                        while not self._ready():
-                            timeout = None if self._since is None else self._since + self.max_seconds - time.monotonic()
-                            self._cond.wait(timeout)
-                        closing = self._closing
-                        entries = list(self._pending.items())[: self.max_entries]
-                    if entries:
-                        cache.put_many(self.fingerprint, entries)
-                    with self._cond:
-                        for key, _ in entries:
-                            self._pending.pop(key, None)
-                        self._since = time.monotonic() if self._pending else None
-                        if self.stats is not None and entries:
-                            self.stats.stored += len(entries)
-                            self.stats.batches += 1
-                        if closing and not self._pending:
-                            return
-        except BaseException as exc:  # handed to the caller's thread
-            with self._cond:
-                self._error = exc
-                self._pending.clear()
-
-    def _ready(self) -> bool:
-        if self._closing or len(self._pending) >= self.max_entries:
-            return True
-        return self._since is not None and time.monotonic() - self._since >= self.max_seconds
-
-
-def _check_batch(batch: Sequence[Request], generations: Sequence[Generation], engine: Engine) -> None:
-    if len(generations) != len(batch):
-        raise EngineContractError(
-            f"engine {engine.kind!r} returned {len(generations)} generations for {len(batch)} requests"
-        )
-    for req, gen in zip(batch, generations):
-        if gen.item_id != req.item_id:
-            raise EngineContractError(
-                f"engine {engine.kind!r} answered {gen.item_id!r} where {req.item_id!r} was asked: order not kept"
-            )
-
-
-def generate_cached(
-    engine: Engine,
-    requests: Sequence[Request],
-    cache: GenerationCache,
-    *,
-    batch_size: int = GENERATION_BATCH,
-    on_batch: Optional[Callable[[CacheStats], None]] = None,
-    stats: Optional[CacheStats] = None,
-) -> list[Generation]:
-    """One generation per request, in the order of ``requests``, asking ``engine`` only for keys
-    the cache lacks (each distinct key once, in batches of ``batch_size``).
-
-    Each batch's complete generations are committed before the next batch is asked, so an
-    interrupted call loses at most the batch in flight. An engine with a ``stream`` gets all the
-    missing requests as one stream (its window slides over the whole call) and its generations
-    are committed as they finish (at most COMMIT_ENTRIES / COMMIT_SECONDS apart); requests that
-    failed raise EngineRequestError once the others are done and committed. A cached generation answering another
-    item carries the asking request's item id. ``on_batch(stats)`` is called after each batch;
-    pass ``stats`` to read the counts afterwards.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    stats = stats if stats is not None else CacheStats()
-    stats.total += len(requests)
-    fingerprint = public_fingerprint(engine)
-    keys = request_keys(fingerprint, requests)
-    known = cache.get_many(keys)
-    results: dict[str, Generation] = dict(known)
-    stats.hits += sum(1 for k in keys if k in known)
-
-    # Distinct missing keys in order of first appearance, each asked once.
-    first_request: dict[str, Request] = {}
-    for key, req in zip(keys, requests):
-        if key not in known and key not in first_request:
-            first_request[key] = req
-    stats.shared += sum(1 for k in keys if k not in known) - len(first_request)
-
-    pending = list(first_request.items())
-    if getattr(engine, "stream", None) is not None and pending:
-        results.update(_generate_streamed(engine, pending, cache, fingerprint, stats, on_batch))
-        pending = []
-    for start in range(0, len(pending), batch_size):
-        chunk = pending[start : start + batch_size]
-        batch = [req for _, req in chunk]
-        generations = engine.generate(batch)
-        _check_batch(batch, generations, engine)
-        stats.asked += len(batch)
-        complete = [(key, gen) for (key, _), gen in zip(chunk, generations) if is_complete(gen)]
-        stats.uncached += len(chunk) - len(complete)
-        if complete:
-            stats.stored += cache.put_many(fingerprint, complete)
-        results.update({key: gen for (key, _), gen in zip(chunk, generations)})
-        stats.batches += 1
-        if on_batch is not None:
-            on_batch(stats)
-
-    return [for_request(results[key], req) for key, req in zip(keys, requests)]
-
-
-def for_request(generation: Generation, request: Request) -> Generation:
-    """A (cached or shared) generation as the answer to ``request``: it carries the request's item id."""
-    return generation if generation.item_id == request.item_id else replace(generation, item_id=request.item_id)
-
-
-def _generate_streamed(engine: Engine, pending: list[tuple[str, Request]], cache: GenerationCache, fingerprint: dict,
-                       stats: CacheStats, on_batch: Optional[Callable[[CacheStats], None]]) -> dict[str, Generation]:
-    """``generate_cached``'s path for a streaming engine: the generations of ``pending`` by key."""
-    keys = {id(request): key for key, request in pending}
-    results: dict[str, Generation] = {}
-    failures: dict[str, str] = {}
-    entries: list[tuple[str, Generation]] = []
-    since = time.monotonic()
-
-    def commit() -> None:
-        nonlocal since
-        if entries:
-            stats.stored += cache.put_many(fingerprint, entries)
-            stats.batches += 1
-            entries.clear()
-        since = time.monotonic()
-        if on_batch is not None:
-            on_batch(stats)
-
-    for completion in engine.stream(request for _, request in pending):  # type: ignore[attr-defined]
-        key = keys.pop(id(completion.request), None)
-        if key is None:
-            raise EngineContractError(f"engine {engine.kind!r} answered {completion.request.item_id!r}, which was not asked")
-        stats.asked += 1
-        generation = completion.generation
-        if generation is None:
-            failures[completion.request.item_id] = completion.error or "failed"
-            continue
-        if generation.item_id != completion.request.item_id:
-            raise EngineContractError(f"engine {engine.kind!r} answered {generation.item_id!r} where "
-                                      f"{completion.request.item_id!r} was asked: order not kept")
-        results[key] = generation
-        if is_complete(generation):
-            entries.append((key, generation))
-        else:
-            stats.uncached += 1
-        if len(entries) >= COMMIT_ENTRIES or time.monotonic() - since >= COMMIT_SECONDS:
-            commit()
-    commit()
-    if keys:
-        raise EngineContractError(f"engine {engine.kind!r} ended its stream with {len(keys)} request(s) unanswered")
-    if failures:
-        raise EngineRequestError(failures)
-    return results

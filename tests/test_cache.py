@@ -22,13 +22,13 @@ from orandcar_builder.cache import (
     KEY_SCHEME,
     CacheError,
     CacheStats,
-    EngineContractError,
     GenerationCache,
     cache_fingerprint,
-    generate_cached,
     request_key,
     request_keys,
 )
+from orandcar_builder.engines.base import EngineContractError
+from orandcar_builder.executors.generation import generate_through_cache
 from orandcar_builder.images import ImageRef
 from orandcar_builder.records import Generation, Request
 
@@ -122,10 +122,10 @@ def test_key_ignores_key_order_and_record_only_settings(tmp_path):
 
 def test_asks_only_for_what_is_missing_and_keeps_order(cache):
     engine = StubEngine()
-    first = generate_cached(engine, [req("a"), req("b")], cache)
+    first = generate_through_cache(engine, [req("a"), req("b")], cache)
     assert engine.asked == ["a", "b"]
     stats = CacheStats()
-    second = generate_cached(engine, [req("c"), req("b"), req("a"), req("d")], cache, stats=stats, batch_size=1)
+    second = generate_through_cache(engine, [req("c"), req("b"), req("a"), req("d")], cache, stats=stats, batch_size=1)
     assert engine.asked == ["a", "b", "c", "d"]
     assert [g.item_id for g in second] == ["c", "b", "a", "d"]
     assert [g.final_answer for g in second] == ["A:Q c", "A:Q b", "A:Q a", "A:Q d"]
@@ -136,35 +136,51 @@ def test_asks_only_for_what_is_missing_and_keeps_order(cache):
 def test_same_question_and_image_is_asked_once_and_answers_each_item(cache):
     engine = StubEngine()
     stats = CacheStats()
-    gens = generate_cached(engine, [req("a", "same"), req("b", "same"), req("c", "other")], cache, stats=stats)
+    gens = generate_through_cache(engine, [req("a", "same"), req("b", "same"), req("c", "other")], cache, stats=stats)
     assert engine.asked == ["a", "c"]
     assert [g.item_id for g in gens] == ["a", "b", "c"]
     assert gens[0].final_answer == gens[1].final_answer == "A:same"
     assert (stats.asked, stats.shared, stats.hits) == (2, 1, 0)
-    again = generate_cached(engine, [req("z", "same")], cache)
+    again = generate_through_cache(engine, [req("z", "same")], cache)
     assert again[0].item_id == "z" and engine.asked == ["a", "c"]
 
 
 def test_each_batch_is_committed_before_the_next_is_asked(cache, tmp_path):
-    engine = StubEngine(fail_on_call=3)
-    seen = []
-    with pytest.raises(RuntimeError, match="engine crashed"):
-        generate_cached(engine, [req(str(i)) for i in range(7)], cache, batch_size=2, on_batch=lambda s: seen.append(s.done))
-    assert seen == [2, 4]
+    from orandcar_builder.engines.base import EngineUnavailable
+
+    held = []
+
+    class Crashing(StubEngine):
+        def generate(self, requests):
+            held.append(len(cache))  # what is committed when this batch is asked
+            if self.calls == 2:
+                raise EngineUnavailable("engine crashed")  # fatal: stops the run
+            return super().generate(requests)
+
+    with pytest.raises(EngineUnavailable, match="engine crashed"):
+        generate_through_cache(Crashing(), [req(str(i)) for i in range(7)], cache, batch_size=2)
+    assert held == [0, 2, 4]
     assert len(cache) == 4
     retry = StubEngine()
-    gens = generate_cached(retry, [req(str(i)) for i in range(7)], cache, batch_size=2)
+    gens = generate_through_cache(retry, [req(str(i)) for i in range(7)], cache, batch_size=2)
     assert retry.asked == ["4", "5", "6"]
     assert [g.item_id for g in gens] == [str(i) for i in range(7)]
+
+
+def test_a_batch_that_raises_is_asked_again_one_request_at_a_time(cache):
+    engine = StubEngine(fail_on_call=2)
+    gens = generate_through_cache(engine, [req(str(i)) for i in range(5)], cache, batch_size=2)
+    assert [g.item_id for g in gens] == [str(i) for i in range(5)]
+    assert engine.asked == ["0", "1", "2", "3", "4"] and len(cache) == 5
 
 
 def test_incomplete_generations_are_returned_but_not_cached(cache):
     engine = StubEngine(finish={"Q a": "abort", "Q b": "length"})
     stats = CacheStats()
-    gens = generate_cached(engine, [req("a"), req("b"), req("c")], cache, stats=stats)
+    gens = generate_through_cache(engine, [req("a"), req("b"), req("c")], cache, stats=stats)
     assert [g.finish_reason for g in gens] == ["abort", "length", "stop"]
     assert (stats.stored, stats.uncached) == (2, 1)
-    generate_cached(engine, [req("a"), req("b"), req("c")], cache)
+    generate_through_cache(engine, [req("a"), req("b"), req("c")], cache)
     assert engine.asked == ["a", "b", "c", "a"]  # only the aborted one is asked again
 
 
@@ -175,16 +191,16 @@ def test_unsupported_generations_are_cached(cache):
             return [Generation(r.item_id, "", "", "", "", "ocr", unsupported="no text-only requests") for r in requests]
 
     engine = Unsupported()
-    generate_cached(engine, [req("a")], cache)
-    (gen,) = generate_cached(engine, [req("a")], cache)
+    generate_through_cache(engine, [req("a")], cache)
+    (gen,) = generate_through_cache(engine, [req("a")], cache)
     assert engine.asked == ["a"] and gen.unsupported == "no text-only requests"
 
 
 def test_a_new_fingerprint_regenerates(cache):
     engine = StubEngine()
-    generate_cached(engine, [req("a")], cache)
+    generate_through_cache(engine, [req("a")], cache)
     other = StubEngine(fingerprint={**FP, "revision": "r2"})
-    generate_cached(other, [req("a")], cache)
+    generate_through_cache(other, [req("a")], cache)
     assert other.asked == ["a"] and len(cache) == 2
 
 
@@ -201,17 +217,17 @@ def test_engine_breaking_the_contract_is_caught_before_caching(cache, answer, me
             return answer(requests)
 
     with pytest.raises(EngineContractError, match=message):
-        generate_cached(Broken(), [req("a"), req("b")], cache)
+        generate_through_cache(Broken(), [req("a"), req("b")], cache)
     assert len(cache) == 0
 
 
 def test_cache_persists_across_reopen(tmp_path):
     path = tmp_path / "g.sqlite"
     with GenerationCache(path) as cache:
-        generate_cached(StubEngine(), [req("a")], cache)
+        generate_through_cache(StubEngine(), [req("a")], cache)
     engine = StubEngine()
     with GenerationCache(path) as cache:
-        assert generate_cached(engine, [req("a")], cache)[0].final_answer == "A:Q a"
+        assert generate_through_cache(engine, [req("a")], cache)[0].final_answer == "A:Q a"
         stored = json.loads(cache.connection.execute("SELECT fingerprint FROM engines").fetchone()[0])
     assert engine.asked == [] and stored == FP
 
@@ -239,7 +255,7 @@ def test_closed_cache_and_bad_files_are_named(tmp_path):
 
 def test_rejects_a_zero_batch_size(cache):
     with pytest.raises(ValueError, match="batch_size"):
-        generate_cached(StubEngine(), [req("a")], cache, batch_size=0)
+        generate_through_cache(StubEngine(), [req("a")], cache, batch_size=0)
 
 
 # --- crash safety -------------------------------------------------------------------------------
@@ -247,7 +263,8 @@ def test_rejects_a_zero_batch_size(cache):
 CHILD = textwrap.dedent(
     """
     import json, os, signal, sys
-    from orandcar_builder.cache import GenerationCache, generate_cached
+    from orandcar_builder.cache import GenerationCache
+    from orandcar_builder.executors.generation import generate_through_cache
     from orandcar_builder.records import Generation, Request
 
     cache_path, log_path, out_path = sys.argv[1:4]
@@ -262,6 +279,8 @@ CHILD = textwrap.dedent(
         def fingerprint(self):
             return {"kind": "stub", "model": "m"}
         def generate(self, batch):
+            if Engine.calls:  # the batches before this one are committed by now
+                print("batch", Engine.calls, flush=True)
             Engine.calls += 1
             with open(log_path, "a") as log:
                 log.write("".join(r.item_id + "\\n" for r in batch))
@@ -276,11 +295,16 @@ CHILD = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)
         return 0
 
+    # Every connection to the cache counts its steps: the reads here and the commits on the
+    # committer's thread.
+    opened = GenerationCache.__init__
+    def counted(self, path):
+        opened(self, path)
+        self.connection.set_progress_handler(step, 1)
+    GenerationCache.__init__ = counted
+
     with GenerationCache(cache_path) as cache:
-        cache.connection.set_progress_handler(step, 1)
-        gens = generate_cached(Engine(), requests, cache, batch_size=4,
-                               on_batch=lambda s: print("batch", s.batches, flush=True))
-        cache.connection.set_progress_handler(None, 1)
+        gens = generate_through_cache(Engine(), requests, cache, batch_size=4)
     with open(out_path, "w") as out:
         json.dump({"generations": [g.__dict__ for g in gens], "ops": ops[0]}, out, sort_keys=True)
     """

@@ -15,10 +15,11 @@ from typing import Callable, Optional
 import pytest
 from PIL import Image, ImageDraw
 
-from orandcar_builder.cache import GenerationCache, generate_cached
+from orandcar_builder.cache import GenerationCache
 from orandcar_builder.engines import ENGINES, Engine, create_engine
 from orandcar_builder.engines.base import GenerationSettings
 from orandcar_builder.engines.replay import export_generations
+from orandcar_builder.executors.generation import generate_through_cache
 from orandcar_builder.images import ImageRef
 from orandcar_builder.records import Generation, Request
 from tests.fake_openai_server import FakeOpenAIServer
@@ -203,8 +204,8 @@ def test_output_is_cached_and_not_asked_again(setup, tmp_path):
             return harness.engine.generate(batch)
 
     with GenerationCache(tmp_path / "c.sqlite") as cache:
-        first = generate_cached(Counting(), image_requests(requests), cache, batch_size=2)
-        second = generate_cached(Counting(), image_requests(requests), cache, batch_size=2)
+        first = generate_through_cache(Counting(), image_requests(requests), cache, batch_size=2)
+        second = generate_through_cache(Counting(), image_requests(requests), cache, batch_size=2)
     assert first == second
     assert sorted(asked) == sorted(r.item_id for r in image_requests(requests))
 

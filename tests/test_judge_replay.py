@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from orandcar_builder.cache import CacheStats, GenerationCache, generate_cached
+from orandcar_builder.cache import CacheStats, GenerationCache
 from orandcar_builder.engines.replay import ReplayEngine, ReplayMissingError
+from orandcar_builder.executors.generation import generate_through_cache
 from orandcar_builder.judge import (
     JudgeItem,
     calibrate,
@@ -78,8 +79,8 @@ def test_judge_through_the_generation_cache(judge_replay, tmp_path):
     with GenerationCache(tmp_path / "cache" / "judge.sqlite") as cache:
         first, second = CacheStats(), CacheStats()
         engine = ReplayEngine(judge_replay)
-        run1 = judge(engine, items, generate=lambda e, r: generate_cached(e, r, cache, stats=first))
-        run2 = judge(engine, items, generate=lambda e, r: generate_cached(e, r, cache, stats=second))
+        run1 = judge(engine, items, generate=lambda e, r: generate_through_cache(e, r, cache, stats=first))
+        run2 = judge(engine, items, generate=lambda e, r: generate_through_cache(e, r, cache, stats=second))
     assert run1 == run2
     assert (first.asked, second.asked, second.hits) == (5, 0, 5)
 

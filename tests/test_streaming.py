@@ -13,9 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orandcar_builder.cache import CacheError, CommitBuffer
+from orandcar_builder.cache import CacheError
 from orandcar_builder.engines.base import Completion, EngineUnavailable, stream_batches
 from orandcar_builder.engines.replay import ReplayEngine
+from orandcar_builder.executors.generation import CommitBuffer
 from orandcar_builder.executors.ordering import sort_by_order
 from orandcar_builder.pipeline import build
 from orandcar_builder.records import Generation
@@ -251,9 +252,10 @@ def test_stream_batches_fails_only_the_bad_request():
 def test_generate_cached_streams_a_streaming_engine_and_commits_before_raising(tmp_path, recorded):
     """The judge's path: one stream over the call's missing requests; what finished is cached
     even when another request failed, and the failure names the item."""
-    from orandcar_builder.cache import CacheStats, GenerationCache, generate_cached
+    from orandcar_builder.cache import CacheStats, GenerationCache
     from orandcar_builder.engines.base import EngineRequestError
     from orandcar_builder.engines.replay import read_recordings
+    from orandcar_builder.executors.generation import generate_through_cache
     from orandcar_builder.records import Request
 
     gens, _ = recorded
@@ -264,10 +266,10 @@ def test_generate_cached_streams_a_streaming_engine_and_commits_before_raising(t
     stats = CacheStats()
     with GenerationCache(tmp_path / "c.sqlite") as cache:
         with pytest.raises(EngineRequestError, match=ids[3]):
-            generate_cached(engine, requests, cache, stats=stats)
+            generate_through_cache(engine, requests, cache, stats=stats)
         assert engine.held_most == 5 and len(cache) == len(ids) - 1
         healed = Shuffling(gens, window=5)
         healed.recordings = engine.recordings
-        out = generate_cached(healed, requests, cache)
+        out = generate_through_cache(healed, requests, cache)
     assert healed.asked == [ids[3]]
     assert [g.item_id for g in out] == ids

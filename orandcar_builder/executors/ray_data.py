@@ -13,8 +13,10 @@ The driver (this process) keeps the generation cache; the cluster only generates
    request that fails is recorded as ``failed`` with the error, and the job goes on. An actor that dies is restarted by Ray and its batch retried (Ray Data's
    defaults: without limit; ``max_restarts`` / ``max_task_retries`` bound them).
 3. The driver reads the results in order (``preserve_order``), commits each received batch of
-   generations to the cache in one transaction, and merges them with the cached items into
-   the same pool-order DecidedChunk stream as the local executor.
+   generations to the cache through the committer of the one cached path
+   (``generation.CachedGeneration``: the same keys, classes and commits as the local
+   executor's), waiting for the commit before it hands the batch on, and merges them with the
+   cached items into the same pool-order DecidedChunk stream as the local executor.
 
 Why the driver owns the cache: SQLite allows one writer at a time and its write-ahead log needs
 shared memory on one host, so actors on other nodes writing a cache file on network storage would
@@ -37,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..cache import engine_hash, for_request, generation_from_json, generation_to_json, is_complete, request_keys
+from ..cache import engine_hash, generation_from_json, generation_to_json, is_complete, request_keys
 from ..engines.base import EngineUnavailable, public_fingerprint, stream_of
 from ..errors import OrandCarError
 from ..families import Families
@@ -46,7 +48,7 @@ from ..parquetio import open_parquet
 from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Generation, Request, admitted_from_row
 from ..workdir import WorkDir
 from .base import DecidedChunk, GenerationJob
-from .generation import ASK, HIT, CachedAsks
+from .generation import ASK, HIT, CachedGeneration, cached_generation, for_request
 from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_request
 
 RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "
@@ -182,27 +184,26 @@ class RayExecutor:
         asks_dir = WorkDir(job.work).ray_dir
         shutil.rmtree(asks_dir, ignore_errors=True)
         asks_dir.mkdir(parents=True)
-        fingerprint = public_fingerprint(job.engine)
         t0 = time.perf_counter()
-        asks = CachedAsks(job.cache, fingerprint)
-        status, files = self._write_asks(job, asks, asks_dir)
         started = False
-        try:
-            if files:
-                started = self._connect()
-                results = _Peekable(self._results(job, fingerprint, files))
-            else:
-                results = _Peekable(iter(()))
-            yield from self._merge(job, asks, status, results)
-            if results.next() is not None:
-                raise ExecutorError("Ray returned more results than items were asked")
-        finally:
-            job.add_time("generate", time.perf_counter() - t0)
-            if started:
-                self.ray.shutdown()
+        with cached_generation(job.cache, job.engine, job.stats, job.progress) as cached:
+            status, files = self._write_asks(job, cached, asks_dir)
+            try:
+                if files:
+                    started = self._connect()
+                    results = _Peekable(self._results(job, cached, files))
+                else:
+                    results = _Peekable(iter(()))
+                yield from self._merge(job, cached, status, results)
+                if results.next() is not None:
+                    raise ExecutorError("Ray returned more results than items were asked")
+            finally:
+                job.add_time("generate", time.perf_counter() - t0)
+                if started:
+                    self.ray.shutdown()
         shutil.rmtree(asks_dir, ignore_errors=True)
 
-    def _write_asks(self, job: GenerationJob, asks: CachedAsks, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
+    def _write_asks(self, job: GenerationJob, asks: CachedGeneration, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
         """Classify every admitted item (cached, to ask, or sharing an earlier ask's key) and
         write the ones to ask; returns the classes (one byte per item) and the files."""
         admitted_file = open_parquet(job.admitted)
@@ -247,9 +248,10 @@ class RayExecutor:
                  configure_logging=self.show_progress)
         return True
 
-    def _results(self, job: GenerationJob, fingerprint: dict, files: list[Path]) -> Iterator[dict]:
+    def _results(self, job: GenerationJob, cached: CachedGeneration, files: list[Path]) -> Iterator[dict]:
         """The actors' records in ask order; each received batch of generations is committed to
-        the cache before its records are handed on."""
+        the cache (through the path's committer) before its records are handed on."""
+        fingerprint = cached.fingerprint
         import ray.data
 
         context = ray.data.DataContext.get_current()
@@ -285,13 +287,15 @@ class RayExecutor:
             options["max_task_retries"] = self.max_task_retries
         decided = dataset.map_batches(GenerateAndDecide, **options)
         try:
-            yield from self._commit(job, fingerprint, decided.iter_batches(batch_format="pyarrow", batch_size=None))
+            yield from self._commit(job, cached, decided.iter_batches(batch_format="pyarrow", batch_size=None))
         except OrandCarError:
             raise
         except Exception as exc:  # Ray's own errors wrap ours; show the cause, keep the chain
             raise ExecutorError(f"the Ray job failed: {_cause(exc)}") from exc
 
-    def _commit(self, job: GenerationJob, fingerprint: dict, tables) -> Iterator[dict]:
+    @staticmethod
+    def _commit(job: GenerationJob, cached: CachedGeneration, tables) -> Iterator[dict]:
+        """The rows of each received table, its complete generations committed first."""
         for table in tables:
             rows = table.to_pylist()
             complete = []
@@ -302,15 +306,15 @@ class RayExecutor:
                     complete.append(row)
             requests = [Request(item_id=row["id"], question=row["question"], family=row["family"],
                                 image=_image_of(row)) for row in complete]
-            entries = list(zip(request_keys(fingerprint, requests), (row["_generation"] for row in complete)))
+            entries = list(zip(request_keys(cached.fingerprint, requests), (row["_generation"] for row in complete)))
             job.stats.asked += len(rows)
             job.stats.uncached += sum(1 for r in rows if r["_generation"] is not None) - len(entries)
-            if entries and job.cache is not None:
-                job.stats.stored += job.cache.put_many(fingerprint, entries)
-            job.stats.batches += 1
+            if entries and cached.commits is not None:
+                cached.commits.add_many(entries)
+                cached.commits.flush()  # committed before its rows are handed on
             yield from rows
 
-    def _merge(self, job: GenerationJob, asks: CachedAsks, status: np.ndarray,
+    def _merge(self, job: GenerationJob, asks: CachedGeneration, status: np.ndarray,
                results: _Peekable) -> Iterator[DecidedChunk]:
         admitted_file = open_parquet(job.admitted)
         position = 0
@@ -335,10 +339,8 @@ class RayExecutor:
                     continue
                 if kind == HIT:
                     generation = hits.get(key)
-                    job.stats.hits += 1
                 else:  # the same request as an earlier item: committed when that one came back
-                    generation = asks.answers([key]).get(key)
-                    job.stats.shared += 1
+                    generation = asks.answer(key)
                 if generation is None:
                     generations.append(None)
                     rows.append(failed_row(a, request, SAME_REQUEST_FAILED))
@@ -346,7 +348,6 @@ class RayExecutor:
                 generation = for_request(generation, request)
                 generations.append(generation)
                 rows.append(decided_or_failed(a, request, generation, job.families))
-            job.stats.total += len(admitted)
             job.progress(job.stats)
             yield DecidedChunk(requests=requests, generations=generations, rows=rows)
 

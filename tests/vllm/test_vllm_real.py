@@ -21,11 +21,12 @@ pytest.importorskip("vllm", reason="real-vLLM tests need vllm (make test-vllm in
 
 from PIL import Image  # noqa: E402
 
-from orandcar_builder.cache import CacheStats, GenerationCache, generate_cached  # noqa: E402
+from orandcar_builder.cache import CacheStats, GenerationCache  # noqa: E402
 from orandcar_builder.engines.openai_compat import EngineRequestError, OpenAICompatEngine  # noqa: E402
 from orandcar_builder.engines.reasoning import generation_status, split_reasoning  # noqa: E402
 from orandcar_builder.engines.replay import ReplayEngine, export_generations  # noqa: E402
 from orandcar_builder.engines.vllm import VLLMEngine  # noqa: E402
+from orandcar_builder.executors.generation import generate_through_cache  # noqa: E402
 from orandcar_builder.images import ImageRef  # noqa: E402
 from orandcar_builder.records import Request  # noqa: E402
 from tests.fake_openai_server import completion_body  # noqa: E402
@@ -147,8 +148,8 @@ def test_cache_asks_once_and_replay_rebuilds_without_vllm(engine, requests_, tmp
 
     stats = CacheStats()
     with GenerationCache(tmp_path / "g.sqlite") as cache:
-        first = generate_cached(Counting(), requests_, cache, batch_size=2)
-        second = generate_cached(Counting(), list(reversed(requests_)), cache, stats=stats)
+        first = generate_through_cache(Counting(), requests_, cache, batch_size=2)
+        second = generate_through_cache(Counting(), list(reversed(requests_)), cache, stats=stats)
     assert sorted(asked) == sorted(r.item_id for r in requests_)
     assert (stats.hits, stats.asked) == (len(requests_), 0)
     assert list(reversed(second)) == first
