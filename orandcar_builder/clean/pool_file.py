@@ -17,7 +17,7 @@ import hashlib
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 from ..errors import OrandCarError
 from ..files import JsonLinesFile, replaced_on_success, within
@@ -33,7 +33,8 @@ DROPPED_FILE = "dropped.jsonl"
 
 def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[int] = None,
                 spill_dir: Optional[Union[str, os.PathLike]] = None,
-                images: Optional[ImagePolicy] = None, workers: int = 1) -> Iterator[Union[Admitted, Dropped]]:
+                images: Optional[ImagePolicy] = None, workers: int = 1,
+                named: Optional[Callable[[str], None]] = None) -> Iterator[Union[Admitted, Dropped]]:
     """Every line of the pool file as one Admitted or Dropped record, in line order: what
     read_pool drops (bad lines, images, repeated ids) and cleaning's verdict on the rest.
 
@@ -43,13 +44,14 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     passes remember the ids seen in scratch files under ``spill_dir`` (e.g. the build's work dir;
     None: the system temp dir) once there are many. ``images`` bounds and confines the image files
     (``pool.jsonl.read_pool``); ``workers`` > 1 checks them on that many processes, with the same
-    records.
+    records. ``named(path)`` hears of every file the lines name (``read_pool``).
     """
     pool = Path(pool)
     read_drops: list[Dropped] = []
 
     def items() -> Iterator[PoolItem]:
-        for record in read_pool(pool, limit=limit, spill_dir=spill_dir, images=images, workers=workers):
+        for record in read_pool(pool, limit=limit, spill_dir=spill_dir, images=images, workers=workers,
+                                named=named):
             if isinstance(record, Dropped):
                 read_drops.append(record)
             else:

@@ -65,9 +65,10 @@ class GenerateStage:
             work.on_close(work.cache.close)
         admitted_rows = None
         if self.overlapped:
-            admitted_rows = work.admission.rows()
-            # a failed build: stops the admission's workers and removes its partial files
-            work.on_close(admitted_rows.close)
+            admitted_rows = work.admission.stream()  # None: the last admission is reused
+            if admitted_rows is not None:
+                # a failed build: stops the admission's workers and removes its partial files
+                work.on_close(admitted_rows.close)
         job = GenerationJob(
             admitted=work.dir / "admitted.parquet", work=work.dir, engine=work.engine,
             factory=work.objects.engine_factory or EngineFactory(config.engine, dict(config.engine_options)),
