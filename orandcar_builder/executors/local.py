@@ -29,6 +29,7 @@ from ..cache import CommitBuffer, for_request, is_complete, request_keys
 from ..engines.base import public_fingerprint, stream_of
 from ..parquetio import open_parquet
 from ..records import Admitted, Generation, Request
+from .admitted_requests import request_from_row
 from .base import DecidedChunk, GenerationJob
 from .generation import ASK, HIT, CachedAsks
 from .steps import SAME_REQUEST_FAILED, admitted_from_row, decided_or_failed, failed_row, make_request
@@ -80,13 +81,12 @@ class LocalExecutor:
 
         def feed() -> Iterator[Request]:
             for rows in _row_batches(job):
-                admitted = [admitted_from_row(row) for row in rows]
-                requests = [make_request(a) for a in admitted]
+                requests = [request_from_row(row) for row in rows]  # the Admitted item for the asked only
                 keys, classes = asks.classify(requests)
                 status.extend(classes)
-                for a, request, key, kind in zip(admitted, requests, keys, classes):
+                for row, request, key, kind in zip(rows, requests, keys, classes):
                     if kind == ASK:
-                        in_flight[id(request)] = (a, request, key)
+                        in_flight[id(request)] = (admitted_from_row(row), request, key)
                         stats.total += 1
                         yield request
             fed.append(True)
