@@ -189,6 +189,13 @@ def test_a_work_file_changed_by_hand_admits_again(tmp_path, monkeypatch):
     (work / "admitted.parquet").unlink()
     _build(pool, replay, tmp_path / "out", work)
     assert admissions.calls == 3
+    record = json.loads((work / reuse.IDENTITY_FILE).read_text())
+    for damaged in ("not json", json.dumps({**record, "figures": {"admitted": 1}}),
+                    json.dumps({**record, "scheme": reuse.SCHEME + 1})):
+        (work / reuse.IDENTITY_FILE).write_text(damaged)
+        result = _build(pool, replay, tmp_path / "out", work)
+        assert result.report["admitted"] == 12
+    assert admissions.calls == 6
 
 
 def test_an_image_changed_while_it_is_admitted_is_not_recorded(tmp_path):
@@ -224,3 +231,20 @@ def test_the_request_read_from_a_row_is_the_admitted_items_request(tmp_path):
     rows.append({**rows[0], "id": "plain", "options": None, "question": "Ünïcode\nquestion"})
     for row in rows:
         assert request_from_row(row) == make_request(admitted_from_row(row)), row["id"]
+
+
+def test_a_change_the_stat_missed_is_an_error_and_the_next_build_admits_again(tmp_path, monkeypatch):
+    from orandcar_builder.pipeline import BuildError
+
+    pool, replay = _pool(tmp_path / "pool")
+    work = tmp_path / "work"
+    admissions = Admissions(monkeypatch)
+    _build(pool, replay, tmp_path / "out", work)
+    write_png(tmp_path / "pool" / "img" / "p1.png", (5, 5, 5), size=(25, 16))
+    with monkeypatch.context() as m:
+        m.setattr(reuse, "_files_unchanged", lambda images: True)  # as if the stat had not seen it
+        with pytest.raises(BuildError, match="changed since it was admitted"):
+            _build(pool, replay, tmp_path / "out", work)
+    assert admissions.calls == 1 and not (work / reuse.IDENTITY_FILE).exists()
+    _build(pool, replay, tmp_path / "out", work)
+    assert admissions.calls == 2

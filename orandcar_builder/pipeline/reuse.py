@@ -86,13 +86,18 @@ def file_stat(path: str) -> Optional[tuple]:
 
 
 def _code_digest() -> str:
+    """sha256 of the admission modules' source text; one that matches nothing when a source
+    cannot be read (an install without its .py files): such a build always admits."""
     digest = hashlib.sha256()
-    for name in ADMISSION_MODULES:
-        module = sys.modules.get(name) or __import__(name, fromlist=["_"])
-        digest.update(name.encode() + b"\0" + Path(module.__file__).read_bytes() + b"\0")
-    from ..executors import steps  # admitted_row: wherever it lives, its text counts
+    try:
+        for name in ADMISSION_MODULES:
+            module = sys.modules.get(name) or __import__(name, fromlist=["_"])
+            digest.update(name.encode() + b"\0" + Path(module.__file__).read_bytes() + b"\0")
+        from ..executors import steps  # admitted_row: wherever it lives, its text counts
 
-    digest.update(inspect.getsource(steps.admitted_row).encode("utf-8"))
+        digest.update(inspect.getsource(steps.admitted_row).encode("utf-8"))
+    except (OSError, TypeError):
+        return "unreadable-" + os.urandom(16).hex()
     return digest.hexdigest()
 
 
@@ -216,7 +221,10 @@ def reusable(work: Path, inputs: Inputs) -> Optional[dict]:
     except (OSError, ValueError, pa.ArrowException):
         return None
     figures = data.get("figures")
-    return figures if isinstance(figures, dict) else None
+    if (not isinstance(figures, dict) or not isinstance(figures.get("admitted"), int)
+            or not isinstance(figures.get("dropped"), dict) or not isinstance(figures.get("cleaning"), dict)):
+        return None
+    return figures
 
 
 def _files_unchanged(images: Path) -> bool:
