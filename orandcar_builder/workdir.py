@@ -47,6 +47,17 @@ class WorkDir:
         """Each dropped pool line with its reason (JSON lines)."""
         return self.path / "dropped.jsonl"
 
+    @property
+    def admission(self) -> Path:
+        """What the last admission read (the pool's identity, the settings) and wrote: a rerun
+        with the same inputs takes its files as they are (``pipeline.reuse``)."""
+        return self.path / "admission.json"
+
+    @property
+    def admission_images(self) -> Path:
+        """The stat of every file the pool's lines name, as the last admission found them."""
+        return self.path / "admission_images.parquet"
+
     # --- generate ------------------------------------------------------------------------------
     @property
     def cache_dir(self) -> Path:

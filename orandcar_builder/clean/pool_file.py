@@ -17,7 +17,7 @@ import hashlib
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 from ..errors import OrandCarError
 from ..families import Families
@@ -34,7 +34,7 @@ from .purity import measure_pool_file
 def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[int] = None,
                 spill_dir: Optional[Union[str, os.PathLike]] = None,
                 images: Optional[ImagePolicy] = None, workers: int = 1,
-                families: Optional[Families] = None) -> Iterator[Union[Admitted, Dropped]]:
+                families: Optional[Families] = None, named: Optional[Callable[[str], None]] = None) -> Iterator[Union[Admitted, Dropped]]:
     """Every line of the pool file as one Admitted or Dropped record, in line order: what
     read_pool drops (bad lines, images, repeated ids) and cleaning's verdict on the rest.
 
@@ -46,13 +46,14 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     (``pool.jsonl.read_pool``); ``workers`` > 1 checks them on that many processes, with the same
     records. ``families``: the registry whose families are admitted (a build's, a recipe's
     included; None: the code's).
+    ``named(path)`` hears of every file the lines name (``read_pool``).
     """
     pool = Path(pool)
     read_drops: list[Dropped] = []
 
     def items() -> Iterator[PoolItem]:
         for record in read_pool(pool, limit=limit, spill_dir=spill_dir, images=images, workers=workers,
-                                families=families):
+                                families=families, named=named):
             if isinstance(record, Dropped):
                 read_drops.append(record)
             else:

@@ -313,6 +313,9 @@ def format_summary(result) -> str:
         f"pool {f.pool}: {f.items} lines, one QA item each: {f.admitted} admitted, {f.dropped} dropped",
         f"QA items: accepted {f.accepted}  rejected {f.rejected}",
     ]
+    if any(stage.counters.get("reused") for stage in getattr(result, "stages", ())):
+        lines.insert(1, "  admission reused: the pool file, its images and the admission settings are unchanged "
+                        "since the work dir's last build")
     for reason, n in dropped_by_reason.items():
         lines.append(f"  dropped   {reason:<22} {n}")
     outside = sum(n for reason, n in dropped_by_reason.items() if reason in OUTSIDE_POOL_REASONS)

@@ -23,6 +23,7 @@ from ..workdir import WorkDir
 from .config import BuildConfig, BuildError, BuildObjects
 from .failure import BuildFailed, failed_build
 from .report import build_figures, manifest, recipe_ran, without_secrets, write_json
+from .reuse import forget as forget_admission
 from .stages import Admission, open_cache, open_engines, stages_for
 from .work import BuildContext, StageStats
 
@@ -121,6 +122,8 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
             # work/report.html, of the folder as it now stands (the staged one when it was not swapped in)
             review_after_build(out if result.ok else result.staged, work)
     except (OSError, ImageError, sqlite3.DatabaseError) as exc:
+        if isinstance(exc, ImageError):
+            forget_admission(work)  # an image changed since it was admitted: the next build admits again
         raise BuildError(_failure_message(exc, out, work)) from None
     except CacheFullError as exc:
         raise BuildError(f"{exc}; {_kept(out)}") from None

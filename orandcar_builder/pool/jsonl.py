@@ -189,7 +189,8 @@ def _line_id(obj: object) -> Optional[str]:
 def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
               spill_dir: Optional[Union[str, os.PathLike]] = None,
               images: Optional[ImagePolicy] = None, workers: int = 1,
-              families: Optional[Families] = None) -> Iterator[Union[PoolItem, Dropped]]:
+              families: Optional[Families] = None,
+              named: Optional[Callable[[str], None]] = None) -> Iterator[Union[PoolItem, Dropped]]:
     """Yield a PoolItem for each good line and a Dropped for each bad one, in file order. A line
     whose family is not one of ``families`` is dropped (``unknown_family``).
 
@@ -207,6 +208,11 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
     ``workers`` > 1 reads, decodes and hashes the image files on that many worker processes
     (``prefetch.ImagePrefetch``) while this one keeps everything that depends on order; the
     records are exactly those of ``workers=1``.
+
+    ``named(path)``, when given, is called with the absolute path of every file a line's
+    ``source.image`` and ``image`` name, as the line reaches the check that reads or places it
+    (lines dropped before that name nothing): the files the records depend on
+    (``pipeline.reuse`` records their identity).
     """
     path = Path(path)
     base = os.path.abspath(path.parent)
@@ -217,7 +223,7 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
     workers = check_workers(workers)
     with SpillSet(spill_dir) as seen_ids:
         yield from _read_pool(path, base, limit, seen_ids, _with_seal(images or ImagePolicy(), path), workers,
-                              families)
+                              families, named)
 
 
 def _with_seal(policy: ImagePolicy, pool: Path) -> ImagePolicy:
@@ -231,7 +237,8 @@ def _outside(recorded: str, base: str, root: str, policy: ImagePolicy) -> bool:
 
 def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
                policy: ImagePolicy, workers: int = 1,
-               families: Optional[Families] = None) -> Iterator[Union[PoolItem, Dropped]]:
+               families: Optional[Families] = None,
+               named: Optional[Callable[[str], None]] = None) -> Iterator[Union[PoolItem, Dropped]]:
     root = os.path.realpath(base)  # the folder the pool's paths must stay in, links resolved
     # One hash and decode check per image file while its QA items come close together; bounded, so
     # memory does not grow with the pool (an image seen again much later is checked again).
@@ -244,22 +251,24 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
     lines = islice(decode_json_lines(path), limit)
     here = lambda image_path: check_image(image_path, root, policy)  # noqa: E731
     if workers == 1:
-        yield from _read_lines(lines, base, root, seen_ids, policy, images, here, families)
+        yield from _read_lines(lines, base, root, seen_ids, policy, images, here, families, named)
         return
     from . import prefetch
 
     # The first lines are checked here: a small pool never waits for workers to start, and the
     # first items of a large one reach the engine while they start.
-    yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here, families)
+    yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here, families, named)
     with prefetch.ImagePrefetch(workers, base, root, policy, images.__contains__) as ahead:
-        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result, families)
+        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result, families, named)
 
 
 def _read_lines(lines: Iterable[tuple], base: str, root: str, seen_ids: SpillSet, policy: ImagePolicy,
                 images: "OrderedDict[str, ImageRef | ImageError]",
                 check: Callable[[str], "ImageRef | ImageError"],
-                families: Optional[Families] = None) -> Iterator[Union[PoolItem, Dropped]]:
-    """The records of ``lines`` in order; ``check(path)`` is an image file's admission check."""
+                families: Optional[Families] = None,
+                named: Optional[Callable[[str], None]] = None) -> Iterator[Union[PoolItem, Dropped]]:
+    """The records of ``lines`` in order; ``check(path)`` is an image file's admission check;
+    ``named(path)`` hears of each file a line names (``read_pool``)."""
     for where, obj in lines:
         if isinstance(obj, Dropped):
             yield obj
@@ -276,12 +285,16 @@ def _read_lines(lines: Iterable[tuple], base: str, root: str, seen_ids: SpillSet
             yield Dropped(where, "duplicate_id", f"id {item_id!r} already used earlier in the pool", item_id)
             continue
         source_image = fields["source"].image
+        if source_image is not None and named is not None:
+            named(os.path.abspath(os.path.join(base, source_image)))
         if source_image is not None and _outside(source_image, base, root, policy):
             seen_ids.discard(item_id)
             yield Dropped(where, SOURCE_OUTSIDE_POOL, f"source.image {source_image!r} lies outside the pool file's "
                                                       f"folder (allow it with --allow-outside-paths)", item_id)
             continue
         image_path = os.path.abspath(os.path.join(base, fields["image"]))  # no syscall; keeps the pool's file name
+        if named is not None:
+            named(image_path)
         if image_path in images:
             images.move_to_end(image_path)
         else:

@@ -31,8 +31,11 @@ from ..errors import OrandCarError
 from ..images import ImageError, ImagePolicy, ImageRef, check_image, check_images, start_worker
 from ..interrupts import sigint_blocked
 
-# Lines per task sent to a worker: enough to make a task's overhead small against its images.
+# Lines of the first task sent to a worker; each next task has twice as many, up to CHUNK_GROWTH
+# times this: the first checks come back soon, and then a task's overhead (pickling it, the
+# pipe writes of the build's process) stays small against its images' checks.
 CHUNK_LINES = 16
+CHUNK_GROWTH = 16
 # Tasks queued per worker ahead of the reader.
 TASKS_PER_WORKER = 4
 # Lines the reader checks itself before any worker starts (``jsonl.read_pool``).
@@ -83,6 +86,7 @@ class ImagePrefetch:
         self.workers = check_workers(workers)
         self.base, self.root, self.policy, self.known = base, root, policy, known
         self.chunk = chunk or CHUNK_LINES
+        self.max_chunk = self.chunk if chunk else self.chunk * CHUNK_GROWTH
         self.depth = depth or TASKS_PER_WORKER * self.workers
         self.ready: dict[str, ImageRef | ImageError] = {}
         self.pending: dict[str, int] = {}  # path sent -> the last chunk that names it
@@ -116,6 +120,7 @@ class ImagePrefetch:
             chunk = list(islice(source, self.chunk))
             if not chunk:
                 return False
+            self.chunk = min(self.chunk * 2, self.max_chunk)
             index, self._next = self._next, self._next + 1
             named: list[str] = []
             send: list[str] = []

@@ -3,7 +3,12 @@ order) and work/dropped.jsonl (each dropped line with its reason).
 
 ``Admission`` is the stage as a stream, so that on the local executor the generate stage can
 consume the rows as they are admitted (the first requests go out after a few items); the
-``AdmitStage`` runs it whole when admission does not overlap generation."""
+``AdmitStage`` runs it whole when admission does not overlap generation.
+
+A rerun whose admission inputs are those of the work dir's last admission (the pool file, the
+files its lines name, the settings and cleaning code: ``pipeline.reuse``) takes its files and
+figures as they are: ``Admission.start()`` says so, and the generate stage then reads
+work/admitted.parquet."""
 
 from __future__ import annotations
 
@@ -16,8 +21,10 @@ from ...clean.pool_file import clean_lines
 from ...families import Families
 from ...files import JsonLinesFile
 from ...images import ImagePolicy
+from ...parquetio import open_parquet
 from ...records import ADMITTED_SCHEMA, Dropped, admitted_row
 from ...workdir import WorkDir
+from .. import reuse
 from ..progress import count_lines, stage_bar
 from ..work import AdmitResult, BuildContext, StageStats
 from ..workfiles import ParquetFile, WorkFiles
@@ -42,6 +49,8 @@ class Admission:
         self.admitted = 0
         self.done = False
         self.seconds = 0.0
+        self.reused = False  # the work dir's last admission was taken as it is (``start``)
+        self._inputs: Optional[reuse.Inputs] = None
         self._lines: Optional[int] = None
 
     @property
@@ -58,13 +67,49 @@ class Admission:
             return self.admitted
         return self.lines - sum(self.dropped.values()) if self.progress else None
 
+    def start(self) -> bool:
+        """Take the work dir's last admission as it is when its inputs are unchanged
+        (``reuse.reusable``): True then, and the admission is done. Checked once."""
+        if self._inputs is None:
+            t0 = time.perf_counter()
+            self._inputs = reuse.Inputs(self.pool, self.limit, self.images, self.families)
+            figures = reuse.reusable(self.work, self._inputs)
+            if figures is not None:
+                self.clean_report.clear()
+                self.clean_report.update(figures["cleaning"])
+                self.dropped = Counter(figures["dropped"])
+                self.admitted = figures["admitted"]
+                self.reused = self.done = True
+            self.seconds += time.perf_counter() - t0
+        return self.reused
+
+    def stream(self) -> Optional[Iterator[dict]]:
+        """``rows()`` while admitting; None when the last admission is reused (``start``): its rows
+        are then read from work/admitted.parquet."""
+        return None if self.start() else self.rows()
+
+    def run(self) -> None:
+        """The whole admission (or its reuse)."""
+        if not self.start():
+            for _ in self.rows():
+                pass
+
     def rows(self) -> Iterator[dict]:
+        if self.start():
+            for batch in open_parquet(WorkDir(self.work).admitted).iter_batches():
+                yield from batch.to_pylist()
+            return
         t0 = time.perf_counter()
+        reuse.forget(self.work)  # the files it describes are about to be replaced
+        inputs = self._inputs
         with stage_bar("admit", self.lines if self.progress else None, self.progress) as bar, \
                 WorkFiles(admitted=ParquetFile(WorkDir(self.work).admitted, ADMITTED_SCHEMA),
-                          dropped=JsonLinesFile(WorkDir(self.work).dropped)) as files:
+                          dropped=JsonLinesFile(WorkDir(self.work).dropped),
+                          images=ParquetFile(WorkDir(self.work).admission_images, reuse.IMAGES_SCHEMA)) as files:
+            named = reuse.NamedFiles(files.images, inputs.start_ns)
             for record in clean_lines(self.pool, self.clean_report, limit=self.limit, spill_dir=self.work,
-                                      images=self.images, workers=self.workers, families=self.families):
+                                      images=self.images, workers=self.workers, named=named,
+                                      families=self.families):
                 bar.update(1)
                 if isinstance(record, Dropped):
                     files.dropped.write(record.to_dict())
@@ -76,11 +121,17 @@ class Admission:
                     self.seconds += time.perf_counter() - t0
                     yield row
                     t0 = time.perf_counter()
+        if not named.racy:
+            reuse.record(self.work, inputs, {"admitted": self.admitted, "dropped": dict(self.dropped),
+                                             "cleaning": self.clean_report})
         self.seconds += time.perf_counter() - t0
         self.done = True
 
     def counters(self) -> dict:
-        return {"admitted": self.admitted, "dropped": sum(self.dropped.values())}
+        counters = {"admitted": self.admitted, "dropped": sum(self.dropped.values())}
+        if self.reused:
+            counters["reused"] = True
+        return counters
 
 
 class AdmitStage:
@@ -90,6 +141,5 @@ class AdmitStage:
     name = "admit"
 
     def run(self, context: BuildContext, admission: Admission) -> AdmitResult:
-        for _ in admission.rows():
-            pass
+        admission.run()
         return AdmitResult.of(admission, StageStats(self.name, {"admit": admission.seconds}, admission.counters()))

@@ -73,9 +73,10 @@ class GenerateStage:
         config, work = context.config, context.work
         admitted_rows = None
         if self.overlapped:
-            admitted_rows = admission.rows()
-            # a failed build: stops the admission's workers and removes its partial files
-            context.on_close(admitted_rows.close)
+            admitted_rows = admission.stream()  # None: the last admission is reused
+            if admitted_rows is not None:
+                # a failed build: stops the admission's workers and removes its partial files
+                context.on_close(admitted_rows.close)
         cache_stats = CacheStats()
         job = GenerationJob(
             admitted=work.admitted, work=work.path, engine=engine,
