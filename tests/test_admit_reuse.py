@@ -219,20 +219,6 @@ def test_an_image_changed_while_it_is_admitted_is_not_recorded(tmp_path):
     assert not older.racy and older.file.rows[1]["size"] == -1
 
 
-def test_the_request_read_from_a_row_is_the_admitted_items_request(tmp_path):
-    from orandcar_builder.executors.admitted_requests import request_from_row
-    from orandcar_builder.executors.steps import admitted_from_row, make_request
-
-    pool, replay = _pool(tmp_path / "pool")
-    _build(pool, replay, tmp_path / "out", tmp_path / "work")
-    rows = pq.read_table(tmp_path / "work" / "admitted.parquet").to_pylist()
-    rows.append({**rows[0], "id": "mc", "family": "multiple_choice", "options": ["red", "blue"],
-                 "references": ["A", "B"], "question": "Which colour?"})
-    rows.append({**rows[0], "id": "plain", "options": None, "question": "Ünïcode\nquestion"})
-    for row in rows:
-        assert request_from_row(row) == make_request(admitted_from_row(row)), row["id"]
-
-
 def test_a_change_the_stat_missed_is_an_error_and_the_next_build_admits_again(tmp_path, monkeypatch):
     from orandcar_builder.pipeline import BuildError
 
