@@ -136,6 +136,9 @@ class FirstRequestProbe:
     def describe(self):
         return self.inner.describe()
 
+    def generation_settings(self):  # what the wrapped engine says of itself (the card's model row)
+        return self.inner.generation_settings()
+
     def generate(self, requests):
         return self.inner.generate(requests)
 

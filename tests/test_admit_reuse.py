@@ -16,6 +16,7 @@ from orandcar_builder.clean import policy as clean_policy
 from orandcar_builder.pipeline import build, reuse
 from orandcar_builder.pipeline.report import format_summary
 from orandcar_builder.pipeline.stages import admit as admit_stage
+from orandcar_builder.workdir import WorkDir
 
 from .conftest import dataset_files, write_png, write_pool
 
@@ -84,7 +85,7 @@ def test_the_second_build_of_an_unchanged_pool_reuses_its_admission(tmp_path, mo
     work = tmp_path / "work"
     admissions = Admissions(monkeypatch)
     first = _build(pool, replay, tmp_path / "out1", work, overlap_admit=overlap)
-    assert admissions.calls == 1 and (work / reuse.IDENTITY_FILE).is_file()
+    assert admissions.calls == 1 and WorkDir(work).admission.is_file()
     kept = {name: (work / name).read_bytes() for name in ("admitted.parquet", "dropped.jsonl", "decisions.parquet")}
     assert first.report["dropped_by_reason"] == {"duplicate_qa": 1, "image_missing": 1, "image_undecodable": 1,
                                                  "malformed_json": 1}
@@ -189,10 +190,10 @@ def test_a_work_file_changed_by_hand_admits_again(tmp_path, monkeypatch):
     (work / "admitted.parquet").unlink()
     _build(pool, replay, tmp_path / "out", work)
     assert admissions.calls == 3
-    record = json.loads((work / reuse.IDENTITY_FILE).read_text())
+    record = json.loads(WorkDir(work).admission.read_text())
     for damaged in ("not json", json.dumps({**record, "figures": {"admitted": 1}}),
                     json.dumps({**record, "scheme": reuse.SCHEME + 1})):
-        (work / reuse.IDENTITY_FILE).write_text(damaged)
+        WorkDir(work).admission.write_text(damaged)
         result = _build(pool, replay, tmp_path / "out", work)
         assert result.report["admitted"] == 12
     assert admissions.calls == 6
@@ -231,6 +232,6 @@ def test_a_change_the_stat_missed_is_an_error_and_the_next_build_admits_again(tm
         m.setattr(reuse, "_files_unchanged", lambda images: True)  # as if the stat had not seen it
         with pytest.raises(BuildError, match="changed since it was admitted"):
             _build(pool, replay, tmp_path / "out", work)
-    assert admissions.calls == 1 and not (work / reuse.IDENTITY_FILE).exists()
+    assert admissions.calls == 1 and not WorkDir(work).admission.exists()
     _build(pool, replay, tmp_path / "out", work)
     assert admissions.calls == 2
