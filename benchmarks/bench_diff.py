@@ -6,7 +6,7 @@ RS_think, the rest rejected), the new one with ``--changes`` rows of changes wha
 third of them flipped to rejected, a third with a new answer, a third removed), so the lists
 the diff reports stay the same size. Then runs ``orandcar diff --json OLD NEW`` in a child
 process (``--tree``: the source tree whose code runs, e.g. an older checkout) and prints its
-wall time and peak RSS (the child's own ``ru_maxrss``).
+wall time and peak RSS (the child's own ``VmHWM``).
 
     .venv/bin/python benchmarks/bench_diff.py --items 20000 100000 200000 --json bench_diff.json
 """
@@ -73,15 +73,20 @@ def _write(folder: Path, images: int, changes: int, new: bool) -> None:
     (folder / "README.md").write_text(CARD, encoding="utf-8")
 
 
-# The child runs the CLI and writes its own peak RSS (KiB) to the file named by its first argument.
+# The child runs the CLI and writes its own peak RSS (KiB) to the file named by its first argument:
+# VmHWM, the high-water mark of its own address space. Not ru_maxrss: Linux carries it across exec,
+# so a child spawned by this process (vfork) reports at least this process's peak, which holds
+# the folders it wrote (that made the figures of 2026-12-02 before 3:20 UTC grow with the dataset).
 _CHILD = """
-import resource, sys
+import re, sys
+from pathlib import Path
 from orandcar_builder.cli import main
 try:
     main(sys.argv[2:])
 except SystemExit as exc:
     code = exc.code
-open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+peak = re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)
+open(sys.argv[1], "w").write(peak)
 sys.exit(code)
 """
 

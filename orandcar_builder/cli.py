@@ -761,10 +761,10 @@ def diff_cmd(old, new, as_json):
         orandcar diff OrandCar-old OrandCar
         orandcar diff my-org/OrandCar@v1.0 my-org/OrandCar@v1.1 --json
     """
+    from .diff import FLIPS_SHOWN, format_diff
     from .diff import diff as run_diff
-    from .diff import format_diff
 
-    result = run_diff(old, new)
+    result = run_diff(old, new, keep=None if as_json else FLIPS_SHOWN)  # the printout lists a few
     click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) if as_json else format_diff(result))
     sys.exit(0 if result.identical else 1)
 

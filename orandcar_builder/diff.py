@@ -325,19 +325,53 @@ def _changed_json(before: _Item, after: _Item) -> dict:
     return out
 
 
-def _row_counts(store: DiffStore, cfg: int) -> dict:
+@dataclass
+class Listing:
+    """The differences of one kind (rows added, items flipped, ...): how many, exactly, and the first
+    ``keep`` of them (None: all, what --json lists), so that what a diff holds for its printout does
+    not grow with the differences; ``parts``: of changed items, how many changed each part."""
+
+    keep: Optional[int] = None
+    count: int = 0
+    kept: list = field(default_factory=list)
+    parts: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, entries: Iterator, keep: Optional[int]) -> "Listing":
+        listing = cls(keep)
+        for entry in entries:
+            listing.add(entry)
+        return listing
+
+    def add(self, entry: Any) -> None:
+        self.count += 1
+        if self.keep is None or len(self.kept) < self.keep:
+            self.kept.append(entry)
+        if isinstance(entry, dict):
+            for part in entry.get("changed", ()):
+                self.parts[part] = self.parts.get(part, 0) + 1
+
+    def all(self) -> list:
+        """Every entry; only a listing that kept them all has them."""
+        if len(self.kept) != self.count:
+            raise ValueError(f"this diff kept {len(self.kept)} of {self.count} entries (keep={self.keep})")
+        return list(self.kept)
+
+
+def _row_counts(store: DiffStore, cfg: int, keep: Optional[int]) -> dict:
     return {"old": store.count("row", OLD, cfg), "new": store.count("row", NEW, cfg),
-            "added": [key for key, _ in store.only_in("row", NEW, cfg)],
-            "removed": [key for key, _ in store.only_in("row", OLD, cfg)],
-            "changed": [new[0] for _, new in store.changed("row", cfg)]}
+            "added": Listing.of((key for key, _ in store.only_in("row", NEW, cfg)), keep),
+            "removed": Listing.of((key for key, _ in store.only_in("row", OLD, cfg)), keep),
+            "changed": Listing.of((new[0] for _, new in store.changed("row", cfg)), keep)}
 
 
-def _item_counts(store: DiffStore, cfg: int) -> dict:
+def _item_counts(store: DiffStore, cfg: int, keep: Optional[int]) -> dict:
     """Like ``_row_counts``, each item listed as --json shows it (``_key_json``, ``_changed_json``)."""
     return {"old": store.count("item", OLD, cfg), "new": store.count("item", NEW, cfg),
-            "added": [_key_json(_Item.of(r)) for r in store.only_in("item", NEW, cfg)],
-            "removed": [_key_json(_Item.of(r)) for r in store.only_in("item", OLD, cfg)],
-            "changed": [_changed_json(_Item.of(o), _Item.of(n)) for o, n in store.changed("item", cfg)]}
+            "added": Listing.of((_key_json(_Item.of(r)) for r in store.only_in("item", NEW, cfg)), keep),
+            "removed": Listing.of((_key_json(_Item.of(r)) for r in store.only_in("item", OLD, cfg)), keep),
+            "changed": Listing.of((_changed_json(_Item.of(o), _Item.of(n)) for o, n in store.changed("item", cfg)),
+                                  keep)}
 
 
 def _flatten(value: Any, prefix: str = "") -> dict:
@@ -381,8 +415,8 @@ def _acceptance(accepted: dict[str, int], rejected: dict[str, int]) -> dict:
 class DatasetDiff:
     old: Side
     new: Side
-    configs: dict[str, dict]  # config -> {"rows": counts, "qa": counts}
-    flipped: dict[str, list[dict]]  # "accepted_to_rejected" / "rejected_to_accepted" -> items
+    configs: dict[str, dict]  # config -> {"rows": counts, "qa": counts}; counts' lists are Listings
+    flipped: dict[str, Listing]  # "accepted_to_rejected" / "rejected_to_accepted" -> items
     acceptance: dict[str, dict]  # family -> {"old": counts, "new": counts}
     settings: dict  # {"old": block, "new": block, "changed": [...]}
     dataset: dict = field(default_factory=dict)  # QA items of the dataset (accepted or rejected): counts
@@ -390,14 +424,14 @@ class DatasetDiff:
 
     @property
     def identical(self) -> bool:
-        return (not any(c[part][kind] for c in self.configs.values() for part in ("rows", "qa")
+        return (not any(c[part][kind].count for c in self.configs.values() for part in ("rows", "qa")
                         for kind in ("added", "removed", "changed"))
                 and not self.settings["changed"])
 
     def totals(self) -> dict:
         """QA items of the dataset as a whole: old and new counts; added, removed, and changed
         without changing side (an item whose decision flipped is counted as flipped, not here)."""
-        return {kind: value if isinstance(value, int) else len(value) for kind, value in self.dataset.items()}
+        return {kind: value if isinstance(value, int) else value.count for kind, value in self.dataset.items()}
 
     def summary(self) -> dict:
         """The few figures a Versions entry records: QA items of the dataset (accepted or rejected)
@@ -408,13 +442,14 @@ class DatasetDiff:
         return {
             "qa": {"old": totals["old"], "new": totals["new"], "added": totals["added"],
                    "removed": totals["removed"], "changed": totals["changed"]},
-            "flipped": {kind: len(items) for kind, items in self.flipped.items()},
+            "flipped": {kind: items.count for kind, items in self.flipped.items()},
             "accepted_share": {"old": _share(accepted["old"], totals["old"]),
                                "new": _share(accepted["new"], totals["new"])},
             "settings_changed": sorted({change["key"].split(".")[0] for change in self.settings["changed"]}),
         }
 
     def to_dict(self) -> dict:
+        """Everything, every difference listed (a diff made with ``keep=None``)."""
         def side(s: Side) -> dict:
             return {"source": s.spec, "kind": s.kind, "revision": s.revision}
 
@@ -422,8 +457,8 @@ class DatasetDiff:
             out = {"old": c["old"], "new": c["new"]}
             for kind in ("added", "removed", "changed"):
                 keys = c[kind]
-                out[kind] = len(keys)
-                out[f"{kind}_keys"] = list(keys)
+                out[kind] = keys.count
+                out[f"{kind}_keys"] = keys.all()
             return out
 
         return {
@@ -432,19 +467,20 @@ class DatasetDiff:
             "identical": self.identical,
             "configs": {config: {"rows": counts(c["rows"]), "qa": counts(c["qa"])} for config, c in self.configs.items()},
             "qa": counts(self.dataset),
-            "flipped": self.flipped,
+            "flipped": {kind: items.all() for kind, items in self.flipped.items()},
             "acceptance": self.acceptance,
             "settings": self.settings,
             "summary": self.summary(),
         }
 
 
-def diff_sides(old: Side, new: Side, *, scratch: Optional[Path] = None) -> DatasetDiff:
+def diff_sides(old: Side, new: Side, *, scratch: Optional[Path] = None, keep: Optional[int] = None) -> DatasetDiff:
     """Compare two sides (see the module docstring for what counts as added, removed, changed).
     Both sides' rows and items go to an SQLite scratch file (``diffstore``) under ``scratch``
-    (None: the system temp dir), so memory does not grow with the dataset."""
+    (None: the system temp dir), so memory does not grow with the dataset; of each kind of
+    difference the first ``keep`` are kept (None: all, for ``to_dict``), the rest counted."""
     try:
-        configs, flipped, acceptance, dataset = _compare(old, new, scratch)
+        configs, flipped, acceptance, dataset = _compare(old, new, scratch, keep)
     except sqlite3.DatabaseError as exc:  # a full disk, mostly
         raise DiffError(f"diff's scratch file under {scratch or tempfile.gettempdir()} failed ({exc}); it takes "
                         f"about {SCRATCH_BYTES_PER_ITEM:,} bytes per QA item: set TMPDIR to a folder with room") from None
@@ -454,7 +490,7 @@ def diff_sides(old: Side, new: Side, *, scratch: Optional[Path] = None) -> Datas
     return DatasetDiff(old, new, configs, flipped, acceptance, settings, dataset)
 
 
-def _compare(old: Side, new: Side, scratch: Optional[Path]) -> tuple[dict, dict, dict, dict]:
+def _compare(old: Side, new: Side, scratch: Optional[Path], keep: Optional[int]) -> tuple[dict, dict, dict, dict]:
     """The per-config counts, the flips, the acceptance and the dataset's counts (``diff_sides``)."""
     with DiffStore(scratch) as store:
         for side_index, side in ((OLD, old), (NEW, new)):
@@ -462,7 +498,7 @@ def _compare(old: Side, new: Side, scratch: Optional[Path]) -> tuple[dict, dict,
             for config in CONFIGS:
                 load_config(store, side_index, side, config, instructions)
         store.finish()
-        configs = {config: {"rows": _row_counts(store, cfg), "qa": _item_counts(store, cfg)}
+        configs = {config: {"rows": _row_counts(store, cfg, keep), "qa": _item_counts(store, cfg, keep)}
                    for cfg, config in enumerate(CONFIGS)}
         acc, rej = CONFIGS.index(ACCEPTED_CONFIG), CONFIGS.index(CONFIG_REJECTED)
 
@@ -474,8 +510,8 @@ def _compare(old: Side, new: Side, scratch: Optional[Path]) -> tuple[dict, dict,
             return out
 
         flipped = {
-            "accepted_to_rejected": [flip(_Item.of(o), _Item.of(n)) for o, n in store.flipped(acc, rej)],
-            "rejected_to_accepted": [flip(_Item.of(o), _Item.of(n)) for o, n in store.flipped(rej, acc)],
+            "accepted_to_rejected": Listing.of((flip(_Item.of(o), _Item.of(n)) for o, n in store.flipped(acc, rej)), keep),
+            "rejected_to_accepted": Listing.of((flip(_Item.of(o), _Item.of(n)) for o, n in store.flipped(rej, acc)), keep),
         }
         before = _acceptance(store.families(OLD, acc), store.families(OLD, rej))
         after = _acceptance(store.families(NEW, acc), store.families(NEW, rej))
@@ -483,15 +519,16 @@ def _compare(old: Side, new: Side, scratch: Optional[Path]) -> tuple[dict, dict,
                       for family in sorted(set(before) | set(after))}
         store.union(acc, rej)
         dataset = {"old": store.union_count(OLD), "new": store.union_count(NEW),
-                   "added": [_key_json(_Item.of(r)) for r in store.union_only_in(NEW)],
-                   "removed": [_key_json(_Item.of(r)) for r in store.union_only_in(OLD)],
-                   "changed": [_changed_json(_Item.of(o), _Item.of(n)) for o, n in store.union_changed()]}
+                   "added": Listing.of((_key_json(_Item.of(r)) for r in store.union_only_in(NEW)), keep),
+                   "removed": Listing.of((_key_json(_Item.of(r)) for r in store.union_only_in(OLD)), keep),
+                   "changed": Listing.of((_changed_json(_Item.of(o), _Item.of(n)) for o, n in store.union_changed()),
+                                         keep)}
     return configs, flipped, acceptance, dataset
 
 
-def diff(old: str, new: str, *, token: Optional[str] = None) -> DatasetDiff:
-    """``orandcar diff OLD NEW``: open both sides and compare them."""
-    return diff_sides(open_side(old, token=token), open_side(new, token=token))
+def diff(old: str, new: str, *, token: Optional[str] = None, keep: Optional[int] = None) -> DatasetDiff:
+    """``orandcar diff OLD NEW``: open both sides and compare them (``keep``: see ``diff_sides``)."""
+    return diff_sides(open_side(old, token=token), open_side(new, token=token), keep=keep)
 
 
 # --- human output --------------------------------------------------------------------------------
@@ -529,7 +566,7 @@ def _where_differ(old: str, new: str, context: int = CONTEXT_CHARS) -> tuple[str
 
 
 def _changes(c: dict) -> str:
-    return f"{c['old']:,} → {c['new']:,} (+{len(c['added']):,} -{len(c['removed']):,} ~{len(c['changed']):,})"
+    return f"{c['old']:,} → {c['new']:,} (+{c['added'].count:,} -{c['removed'].count:,} ~{c['changed'].count:,})"
 
 
 def _answer(shown: dict) -> str:
@@ -545,31 +582,29 @@ def _family_share(counts: Optional[dict]) -> str:
     return f"{counts['accepted']:,}/{counts['qa']:,} {share}"
 
 
-def _changed_lines(changed: list[dict], shown: int) -> list[str]:
+def _changed_lines(changed: Listing, shown: int) -> list[str]:
     """The changed QA items of the dataset (not flipped): how many per changed part, then the
     first ``shown`` of them with what changed, and where a question changed, the changed part."""
-    if not changed:
+    if not changed.count:
         return []
-    parts: dict[str, int] = {}
-    for entry in changed:
-        for part in entry["changed"]:
-            parts[part] = parts.get(part, 0) + 1
+    parts = changed.parts
     by_part = ", ".join(f"{part} {n:,}" for part, n in sorted(parts.items(), key=lambda p: ITEM_PARTS.index(p[0])))
-    lines = [f"QA items changed: {len(changed):,} (by part: {by_part})"]
-    for entry in changed[:shown]:
+    lines = [f"QA items changed: {changed.count:,} (by part: {by_part})"]
+    for entry in changed.kept[:shown]:
         lines.append(f"  changed ({' changed, '.join(entry['changed'])} changed)  {entry['family']}  "
                      f"{entry['dataset']}/{entry['split']}/{entry['id']}  {_short(entry['question'], 50)}")
         if "old_question" in entry:
             before, after = _where_differ(entry["old_question"], entry["question"])
             lines.append(f"      question: {before} → {after}")
-    if len(changed) > shown:
-        lines.append(f"  ... and {len(changed) - shown:,} more (--json lists them all)")
+    if changed.count > shown:
+        lines.append(f"  ... and {changed.count - shown:,} more (--json lists them all)")
     lines.append("")
     return lines
 
 
 def format_diff(result: DatasetDiff, *, flips_shown: int = FLIPS_SHOWN) -> str:
-    """The short table ``orandcar diff`` prints."""
+    """The short table ``orandcar diff`` prints (from a diff that kept at least ``flips_shown``
+    entries of each kind: ``keep=FLIPS_SHOWN``)."""
     lines = [f"old: {result.old.describe()}", f"new: {result.new.describe()}", ""]
     width = max(len(c) for c in CONFIGS) + 2
     lines.append(f"{'config':<{width}}{'rows old → new (+added -removed ~changed)':<44}QA items old → new (+added -removed ~changed)")
@@ -580,15 +615,15 @@ def format_diff(result: DatasetDiff, *, flips_shown: int = FLIPS_SHOWN) -> str:
                  f"-{totals['removed']:,} ~{totals['changed']:,}; a flipped item moves between configs)")
     lines.append("")
     a2r, r2a = result.flipped["accepted_to_rejected"], result.flipped["rejected_to_accepted"]
-    lines.append(f"decisions flipped: {len(r2a):,} rejected → accepted, {len(a2r):,} accepted → rejected")
-    shown = [("rejected → accepted", f) for f in r2a] + [("accepted → rejected", f) for f in a2r]
+    lines.append(f"decisions flipped: {r2a.count:,} rejected → accepted, {a2r.count:,} accepted → rejected")
+    shown = [("rejected → accepted", f) for f in r2a.kept] + [("accepted → rejected", f) for f in a2r.kept]
     for label, f in shown[:flips_shown]:
         asked = "  (question changed)" if "old_question" in f else ""
         lines.append(f"  {label}  {f['family']}  {f['dataset']}/{f['split']}/{f['id']}  {_short(f['question'], 50)}"
                      f"{asked}")
         lines.append(f"      {_answer(f['old'])} → {_answer(f['new'])}")
-    if len(shown) > flips_shown:
-        lines.append(f"  ... and {len(shown) - flips_shown:,} more (--json lists them all)")
+    if r2a.count + a2r.count > flips_shown:
+        lines.append(f"  ... and {r2a.count + a2r.count - flips_shown:,} more (--json lists them all)")
     lines.append("")
     lines += _changed_lines(result.dataset["changed"], flips_shown)
     lines.append("acceptance per family (accepted/QA items)")

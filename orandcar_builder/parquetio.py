@@ -11,15 +11,21 @@ entry of 1 MB named by a million rows takes a few kB. ``check_row_groups`` refus
 row group decodes to more than ``MAX_ROW_GROUP_BYTES`` (``ShardTooLargeError``), from the footer's
 figures alone (each column chunk's ``total_uncompressed_size`` and ``num_values``): what a plainly
 encoded column decodes to is its uncompressed size; a dictionary-encoded text column can decode to
-up to ``num_values`` times that, so where the footer cannot rule it out, the column is read in
-dictionary form (the dictionary and the indices: no more than the footer's figures) and the
-decoded size counted exactly, one leaf column at a time. A shard is refused before its rows are
-read.
+up to ``num_values`` times that. Where the footer cannot rule it out, each such column's dictionary
+page is read alone (the first value of the column chunk in dictionary form: the dictionary and
+one index) for its longest entry: no value of the chunk decodes to more, so ``num_values`` times
+that bounds it (our own shards, whose text rarely repeats, stop here: reading them costs a
+dictionary page per column, not a row group). Only where that bound still exceeds the limit is
+the column read whole in dictionary form (the dictionary and the indices: no more than the
+footer's figures) and the decoded size counted exactly, one leaf column at a time; the reader
+builds one dictionary for the whole chunk then, which costs memory in the row group's size. A
+shard is refused before its rows are read.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from typing import IO, Iterable, Optional, Union
 
 import pyarrow as pa
@@ -83,6 +89,141 @@ def _decoded_nbytes(array: pa.Array) -> int:
     return array.nbytes
 
 
+# parquet's PageHeader (thrift compact protocol): the fields read; PageType DICTIONARY_PAGE.
+_PAGE_TYPE, _PAGE_UNCOMPRESSED, _PAGE_COMPRESSED, _PAGE_DICTIONARY_HEADER = 1, 2, 3, 7
+_DICTIONARY_PAGE = 2
+_PLAIN_ENCODINGS = (0, 2)  # a dictionary page's entries: PLAIN, or PLAIN_DICTIONARY in older files
+_HEADER_READ = 4096  # bytes read for a page header (ours are under 40)
+# Footer codec -> pyarrow.Codec name, for the codecs whose page framing pyarrow's codec reads.
+# parquet's LZ4 pages: Hadoop's framing (two big-endian sizes before the raw block) or a raw block.
+_CODECS = {"SNAPPY": "snappy", "GZIP": "gzip", "BROTLI": "brotli", "ZSTD": "zstd", "LZ4_RAW": "lz4_raw",
+           "LZ4": "lz4_raw"}
+
+
+class _Thrift:
+    """Just enough of thrift's compact protocol to read a page header's integers."""
+
+    def __init__(self, data: bytes):
+        self.data, self.at = data, 0
+
+    def byte(self) -> int:
+        if self.at >= len(self.data):
+            raise ValueError("page header cut short")
+        self.at += 1
+        return self.data[self.at - 1]
+
+    def varint(self) -> int:
+        value = shift = 0
+        while True:
+            b = self.byte()
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise ValueError("varint too long")
+
+    def int(self) -> int:
+        value = self.varint()
+        return (value >> 1) ^ -(value & 1)
+
+    def struct(self, depth: int = 0) -> dict:
+        """A struct's integer fields (and nested structs) by id; the rest skipped."""
+        if depth > 8:
+            raise ValueError("page header nested too deep")
+        fields, last = {}, 0
+        while True:
+            head = self.byte()
+            if head == 0:
+                return fields
+            kind, delta = head & 0x0F, head >> 4
+            last = last + delta if delta else self.int()
+            fields[last] = self._value(kind, depth)
+
+    def _value(self, kind: int, depth: int):
+        if kind in (1, 2):  # bool true / false, held in the type
+            return kind == 1
+        if kind == 3:
+            return self.byte()
+        if kind in (4, 5, 6):  # i16, i32, i64
+            return self.int()
+        if kind == 7:  # double
+            self.at += 8
+            return None
+        if kind == 8:  # binary
+            self.at += self.varint()
+            return None
+        if kind in (9, 10):  # list, set
+            head = self.byte()
+            size = head >> 4 if head >> 4 != 15 else self.varint()
+            for _ in range(size):
+                self._value(head & 0x0F, depth + 1)
+            return None
+        if kind == 12:
+            return self.struct(depth + 1)
+        raise ValueError(f"page header field of thrift type {kind}")
+
+
+def _longest_entry(source, chunk) -> Optional[int]:
+    """Bytes of the longest entry of the dictionary page of the column chunk ``chunk`` (its
+    metadata): every dictionary-encoded value of the chunk is one of them. The page is read alone
+    (its header, then its bytes, decompressed: at most the chunk's uncompressed size). None where it
+    cannot be read so (no dictionary page, a codec pyarrow reads in other framing, a header that does
+    not parse): the caller then counts the chunk exactly."""
+    codec = _CODECS.get(chunk.compression) if chunk.compression != "UNCOMPRESSED" else ""
+    if not chunk.has_dictionary_page or codec is None:
+        return None
+    handle = open(source, "rb") if isinstance(source, (str, os.PathLike)) else source
+    try:
+        handle.seek(chunk.dictionary_page_offset)
+        reader = _Thrift(handle.read(_HEADER_READ))
+        header = reader.struct()
+        uncompressed, compressed = header.get(_PAGE_UNCOMPRESSED), header.get(_PAGE_COMPRESSED)
+        dictionary = header.get(_PAGE_DICTIONARY_HEADER)
+        if (header.get(_PAGE_TYPE) != _DICTIONARY_PAGE or not isinstance(dictionary, dict)
+                or dictionary.get(2) not in _PLAIN_ENCODINGS
+                or not isinstance(uncompressed, int) or not isinstance(compressed, int)
+                or not 0 <= uncompressed <= chunk.total_uncompressed_size or not 0 <= compressed <= chunk.total_compressed_size):
+            return None
+        handle.seek(chunk.dictionary_page_offset + reader.at)
+        data = handle.read(compressed)
+        if len(data) != compressed:
+            return None
+        if chunk.compression == "LZ4":  # Hadoop's framing, or a raw block (what Arrow writes)
+            data = _unframe_hadoop(data, uncompressed) or data
+        if codec:
+            data = pa.Codec(codec).decompress(data, decompressed_size=uncompressed).to_pybytes()
+        return _longest_plain(data, dictionary.get(1))
+    except (ValueError, OSError, pa.ArrowException):
+        return None
+    finally:
+        if handle is not source:
+            handle.close()
+
+
+def _unframe_hadoop(data: bytes, uncompressed: int) -> Optional[bytes]:
+    """The raw LZ4 block of a page in Hadoop's framing (one block: its decompressed and compressed
+    sizes, big-endian, then the block); None when ``data`` is not so framed."""
+    if len(data) < 8:
+        return None
+    size, block = struct.unpack_from(">II", data)
+    return data[8:] if size == uncompressed and block == len(data) - 8 else None
+
+
+def _longest_plain(data: bytes, count) -> Optional[int]:
+    """The longest of ``count`` PLAIN byte arrays (a 4-byte length, then the bytes) in ``data``."""
+    if not isinstance(count, int) or count < 0:
+        return None
+    longest, at = 0, 0
+    for _ in range(count):
+        if at + 4 > len(data):
+            return None
+        (length,) = struct.unpack_from("<I", data, at)
+        at += 4 + length
+        longest = max(longest, length)
+    return longest if at <= len(data) else None
+
+
 def _measured(source, metadata, group: int, leaf: str) -> int:
     """The decoded size of the leaf column ``leaf`` (its path in the schema) of row group
     ``group``, read alone and in dictionary form (what the footer bounds): one leaf at a time, so a
@@ -121,9 +262,14 @@ def check_row_groups(source: Union[str, os.PathLike, IO[bytes]], parquet: Option
         if any("DELTA_BYTE_ARRAY" in c.encodings for c in shared):
             raise ShardTooLargeError(f"row group {group} may decode to up to {worst:,} bytes (delta-encoded text), "
                                      f"more than the {limit:,} a row group may hold")
+        # A value named by the dictionary is one of its entries: at most the longest one.
+        longest = {j: _longest_entry(source, c) for j, c in chunks if _shared(c)}
+        if None not in longest.values() and base + sum(c.num_values * longest[j] for j, c in chunks
+                                                      if j in longest) <= limit:
+            continue
         measured = base
         for j, chunk in chunks:
-            if _shared(chunk) and measured <= limit:
+            if j in longest and measured <= limit:
                 measured += _measured(source, meta, group, chunk.path_in_schema) - sizes[j]
         if measured > limit:
             raise ShardTooLargeError(f"row group {group} decodes to {measured:,} bytes (its text is dictionary-"

@@ -520,7 +520,7 @@ def release_card(folder: Path, api: HfApi, repo_id: str, remote: RemoteState, ta
         if previous is None:
             versions = []
             empty = Side(spec="(nothing)", kind="none", revision=None, card="", shards={}, opener=open)
-            summary = diff_sides(empty, local).summary()
+            summary = diff_sides(empty, local, keep=0).summary()
             summary["settings_changed"] = []
             note = f"Versions section: {tag}, the first tagged version"
         else:
@@ -529,7 +529,7 @@ def release_card(folder: Path, api: HfApi, repo_id: str, remote: RemoteState, ta
             versions = card_versions(split_card(old.card, source=f"{repo_id}@{previous}: {README}")[0])
             if not any(entry.get("tag") == previous for entry in versions):
                 versions.append({"tag": previous, "previous": None})
-            summary = diff_sides(old, local).summary()
+            summary = diff_sides(old, local, keep=0).summary()
             note = f"Versions section: {tag} against {previous}"
         versions.append(version_entry(tag, previous, summary))
     text = with_versions(local_text, versions, source=str(readme))

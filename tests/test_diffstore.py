@@ -123,3 +123,55 @@ def test_a_full_scratch_disk_is_one_error_naming_tmpdir(tmp_path, monkeypatch):
     assert res.exit_code == 2, res.output
     errors = [line for line in res.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "disk is full" in errors[0] and "TMPDIR" in errors[0], res.output
+
+
+def test_what_a_diff_keeps_for_its_printout_is_bounded_and_its_counts_exact(tmp_path, monkeypatch):
+    """Many differences (every answer changed, a third of the images flipped or removed): a diff
+    made with ``keep`` holds at most that many of each kind, counts them all as the full one does,
+    prints the same text, and the Python heap does not follow the differences."""
+    from orandcar_builder.diff import FLIPS_SHOWN, Listing, format_diff
+
+    def rows(config, new, images):
+        for i in range(images):
+            accepted = (i % 10 < 7) != (new and i % 3 == 0)  # a third flipped on the new side
+            if new and i % 3 == 1 and i % 2:
+                continue  # removed
+            if (config == CONFIG_REJECTED) != accepted:
+                yield _row(i, config, "Changed" if new else "Word")
+
+    def sides(images):
+        configs = (CONFIG_NOTHINK, CONFIG_THINK, CONFIG_REJECTED)
+        return (open_side(_folder(tmp_path / f"o{images}", {c: rows(c, False, images) for c in configs})),
+                open_side(_folder(tmp_path / f"n{images}", {c: rows(c, True, images) for c in configs})))
+
+    def listings(result):
+        for config in result.configs.values():
+            for part in ("rows", "qa"):
+                yield from (config[part][k] for k in ("added", "removed", "changed"))
+        yield from result.flipped.values()
+        yield from (result.dataset[k] for k in ("added", "removed", "changed"))
+
+    old, new = sides(600)
+    full, kept = diff_sides(old, new), diff_sides(old, new, keep=FLIPS_SHOWN)
+    assert all(isinstance(listing, Listing) for listing in listings(kept))
+    assert max(listing.count for listing in listings(kept)) > 10 * FLIPS_SHOWN  # the differences are many
+    assert all(len(listing.kept) <= FLIPS_SHOWN for listing in listings(kept))
+    assert [listing.count for listing in listings(kept)] == [listing.count for listing in listings(full)]
+    assert [listing.kept for listing in listings(kept)] == [listing.kept[:FLIPS_SHOWN] for listing in listings(full)]
+    assert kept.summary() == full.summary() and kept.identical is full.identical is False
+    assert format_diff(kept) == format_diff(full)
+    with pytest.raises(ValueError, match="kept"):
+        kept.to_dict()  # a cut diff cannot stand for --json, which lists every difference
+    # the heap of a kept diff does not grow with the differences: 4x the images, 4x the changes
+    # (small buffers, so that the small side already fills them; kept all, it grows 2.5x)
+    monkeypatch.setattr(diffstore, "BATCH", 256)
+    monkeypatch.setattr(diff_module, "READ_BATCH", 64)
+    peaks = []
+    for images in (600, 2_400):
+        tracemalloc.start()
+        try:
+            diff_sides(*sides(images), keep=FLIPS_SHOWN)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    assert peaks[1] < 1.5 * peaks[0] + 1_000_000, peaks  # all kept: 2.3 -> 8.9 MB

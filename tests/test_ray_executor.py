@@ -33,6 +33,16 @@ def test_missing_ray_says_how_to_install(monkeypatch):
         import_ray()
 
 
+def test_blocks_hold_several_engine_batches_and_every_batch_slot_gets_blocks():
+    from orandcar_builder.executors.ray_data import BLOCK_BATCHES, BLOCKS_PER_SLOT, block_rows
+
+    assert block_rows(20_000, 32, 4) == 32 * BLOCK_BATCHES  # a few dozen tasks, not 625
+    for asks, batch, slots in ((20_000, 32, 4), (3_000, 32, 4), (100, 32, 8), (1, 32, 1), (10**6, 7, 64)):
+        rows = block_rows(asks, batch, slots)
+        assert rows % batch == 0 and batch <= rows <= batch * BLOCK_BATCHES
+        assert -(-asks // rows) >= min(-(-asks // batch), slots * BLOCKS_PER_SLOT)  # every slot fed
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray")

@@ -202,3 +202,55 @@ def test_the_review_page_skips_an_oversized_shard(sample_copy, bound):
     found = _from_shards(sample_copy, shas)
     assert found.keys() <= shas  # the other shards still serve; no error
     assert all(image != b"\0" * BIG for image in found.values())  # nothing read from the skipped shards
+
+
+CODECS = ["snappy", "zstd", "gzip", "brotli", "lz4", "none"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_text_that_never_repeats_is_bounded_by_its_dictionary_page_alone(tmp_path, monkeypatch, codec):
+    """Many distinct values (what our shards' questions, ids and sha256 are): the footer's worst
+    case exceeds the bound, the longest dictionary entry times the values does not, so the column is
+    not read (a read builds a dictionary of the whole row group: memory in its size)."""
+    values = [f"{i:08d}" + "v" * (i % 50) for i in range(20_000)]
+    pq.write_table(pa.table({"s": pa.array(values), "n": pa.array(range(20_000))}), tmp_path / "u.parquet",
+                   compression=codec)
+    chunk = pq.ParquetFile(tmp_path / "u.parquet").metadata.row_group(0).column(0)
+    assert chunk.num_values * chunk.total_uncompressed_size > BOUND  # the footer alone cannot rule it out
+    assert parquetio._longest_entry(tmp_path / "u.parquet", chunk) == 8 + 49
+
+    def no_read(*args):
+        raise AssertionError("the column was read")
+
+    monkeypatch.setattr(parquetio, "_measured", no_read)
+    check_row_groups(tmp_path / "u.parquet", limit=BOUND)
+    with open(tmp_path / "u.parquet", "rb") as handle:  # a file object, as diff hands over
+        check_row_groups(handle, pq.ParquetFile(handle, pre_buffer=False), limit=BOUND)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_one_long_entry_among_short_ones_is_counted_exactly(tmp_path, codec):
+    """The longest entry is the dictionary page's, wherever it stands in it: one value of a third of
+    the bound named by many rows among short distinct ones goes past the entry bound; it is then
+    counted exactly and refused."""
+    values = [f"{i}" for i in range(3000)] + ["L" * (BOUND // 3)] * 6
+    pq.write_table(pa.table({"s": pa.array(values)}), tmp_path / "l.parquet", compression=codec,
+                   dictionary_pagesize_limit=64 << 20)
+    chunk = pq.ParquetFile(tmp_path / "l.parquet").metadata.row_group(0).column(0)
+    assert parquetio._longest_entry(tmp_path / "l.parquet", chunk) == BOUND // 3
+    with pytest.raises(ShardTooLargeError, match="dictionary-encoded"):
+        check_row_groups(tmp_path / "l.parquet", limit=BOUND)
+
+
+def test_a_dictionary_page_header_that_does_not_parse_is_counted_exactly(tmp_path, monkeypatch):
+    values = [f"{i:08d}" for i in range(20_000)]
+    pq.write_table(pa.table({"s": pa.array(values)}), tmp_path / "h.parquet")
+    chunk = pq.ParquetFile(tmp_path / "h.parquet").metadata.row_group(0).column(0)
+    data = bytearray((tmp_path / "h.parquet").read_bytes())
+    data[chunk.dictionary_page_offset:chunk.dictionary_page_offset + 8] = b"\xff" * 8
+    (tmp_path / "h.parquet").write_bytes(bytes(data))
+    assert parquetio._longest_entry(tmp_path / "h.parquet", chunk) is None
+    measured = []
+    monkeypatch.setattr(parquetio, "_measured", lambda *args: measured.append(args) or 0)
+    check_row_groups(tmp_path / "h.parquet", limit=BOUND)
+    assert measured  # no bound from the page: the column is counted

@@ -56,6 +56,12 @@ RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[r
 ASKS_PER_FILE = 4096
 # Batches each actor runs at the same time on its one engine.
 BATCHES_PER_REPLICA = 4
+# Engine batches per block handed to Ray Data, at most: a task per engine batch of 32 cost Ray
+# Data's scheduling hundreds of times on 20k items (benchmarks/bench_ray.py); a block of several
+# batches is one task that calls the actor once per batch. Blocks are made smaller where there are
+# few asks, so that every batch slot of every replica still gets blocks (BLOCKS_PER_SLOT each).
+BLOCK_BATCHES = 32
+BLOCKS_PER_SLOT = 2
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
 
 
@@ -259,10 +265,12 @@ class RayExecutor:
         context.enable_progress_bars = self.show_progress
         # The driver hands the items over through the object store (no read tasks competing with
         # the actors for CPUs, and the work dir need not be on shared storage).
-        # One block per engine batch, so that every replica gets work however few items there are.
+        # Blocks of several engine batches (block_rows), as many as keep every replica busy.
+        asks = sum(open_parquet(path).metadata.num_rows for path in files)
+        rows = block_rows(asks, job.batch_size, self.replicas * self.batches_per_replica)
         refs = []
         for path in files:
-            for batch in open_parquet(path).iter_batches(batch_size=job.batch_size):
+            for batch in open_parquet(path).iter_batches(batch_size=rows):
                 refs.append(self.ray.put(pa.Table.from_batches([batch])))
         dataset = ray.data.from_arrow_refs(refs)
         options: dict[str, Any] = dict(
@@ -350,6 +358,15 @@ class RayExecutor:
                 rows.append(decided_or_failed(a, request, generation, job.families))
             job.progress(job.stats)
             yield DecidedChunk(requests=requests, generations=generations, rows=rows)
+
+
+def block_rows(asks: int, batch_size: int, slots: int) -> int:
+    """Rows per block for ``asks`` items: a whole number of engine batches (``batch_size``), at
+    most BLOCK_BATCHES of them, and few enough that ``slots`` batch slots (replicas times batches
+    per replica) get BLOCKS_PER_SLOT blocks each."""
+    batches = -(-asks // batch_size)
+    per_block = batches // max(1, slots * BLOCKS_PER_SLOT)
+    return batch_size * max(1, min(BLOCK_BATCHES, per_block))
 
 
 def _cause(exc: BaseException) -> str:

@@ -1,0 +1,111 @@
+"""The Ray executor against the local one on one machine: wall time, stage times and the memory of
+the whole process tree (the driver, and for Ray its raylet, GCS and worker processes).
+
+Writes ``bench_build.py``'s synthetic pool of N QA items (its replayed answers), then builds it
+with ``orandcar build --engine replay --executor X`` for each executor asked, each in a child
+process and a fresh work dir, and prints per run: wall seconds, the report's stage timings, the
+peak of the summed RSS of the child and all its descendants (sampled every 0.2 s from /proc), and
+whether the Ray folder's shards are byte-identical to the local one's.
+
+    .venv/bin/python benchmarks/bench_ray.py --items 20000 --json bench_ray.json
+    RAY_ADDRESS=127.0.0.1:6379 .venv/bin/python benchmarks/bench_ray.py --executors ray   # a running cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from synthetic import make_pool, warm_page_cache  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _tree_rss(pid: int) -> int:
+    """Summed RSS (bytes) of ``pid`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            statm = Path(f"/proc/{entry}/statm").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+        rss[int(entry)] = int(statm.split()[1]) * PAGE
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo += children.get(p, [])
+    return total
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*.parquet"))}
+
+
+def run(executor: str, pool: Path, replay: Path, root: Path) -> dict:
+    out, work = root / f"out-{executor}", root / f"work-{executor}"
+    for folder in (out, work):  # a fresh build: no cache left from an earlier run
+        shutil.rmtree(folder, ignore_errors=True)
+    command = [sys.executable, "-m", "orandcar_builder.cli", "build", str(pool), "-o", str(out), "--work", str(work),
+               "--engine", "replay", "--replay", str(replay), "--executor", executor]
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss(proc.pid))
+        time.sleep(0.2)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{executor} build failed ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+    report = json.loads((work / "report.json").read_text())
+    return {"executor": executor, "seconds": round(seconds, 2), "peak_tree_rss_mb": round(peak / 2**20, 1),
+            "timings_s": report.get("timings_s"), "out": out}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=20_000)
+    parser.add_argument("--executors", nargs="+", default=["local", "ray"], choices=["local", "ray"])
+    parser.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temp dir, removed)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.workdir or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        pool, replay = make_pool(root, args.items)
+        warm_page_cache(root)
+        results = []
+        for executor in args.executors:
+            result = run(executor, pool, replay, root)
+            print(json.dumps({k: v for k, v in result.items() if k != "out"}), flush=True)
+            results.append(result)
+        outs = {r["executor"]: r.pop("out") for r in results}
+        if len(outs) == 2:
+            same = _digests(outs["ray"]) == _digests(outs["local"])
+            print(f"ray shards byte-identical to local: {same}")
+            results.append({"ray_identical_to_local": same})
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
