@@ -117,7 +117,7 @@ def test_key_ignores_key_order_and_record_only_settings(tmp_path):
     assert request_key(recorded, req("x")) == request_key(FP, req("x"))
 
 
-# --- generate_cached --------------------------------------------------------------------------
+# --- generation through the cache (executors.generation) ---------------------------------------
 
 
 def test_asks_only_for_what_is_missing_and_keeps_order(cache):

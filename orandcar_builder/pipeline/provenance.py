@@ -32,7 +32,7 @@ BUILD_PATHS = ("orandcar_builder", "dataset_card", "loading_script", "recipes", 
                "setup.cfg")
 GIT_TIMEOUT_S = 10
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
-_HERE = Path(__file__).resolve().parent  # orandcar_builder/build: where a wheel's BUILD_INFO lies
+_HERE = Path(__file__).resolve().parent  # orandcar_builder/pipeline: where a wheel's BUILD_INFO lies
 _CHECKOUT = _HERE.parents[1]  # the folder holding orandcar_builder/: a checkout's root, or site-packages
 
 
