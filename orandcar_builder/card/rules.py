@@ -13,6 +13,7 @@ import inspect
 import re
 import sys
 import textwrap
+import threading
 from types import ModuleType
 from typing import Any, Optional
 
@@ -81,7 +82,7 @@ class _SourceBundle:
             self._import_external(name, obj)
             return
         source = textwrap.dedent(inspect.getsource(obj))
-        tree = ast.parse(source)
+        tree = parse(source)
         # Annotations name typing helpers the block does not define: postpone their evaluation.
         self.annotated = self.annotated or any(not hasattr(builtins, n) for n in _annotation_names(tree))
         self.functions[name] = source.rstrip() + "\n"
@@ -321,10 +322,22 @@ def _packages_distributions() -> dict[str, list[str]]:
     return packages_distributions()
 
 
+# CPython 3.11 keeps the AST conversion's recursion depth in state every thread shares: two threads
+# parsing at once (two builds of one process writing their cards) can fail with "SystemError: AST
+# constructor recursion depth mismatch". One parse at a time.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """``ast.parse(source)``, one thread at a time."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def third_party_packages(source: str) -> list[str]:
     """Distribution names of the non-standard-library modules a block imports."""
     roots = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             roots.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
