@@ -155,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rerun", action="store_true",
                         help="then build again with the same work dir (cache warm, pool unchanged) and time it")
     parser.add_argument("--no-baseline", action="store_true", help="skip the datasets baseline")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="run the (first) build under cProfile and write its stats here")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor (parse, hash + decode, write)")
     args = parser.parse_args(argv)
 
@@ -165,7 +167,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pool: {args.items} QA over {(args.items + 1) // 2} images, made in {time.perf_counter() - t:.1f}s")
         warm_page_cache(root)
 
-        ours, report = run_ours(pool, replay, root / "out", root / "work")
+        if args.profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            ours, report = profiler.runcall(run_ours, pool, replay, root / "out", root / "work")
+            profiler.dump_stats(str(args.profile))
+            print(f"profile of the build's process written to {args.profile} (read it with pstats)")
+        else:
+            ours, report = run_ours(pool, replay, root / "out", root / "work")
         stages = report["timings_s"]
         print(f"ours      {ours:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "total"))
         print(f"          accepted {report['accepted']}  rejected {report['rejected']}  "
