@@ -18,6 +18,11 @@ reasoning and extra case/punctuation, 15% wrong, 5% cut off at the token limit.
 
 The image files are read once before either timing so both run from the page cache.
 
+- floor: the least work any build of this pool must do, in one process: parse every pool line
+  (``json.loads``), read, sha256 and fully decode (Pillow ``load``) every distinct image, and
+  write the rows our build wrote (``pa.Table.from_pylist`` + ``pq.write_table`` per config, the
+  image bytes from that one read). Issue 27's target: ours <= 5x the floor, measured in the same run.
+
 - rerun (``--rerun``): after ours, the same build again into another folder with the same work
   dir: the pool and images unchanged, every generation in the cache, so what a rerun after a
   rule change costs (admission reused: ``pipeline/reuse.py``); printed with its ratio to ours.
@@ -26,12 +31,14 @@ The image files are read once before either timing so both run from the page cac
     .venv/bin/python benchmarks/bench_build.py --items 10000 --json out.json
     .venv/bin/python benchmarks/bench_build.py --items 20000 --rerun --no-baseline
 
-Prints the per-stage timings of the build, the baseline and ratio = ours / baseline (target <= 1).
+Prints the per-stage timings of the build, the floor and ours / floor (target <= 5), the baseline
+and ours / baseline, and the build's CPU seconds over its wall seconds (cores used).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -104,6 +111,42 @@ def run_baseline(rows: dict[str, list[dict]], target: Path, cache_dir: Path) -> 
     return time.perf_counter() - t0
 
 
+def run_floor(pool: Path, rows: dict[str, list[dict]], target: Path) -> float:
+    """Seconds of the floor (module docstring): parse, read + hash + decode, write the rows."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from orandcar_builder.dataset.features import features
+
+    t0 = time.perf_counter()
+    paths = []
+    with open(pool, encoding="utf-8") as fh:
+        for line in fh:
+            paths.append(json.loads(line)["image"])
+    images: dict[str, bytes] = {}
+    for name in paths:
+        path = str(pool.parent / name)
+        if path not in images:
+            with open(path, "rb") as fh:
+                data = fh.read()
+            hashlib.sha256(data).hexdigest()
+            with Image.open(io.BytesIO(data)) as img:
+                img.load()
+            images[path] = data
+    for config, config_rows in rows.items():
+        (target / config).mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist(
+            [{"image": {"bytes": images.get(row["image"]) or Path(row["image"]).read_bytes(),
+                        "path": os.path.basename(row["image"])},
+              "image_sha256": row["image_sha256"], "qa": row["qa"], "clean_meta": row["clean_meta"]}
+             for row in config_rows], schema=features(config).arrow_schema)
+        pq.write_table(table, target / config / "train-00000-of-00001.parquet", compression="snappy")
+    return time.perf_counter() - t0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000, help="QA items in the synthetic pool")
@@ -112,6 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rerun", action="store_true",
                         help="then build again with the same work dir (cache warm, pool unchanged) and time it")
     parser.add_argument("--no-baseline", action="store_true", help="skip the datasets baseline")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="run the (first) build under cProfile and write its stats here")
+    parser.add_argument("--no-floor", action="store_true", help="skip the floor (parse, hash + decode, write)")
     args = parser.parse_args(argv)
 
     root = Path(args.workdir or tempfile.mkdtemp(prefix="bench_build_"))
@@ -121,7 +167,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pool: {args.items} QA over {(args.items + 1) // 2} images, made in {time.perf_counter() - t:.1f}s")
         warm_page_cache(root)
 
-        ours, report = run_ours(pool, replay, root / "out", root / "work")
+        if args.profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            ours, report = profiler.runcall(run_ours, pool, replay, root / "out", root / "work")
+            profiler.dump_stats(str(args.profile))
+            print(f"profile of the build's process written to {args.profile} (read it with pstats)")
+        else:
+            ours, report = run_ours(pool, replay, root / "out", root / "work")
         stages = report["timings_s"]
         print(f"ours      {ours:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "total"))
         print(f"          accepted {report['accepted']}  rejected {report['rejected']}  "
@@ -138,8 +192,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures.update({"rerun_s": round(rerun, 3), "rerun_ratio": round(rerun / ours, 3),
                             "cpu_s": round(report["cpu_s"], 3), "rerun_cpu_s": round(again["cpu_s"], 3),
                             "rerun_stages_s": again["timings_s"], "admission_reused": again["reused"]})
-        if not args.no_baseline:
+        if not args.no_floor or not args.no_baseline:
             rows = final_rows(root / "out", root / "work")
+        if not args.no_floor:
+            floor = run_floor(pool, rows, root / "floor")
+            print(f"floor     {floor:8.2f}s  (parse the pool, read + sha256 + decode each image, write the rows)")
+            print(f"ratio ours/floor = {ours / floor:.2f}  (target <= 5.00)  CPU {report['cpu_s']:.1f} s "
+                  f"for {ours:.1f} s wall ({report['cpu_s'] / ours:.2f} cores)")
+            figures.update({"floor_s": round(floor, 3), "floor_ratio": round(ours / floor, 3),
+                            "cpu_s": round(report["cpu_s"], 3)})
+        if not args.no_baseline:
             baseline = run_baseline(rows, root / "baseline", root / "hf_cache")
             print(f"baseline  {baseline:8.2f}s  (datasets.Dataset.from_generator + to_parquet, same rows)")
             ratio = ours / baseline

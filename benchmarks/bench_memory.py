@@ -16,6 +16,12 @@ the kernel's high-water mark (VmHWM, reset through /proc/self/clear_refs as each
 
     .venv/bin/python benchmarks/bench_memory.py                    # 10000 and 100000 QA
     .venv/bin/python benchmarks/bench_memory.py --sizes 10000 50000 --engine replay
+    .venv/bin/python benchmarks/bench_memory.py --sizes 20000 100000 --trace 12   # where it grows
+
+``--trace N`` also runs the child under tracemalloc (slower; its RSS figures then include
+tracemalloc's own records): as each stage ends it records the Python heap's peak during the stage,
+what is still allocated, pyarrow's pool, and the N largest allocations by file:line; with two or
+more sizes the lines that grew most from the first size to the last are printed per stage.
 
 Target: the build's peak does not grow with the pool beyond the writer's buffer (one row group,
 at most writer.ROW_GROUP_MAX_BYTES of Arrow data) and fixed-size buffers (spill.py's dict
@@ -79,7 +85,24 @@ STAGES = (("admit", "admit", "AdmitStage.run"), ("generate", "generate", "_gener
           ("card", "card", "write_card"), ("validate", "validate", "validate_folder"))
 
 
-def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
+def _trace_point(top: int) -> dict:
+    """The Python heap as a stage ends: its peak since the last point, what is held, pyarrow's
+    pool, and the ``top`` largest allocations by file:line (this script's own frames left out)."""
+    import tracemalloc
+
+    import pyarrow as pa
+
+    held, peak = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        (tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)))
+    lines = [(f"{s.traceback[0].filename.rsplit('site-packages/', 1)[-1]}:{s.traceback[0].lineno}",
+              round(s.size / 1024, 1), s.count) for s in snapshot.statistics("lineno")[:top]]
+    return {"peak_mb": round(peak / 2**20, 1), "held_mb": round(held / 2**20, 1),
+            "arrow_mb": round(pa.total_allocated_bytes() / 2**20, 1), "top": lines}
+
+
+def child(root: Path, engine_name: str, max_shard_bytes: int, trace: int = 0) -> dict:
     import importlib
 
     importlib.import_module("datasets")  # the build's validation and card import it: part of the floor
@@ -94,6 +117,7 @@ def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
     starts: dict[str, float] = {}  # RSS as each stage starts
     gaps: list[float] = []  # peaks between stages
     after_admit: list[float] = []
+    traced: dict[str, dict] = {}
 
     def measured(name: str, run):
         def stage(*args, **kwargs):
@@ -104,6 +128,8 @@ def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
             peaks[name] = max(peaks.get(name, 0.0), _status_mb("VmHWM"))
             if name == "admit":
                 after_admit.append(_status_mb("VmRSS"))
+            if trace:
+                traced[name] = _trace_point(trace)
             _reset_peak()
             return out
         return stage
@@ -115,6 +141,10 @@ def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
         for part in path:  # a stage's method: AdmitStage.run
             owner = getattr(owner, part)
         setattr(owner, attribute, measured(name, getattr(owner, attribute)))
+    if trace:
+        import tracemalloc
+
+        tracemalloc.start()
     _reset_peak()
     t0 = time.perf_counter()
     engine = ReplayEngine(root / "replay.jsonl") if engine_name == "replay" else SyntheticEngine()
@@ -132,17 +162,29 @@ def child(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
             "stage_peak_mb": {name: round(peaks[name], 1) for name, _, _ in STAGES},
             "admit_peak_mb": round(peaks["admit"], 1), "after_admit_mb": round(after_admit[0], 1),
             "rest_peak_mb": round(rest, 1), "build_peak_mb": round(max(peaks["admit"], rest, gaps[0]), 1),
-            "seconds": round(time.perf_counter() - t0, 2)}
+            "seconds": round(time.perf_counter() - t0, 2), **({"trace": traced} if trace else {})}
 
 
-def measure(root: Path, engine_name: str, max_shard_bytes: int) -> dict:
+def measure(root: Path, engine_name: str, max_shard_bytes: int, trace: int = 0) -> dict:
     shutil.rmtree(root / "out", ignore_errors=True)
     shutil.rmtree(root / "work", ignore_errors=True)
     proc = subprocess.run([sys.executable, __file__, "--child", "--root", str(root), "--engine", engine_name,
-                           "--max-shard-bytes", str(max_shard_bytes)], capture_output=True, text=True, check=False)
+                           "--max-shard-bytes", str(max_shard_bytes), "--trace", str(trace)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _print_trace_growth(a: dict, b: dict, top: int) -> None:
+    """Per stage, the allocation lines held at its end that grew most from size a to size b."""
+    for name in b["trace"]:
+        before = {line: kib for line, kib, _ in a["trace"][name]["top"]}
+        grown = sorted(((kib - before.get(line, 0.0), line, kib) for line, kib, _ in b["trace"][name]["top"]),
+                       reverse=True)[:top]
+        print(f"{name}: heap peak {a['trace'][name]['peak_mb']} -> {b['trace'][name]['peak_mb']} MiB; held lines "
+              f"grown most ({a['size']} -> {b['size']} QA, KiB):")
+        for growth, line, kib in grown:
+            print(f"    {growth:+10.1f}  ({kib:10.1f})  {line}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,12 +194,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-shard-bytes", type=int, default=DEFAULT_MAX_SHARD_BYTES,
                         help="the build's shard bound (default: the builder's, 256 MiB); an open shard's "
                              "footer grows with its rows, so a smaller bound shows the build without it")
+    parser.add_argument("--trace", type=int, default=0, metavar="N",
+                        help="also trace the Python heap (tracemalloc): per stage its peak and the N largest "
+                             "allocations by file:line")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.root, args.engine, args.max_shard_bytes)))
+        print(json.dumps(child(args.root, args.engine, args.max_shard_bytes, args.trace)))
         return 0
 
     figures = []
@@ -166,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             make_pool(root, size)
             fig = {"size": size, "engine": args.engine, "max_shard_bytes": args.max_shard_bytes,
-                   **measure(root, args.engine, args.max_shard_bytes)}
+                   **measure(root, args.engine, args.max_shard_bytes, args.trace)}
             figures.append(fig)
             stages = "  ".join(f"{name} {fig['stage_start_mb'][name]:.1f}->{peak:.1f}"
                                for name, peak in fig["stage_peak_mb"].items())
@@ -174,8 +219,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"after admit {fig['after_admit_mb']:6.1f}  rest peak {fig['rest_peak_mb']:6.1f}  "
                   f"build peak {fig['build_peak_mb']:6.1f} MiB  ({fig['seconds']:.1f}s)\n"
                   f"{'':>12}stages (RSS at start -> peak): {stages}", flush=True)
+            if args.trace:
+                print("            Python heap per stage (peak / held at its end / pyarrow pool, MiB): " + "  ".join(
+                    f"{name} {t['peak_mb']}/{t['held_mb']}/{t['arrow_mb']}" for name, t in fig["trace"].items()))
         finally:
             shutil.rmtree(root, ignore_errors=True)
+    if args.trace and len(figures) > 1:
+        _print_trace_growth(figures[0], figures[-1], args.trace)
     if len(figures) > 1:
         a, b = figures[0], figures[-1]
         extra = b["size"] - a["size"]

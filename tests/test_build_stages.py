@@ -277,3 +277,31 @@ def test_bars_have_totals_when_admission_runs_first(tmp_path, capsys):
     assert result.ok and [s.name for s in result.stages][:2] == ["admit", "generate"]
     totals = _bar_totals(capsys.readouterr().err)
     assert totals["admit"] == (2, 2) and totals["generate"] == (2, 2) and totals["write"][0] == totals["write"][1]
+
+
+def test_work_parquet_files_have_few_large_row_groups(tmp_path):
+    """A work file's footer, held whole by its writer and by every reader while the file is open,
+    grows with its row groups (about 70 kB each for decisions.parquet): rows written in the
+    executors' chunks of 1024 gather into row groups of WORK_ROW_GROUP_ROWS, in their order, and
+    a byte bound keeps a row group of long rows small."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orandcar_builder.pipeline import workfiles
+
+    schema = pa.schema([("order", pa.int64()), ("text", pa.string())])
+    path = tmp_path / "work.parquet"
+    with workfiles.WorkFiles(f=workfiles.ParquetFile(path, schema)) as files:
+        for start in range(0, 10_000, 1024):
+            files.f.write_rows([{"order": i, "text": "x"} for i in range(start, min(start + 1024, 10_000))])
+        files.f.add({"order": 10_000, "text": "last"})
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [4096, 4096, 1809]
+    assert pq.read_table(path).column("order").to_pylist() == list(range(10_001))
+
+    long = tmp_path / "long.parquet"
+    with workfiles.WorkFiles(f=workfiles.ParquetFile(long, schema)) as files:
+        for start in range(0, 64, 8):
+            files.f.write_rows([{"order": i, "text": "y" * (1 << 20)} for i in range(start, start + 8)])
+    meta = pq.ParquetFile(long).metadata
+    assert meta.num_rows == 64 and meta.num_row_groups == 4  # 16 rows of 1 MiB: WORK_ROW_GROUP_BYTES

@@ -163,3 +163,53 @@ def test_json_schema_and_features_describe_the_same_rows(config):
     assert set(meta["properties"]) == set(feats["clean_meta"])
     assert set(meta["properties"]["sources"]["items"]["properties"]) == set(feats["clean_meta"]["sources"].feature)
     assert set(schema["properties"]["image"]["properties"]) == {"bytes", "path"}
+
+
+def test_a_row_group_is_read_a_column_and_a_batch_at_a_time(tmp_path, monkeypatch):
+    """validate holds one column of a row group (for its Arrow size) or one batch of rows, never
+    the whole row group (up to the writer's 100 MB), and still counts the row group's Arrow size
+    as a reader of the whole row group gets it (the card's num_bytes)."""
+    import hashlib
+
+    import orandcar_builder.dataset.validate as validate
+    from orandcar_builder.dataset.writer import write_dataset
+    from orandcar_builder.families import DEFAULT_FAMILIES
+    from orandcar_builder.spill import SpillMap
+
+    rows = []
+    for i in range(3000):
+        data = hashlib.sha256(str(i).encode()).digest()
+        rows.append({"image": {"bytes": data, "path": f"{i}.png"}, "image_sha256": hashlib.sha256(data).hexdigest(),
+                     "qa": [{"question": f"question {i} " * 4, "answer": "b", "wrong_vlm": "c", "reason": "wrong_answer"}],
+                     "clean_meta": {"policy": "p", "actions": [], "sources": [
+                         {"dataset": "d", "split": "test", "id": str(i), "origin": "benchmark", "family": "scene_text",
+                          "references": ["b"], "options": []}]}})
+    write_dataset(tmp_path, {"rejected": rows})
+    shard = _shard(tmp_path, "rejected")
+    whole = pq.ParquetFile(shard).read_row_group(0)
+    assert pq.ParquetFile(shard).num_row_groups == 1
+    largest_column = max(whole.column(i).nbytes for i in range(whole.num_columns))
+    assert largest_column < whole.nbytes * 0.75
+
+    held = []
+    read_row_group, iter_batches = pq.ParquetFile.read_row_group, pq.ParquetFile.iter_batches
+
+    def recorded_read(self, *args, **kwargs):
+        table = read_row_group(self, *args, **kwargs)
+        held.append(table.nbytes)
+        return table
+
+    def recorded_batches(self, *args, **kwargs):
+        for batch in iter_batches(self, *args, **kwargs):
+            held.append(batch.nbytes)
+            yield batch
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", recorded_read)
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", recorded_batches)
+    monkeypatch.setattr(validate, "BATCH_BYTES", 64 * 1024)
+    measured = {}
+    with SpillMap() as seen:
+        problems = list(validate._check_rows("rejected", [shard], seen, False, measured, DEFAULT_FAMILIES))
+    assert problems == []
+    assert measured[shard] == (3000, whole.nbytes)
+    assert held and max(held) <= largest_column

@@ -389,11 +389,14 @@ def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhausti
 
 
 def _batches(parquet: pq.ParquetFile, shard: Path, measured: dict[Path, tuple[int, int]]) -> Iterator[pa.RecordBatch]:
+    """The shard's rows in batches. A row group's Arrow size (what the card counts: a reader's
+    whole row group) is summed a column at a time, and the rows are then read a batch at a time,
+    so memory holds one column of a row group, not the row group (up to the writer's 100 MB)."""
     batch_rows, total = _batch_rows(parquet), 0
+    names = parquet.schema_arrow.names
     for group in range(parquet.num_row_groups):
-        table = parquet.read_row_group(group)
-        total += table.nbytes
-        yield from table.to_batches(max_chunksize=batch_rows)
+        total += sum(parquet.read_row_group(group, columns=[name]).nbytes for name in names)
+        yield from parquet.iter_batches(batch_size=batch_rows, row_groups=[group])
     measured[shard] = (parquet.metadata.num_rows, total)
 
 

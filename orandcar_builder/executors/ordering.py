@@ -33,7 +33,8 @@ from ..files import naming, replaced_on_success
 from ..parquetio import open_parquet
 
 BUCKET_ROWS = 8192
-ROW_GROUP = 1024
+# Rows per row group of the sorted file: as the work files' (pipeline.workfiles.WORK_ROW_GROUP_ROWS).
+ROW_GROUP = 4096
 
 
 def sort_by_order(src: Path, dst: Path, *, bucket_rows: int = BUCKET_ROWS, row_group: int = ROW_GROUP) -> int:

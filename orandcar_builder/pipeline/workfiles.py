@@ -13,10 +13,17 @@ import pyarrow.parquet as pq
 from ..executors.base import CHUNK_SIZE
 from ..files import StagedFile, naming
 
+# Rows per row group of the work files (at most; fewer where they pass WORK_ROW_GROUP_BYTES of
+# Arrow data). A reader or writer of a parquet file holds its footer, about 70 kB per row group of
+# work/decisions.parquet: with 1024-row groups that grew 67 MB at a million items.
+WORK_ROW_GROUP_ROWS = 4096
+WORK_ROW_GROUP_BYTES = 16 * 1024 * 1024
+
 
 class ParquetFile(StagedFile):
-    """Rows appended in chunks (one row group each) to a parquet file with a fixed schema, staged
-    under ``path`` + ``suffix``."""
+    """Rows appended to a parquet file with a fixed schema, staged under ``path`` + ``suffix``:
+    made Arrow ``chunk`` rows (or one ``write_rows`` call) at a time and written in row groups of
+    WORK_ROW_GROUP_ROWS rows or WORK_ROW_GROUP_BYTES of Arrow data, whichever comes first."""
 
     def __init__(self, path: Path, schema: pa.Schema, *, chunk: int = CHUNK_SIZE, suffix: str = ".tmp"):
         super().__init__(path, suffix=suffix)
@@ -25,6 +32,8 @@ class ParquetFile(StagedFile):
         # row group's min/max strings (its footer) in memory until it closes.
         self.writer = pq.ParquetWriter(self.tmp, schema, write_statistics=False)
         self.buffer: list[dict] = []
+        self.tables: list[pa.Table] = []  # rows made Arrow, not yet written (one row group)
+        self.table_rows = self.table_bytes = 0
         self.rows = 0
 
     def add(self, row: dict) -> None:
@@ -33,16 +42,36 @@ class ParquetFile(StagedFile):
             self.flush()
 
     def write_rows(self, rows: list[dict]) -> None:
-        self.flush()
-        if rows:
-            with naming(self.path):
-                self.writer.write_table(pa.Table.from_pylist(rows, schema=self.schema))
-            self.rows += len(rows)
+        """Append ``rows``; they are made Arrow now and written with the next row group."""
+        self._buffered()
+        self._gather(rows)
 
-    def flush(self) -> None:
+    def _gather(self, rows: list[dict]) -> None:
+        if rows:
+            table = pa.Table.from_pylist(rows, schema=self.schema)
+            self.tables.append(table)
+            self.table_rows += table.num_rows
+            self.table_bytes += table.nbytes
+            self.rows += len(rows)
+            if self.table_rows >= WORK_ROW_GROUP_ROWS or self.table_bytes >= WORK_ROW_GROUP_BYTES:
+                self._write_group()
+
+    def _buffered(self) -> None:
         if self.buffer:
             rows, self.buffer = self.buffer, []
-            self.write_rows(rows)
+            self._gather(rows)
+
+    def _write_group(self) -> None:
+        if self.tables:
+            table = pa.concat_tables(self.tables)
+            self.tables, self.table_rows, self.table_bytes = [], 0, 0
+            with naming(self.path):
+                self.writer.write_table(table, row_group_size=max(1, table.num_rows))
+
+    def flush(self) -> None:
+        """Write every row added so far (a row group of its own)."""
+        self._buffered()
+        self._write_group()
 
     def commit(self) -> None:
         self.flush()

@@ -77,8 +77,8 @@ class RoutePlan:
     in the pool (any route), items within a group in pool order. The plan is a distribution sort
     on disk, in a temporary folder beside the decisions file (removed by ``close()``; use the plan
     as a context manager), so memory is bounded by BUCKET_ROWS, not by the pool (but for the
-    decisions file's footer, which pyarrow holds whole while the file is open: about 30 bytes per
-    decision with the build's 1024-row groups):
+    decisions file's footer, which pyarrow holds whole while the file is open: about 70 kB per
+    row group, 17 bytes per decision with the work files' 4096-row groups):
 
     1. the ``image_sha256``, ``order`` and ``route`` columns are read in batches and each
        decision (sha, row, route) is appended to one of B bucket files by a hash of its image, so

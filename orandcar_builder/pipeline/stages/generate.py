@@ -117,29 +117,37 @@ def _generate(executor, job: GenerationJob, work: WorkDir, total: Callable[[], O
     return facts
 
 
+# The decision columns the side files read (all of them with the replay export, which records
+# whole generations).
+SIDE_COLUMNS = ("id", "route", "reason", "error", "family", "question", "prompt", "unsupported", "model",
+                "revision")
+
+
 def side_files(work: WorkDir, export_generations: Optional[Path]) -> GenerationFacts:
     """prompts.jsonl, unsupported.jsonl, failed.jsonl and the optional replay export, in pool
-    order, from work/decisions.parquet."""
+    order, from work/decisions.parquet: the columns they need, a batch at a time, column-wise
+    (no dict per record unless the export needs the whole generation)."""
     facts = GenerationFacts()
+    columns = list(SIDE_COLUMNS) if export_generations is None else None
     with WorkFiles(prompts=JsonLinesFile(work.prompts),
                    unsupported=JsonLinesFile(work.unsupported),
                    failed=JsonLinesFile(work.failed),
                    export=ReplayWriter(export_generations) if export_generations is not None else None) as files:
-        for batch in open_parquet(work.decisions).iter_batches(batch_size=CHUNK_SIZE):
-            for row in batch.to_pylist():
-                if row["route"] == FAILED:
-                    files.failed.write({"id": row["id"], "reason": row["reason"], "detail": row["error"]})
+        for batch in open_parquet(work.decisions).iter_batches(batch_size=CHUNK_SIZE, columns=columns):
+            cols = batch.to_pydict()
+            for i, (item_id, route, question) in enumerate(zip(cols["id"], cols["route"], cols["question"])):
+                if route == FAILED:
+                    files.failed.write({"id": item_id, "reason": cols["reason"][i], "detail": cols["error"][i]})
                     facts.failed += 1
                     continue
-                generation = generation_from_row(row)
-                files.prompts.write({"id": row["id"], "question": row["question"], "prompt": generation.prompt})
-                if generation.unsupported:
-                    files.unsupported.write({"id": row["id"], "family": row["family"],
-                                             "explanation": generation.unsupported})
+                files.prompts.write({"id": item_id, "question": question, "prompt": cols["prompt"][i]})
+                unsupported = cols["unsupported"][i]
+                if unsupported:
+                    files.unsupported.write({"id": item_id, "family": cols["family"][i], "explanation": unsupported})
                 if files.export is not None:
-                    files.export.add(generation, row["question"])
-                if generation.model:
-                    facts.models.add(generation.model)
-                if generation.revision:
-                    facts.revisions.add(generation.revision)
+                    files.export.add(generation_from_row({name: values[i] for name, values in cols.items()}), question)
+                if cols["model"][i]:
+                    facts.models.add(cols["model"][i])
+                if cols["revision"][i]:
+                    facts.revisions.add(cols["revision"][i])
     return facts
