@@ -30,14 +30,15 @@ dir stays with the driver. Ray is imported only here.
 
 from __future__ import annotations
 
+import queue
 import shutil
+import threading
 import time
-from pathlib import Path
+from functools import partial
+from itertools import islice
 from typing import Any, Iterator, Optional
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..cache import engine_hash, generation_from_json, generation_to_json, is_complete, request_keys
 from ..engines.base import EngineUnavailable, public_fingerprint, stream_of
@@ -45,23 +46,27 @@ from ..errors import OrandCarError
 from ..families import Families
 from ..images import ImageRef
 from ..parquetio import open_parquet
-from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Generation, Request, admitted_from_row
+from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Admitted, Generation, Request, admitted_from_row
 from ..workdir import WorkDir
 from .base import DecidedChunk, GenerationJob
-from .generation import ASK, HIT, CachedGeneration, cached_generation, for_request
+from .generation import ASK, HIT, SHARED, CachedGeneration, cached_generation, for_request
 from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_request
 
 RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "
                "(it installs ray[data])")
-ASKS_PER_FILE = 4096
 # Batches each actor runs at the same time on its one engine.
 BATCHES_PER_REPLICA = 4
 # Engine batches per block handed to Ray Data, at most: a task per engine batch of 32 cost Ray
 # Data's scheduling hundreds of times on 20k items (benchmarks/bench_ray.py); a block of several
-# batches is one task that calls the actor once per batch. Blocks are made smaller where there are
-# few asks, so that every batch slot of every replica still gets blocks (BLOCKS_PER_SLOT each).
+# batches is one task that calls the actor once per batch. The first blocks are smaller
+# (``block_sizes``), so that the first asks go out early and every batch slot gets blocks.
 BLOCK_BATCHES = 32
-BLOCKS_PER_SLOT = 2
+# Largest blocks in flight (sent, not yet received) per batch slot; past that, admission waits.
+BLOCKS_AHEAD = 2
+# Admitted rows classified at a time; result tables queued between Ray's thread and the driver's.
+ADMIT_BATCH = 64
+RESULTS_QUEUED = 8
+JOIN_SECONDS = 10.0
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
 
 
@@ -126,26 +131,13 @@ class GenerateAndDecide:
         return generations, errors
 
 
-class _Peekable:
-    def __init__(self, iterator: Iterator[dict]):
-        self.iterator = iterator
-        self.head: Optional[dict] = None
-        self.done = False
-
-    def next(self) -> Optional[dict]:
-        if self.head is None and not self.done:
-            self.head = next(self.iterator, None)
-            self.done = self.head is None
-        head, self.head = self.head, None
-        return head
-
-
 class RayExecutor:
     """Generation on Ray Data: ``replicas`` actors with ``gpus_per_replica`` GPUs (and
     ``cpus_per_replica`` CPUs) each, on the cluster at ``address`` (``None``: the running one, or
     a new local cluster)."""
 
     name = "ray"
+    streams_admission = True  # takes GenerationJob.admitted_rows as they are admitted
 
     def __init__(self, address: Optional[str] = None, replicas: int = 1, gpus_per_replica: float = 0.0,
                  cpus_per_replica: float = 1.0, max_restarts: Optional[int] = None,
@@ -187,63 +179,15 @@ class RayExecutor:
         if job.factory is None:
             raise ExecutorError("the ray executor makes one engine per replica: it needs an engine "
                                 "name and options (an EngineFactory), not only an engine object")
-        asks_dir = WorkDir(job.work).ray_dir
-        shutil.rmtree(asks_dir, ignore_errors=True)
-        asks_dir.mkdir(parents=True)
+        shutil.rmtree(WorkDir(job.work).ray_dir, ignore_errors=True)  # an earlier version's staging files
         t0 = time.perf_counter()
-        started = False
         with cached_generation(job.cache, job.engine, job.stats, job.progress) as cached:
-            status, files = self._write_asks(job, cached, asks_dir)
+            driver = _Driver(self, job, cached)
             try:
-                if files:
-                    started = self._connect()
-                    results = _Peekable(self._results(job, cached, files))
-                else:
-                    results = _Peekable(iter(()))
-                yield from self._merge(job, cached, status, results)
-                if results.next() is not None:
-                    raise ExecutorError("Ray returned more results than items were asked")
+                yield from driver.run()
             finally:
+                driver.close()
                 job.add_time("generate", time.perf_counter() - t0)
-                if started:
-                    self.ray.shutdown()
-        shutil.rmtree(asks_dir, ignore_errors=True)
-
-    def _write_asks(self, job: GenerationJob, asks: CachedGeneration, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
-        """Classify every admitted item (cached, to ask, or sharing an earlier ask's key) and
-        write the ones to ask; returns the classes (one byte per item) and the files."""
-        admitted_file = open_parquet(job.admitted)
-        status = np.empty(admitted_file.metadata.num_rows, dtype=np.int8)
-        files: list[Path] = []
-        pending: list[dict] = []
-        writer, in_file, position = None, 0, 0
-
-        def flush() -> None:
-            nonlocal writer, in_file
-            while pending:
-                if writer is None:
-                    files.append(WorkDir(job.work).ray_asks(len(files)))
-                    writer = pq.ParquetWriter(files[-1], ADMITTED_SCHEMA)
-                take = min(len(pending), ASKS_PER_FILE - in_file)
-                writer.write_table(pa.Table.from_pylist(pending[:take], schema=ADMITTED_SCHEMA))
-                del pending[:take]
-                in_file += take
-                if in_file >= ASKS_PER_FILE:
-                    writer.close()
-                    writer, in_file = None, 0
-
-        try:
-            for batch in admitted_file.iter_batches(batch_size=job.chunk_size):
-                rows = batch.to_pylist()
-                _, classes = asks.classify([make_request(admitted_from_row(row), job.families) for row in rows])
-                status[position:position + len(rows)] = classes
-                position += len(rows)
-                pending.extend(row for row, kind in zip(rows, classes) if kind == ASK)
-                flush()
-        finally:
-            if writer is not None:
-                writer.close()
-        return status, files
 
     def _connect(self) -> bool:
         """Join the cluster (or start a local one); True when this call started Ray."""
@@ -254,25 +198,14 @@ class RayExecutor:
                  configure_logging=self.show_progress)
         return True
 
-    def _results(self, job: GenerationJob, cached: CachedGeneration, files: list[Path]) -> Iterator[dict]:
-        """The actors' records in ask order; each received batch of generations is committed to
-        the cache (through the path's committer) before its records are handed on."""
-        fingerprint = cached.fingerprint
+    def _decided_tables(self, job: GenerationJob, fingerprint: dict, asks) -> Iterator[pa.Table]:
+        """The actors' decision tables (with the generations) for the blocks ``asks`` (a Ray
+        queue) carries, in the order they are done."""
         import ray.data
 
         context = ray.data.DataContext.get_current()
-        context.execution_options.preserve_order = True
+        context.execution_options.preserve_order = False  # the build sorts the decisions by pool order
         context.enable_progress_bars = self.show_progress
-        # The driver hands the items over through the object store (no read tasks competing with
-        # the actors for CPUs, and the work dir need not be on shared storage).
-        # Blocks of several engine batches (block_rows), as many as keep every replica busy.
-        asks = sum(open_parquet(path).metadata.num_rows for path in files)
-        rows = block_rows(asks, job.batch_size, self.replicas * self.batches_per_replica)
-        refs = []
-        for path in files:
-            for batch in open_parquet(path).iter_batches(batch_size=rows):
-                refs.append(self.ray.put(pa.Table.from_batches([batch])))
-        dataset = ray.data.from_arrow_refs(refs)
         options: dict[str, Any] = dict(
             fn_constructor_kwargs={"factory": job.factory, "expected_engine": engine_hash(fingerprint),
                                    "families": job.families},
@@ -293,80 +226,299 @@ class RayExecutor:
             options["max_restarts"] = self.max_restarts
         if self.max_task_retries is not None:
             options["max_task_retries"] = self.max_task_retries
-        decided = dataset.map_batches(GenerateAndDecide, **options)
+        decided = _queued_dataset(asks).map_batches(GenerateAndDecide, **options)
+        return decided.iter_batches(batch_format="pyarrow", batch_size=None)
+
+
+class _Driver:
+    """One run of the Ray executor's driver: admitted rows in, DecidedChunks out (see the module
+    docstring). Ray is started (or joined) when the first block of asks is ready: a build whose
+    every request is cached never starts it."""
+
+    def __init__(self, executor: RayExecutor, job: GenerationJob, cached: CachedGeneration):
+        self.executor, self.job, self.cached = executor, job, cached
+        slots = executor.replicas * executor.batches_per_replica
+        self.sizes = block_sizes(job.batch_size, slots)
+        self.size = next(self.sizes)
+        # Asks sent and not yet received, at most: past it, admission waits for results.
+        self.most_in_flight = slots * BLOCKS_AHEAD * BLOCK_BATCHES * job.batch_size
+        self.pending: list[dict] = []  # asks for the next block
+        self.open: set[str] = set()  # keys asked and not yet received
+        self.waiting: dict[str, list[tuple[Admitted, Request]]] = {}  # items sharing an open key
+        self.sent = self.received = 0
+        self.started = False  # this run started Ray (and shuts it down)
+        self.asks = None  # the Ray queue the blocks go through
+        self.results: Optional[_Results] = None
+        self.out = _Out(job.chunk_size)
+
+    def run(self) -> Iterator[DecidedChunk]:
+        for rows in _admitted_batches(self.job):
+            yield from self._admit(rows)
+            self._send(final=False)
+            while self.sent - self.received > self.most_in_flight:
+                yield from self._receive(wait=True)
+            yield from self._receive(wait=False)
+        self._send(final=True)
+        while self.results is not None and not self.results.ended:
+            yield from self._receive(wait=True)
+        if self.received != self.sent:
+            raise ExecutorError(f"Ray returned {self.received} results for {self.sent} items asked")
+        if self.waiting:  # a bug: every shared item waits on a key in flight
+            raise RuntimeError(f"{sum(map(len, self.waiting.values()))} shared item(s) left unanswered")
+        self.cached.progress(self.job.stats)
+        chunk = self.out.take()
+        if chunk is not None:
+            yield chunk
+
+    def close(self) -> None:
+        """Stop the results' thread and the queue; shut Ray down if this run started it."""
+        if self.results is not None:
+            self.results.stop()
+        if self.asks is not None:
+            try:
+                self.asks.shutdown(force=True)
+            except Exception:  # noqa: BLE001 - Ray going away already
+                pass
+        if self.started:
+            self.executor.ray.shutdown()
+        if self.results is not None:
+            self.results.join()
+
+    # -- admitted rows in ----------------------------------------------------------------
+
+    def _admit(self, rows: list[dict]) -> Iterator[DecidedChunk]:
+        """Classify ``rows``: asks wait for the next block, hits are decided now, items sharing
+        an earlier ask's key when that ask is received (at once when it was)."""
+        job, cached = self.job, self.cached
+        admitted = [admitted_from_row(row) for row in rows]
+        requests = [make_request(a, job.families) for a in admitted]
+        keys, classes = cached.classify(requests)
+        hits = cached.answers([k for k, c in zip(keys, classes) if c == HIT])
+        for row, a, request, key, kind in zip(rows, admitted, requests, keys, classes):
+            if kind == ASK:
+                self.pending.append(row)
+                if key is not None:
+                    self.open.add(key)
+                continue
+            if kind == SHARED and key in self.open:
+                self.waiting.setdefault(key, []).append((a, request))
+                continue
+            chunk = self._decided(a, request, hits.get(key) if kind == HIT else cached.answer(key))
+            if chunk is not None:
+                yield chunk
+
+    def _decided(self, a: Admitted, request: Request, generation: Optional[Generation]) -> Optional[DecidedChunk]:
+        """A cached or shared item's record: decided on the stored generation, failed without one."""
+        if generation is None:
+            return self.out.add(request, None, failed_row(a, request, SAME_REQUEST_FAILED))
+        generation = for_request(generation, request)
+        return self.out.add(request, generation, decided_or_failed(a, request, generation, self.job.families))
+
+    def _send(self, final: bool) -> None:
+        """The pending asks as blocks (``block_sizes``); with ``final``, the rest too, and the end."""
+        while self.pending and (final or len(self.pending) >= self.size):
+            block, self.pending = self.pending[:self.size], self.pending[self.size:]
+            if self.asks is None:
+                self._start()
+            table = pa.Table.from_pylist(block, schema=ADMITTED_SCHEMA)
+            self.asks.put([self.executor.ray.put(table)])  # in a list: the queue holds the reference
+            self.sent += len(block)
+            self.size = next(self.sizes)
+        if final and self.asks is not None:
+            self.asks.put(None)
+
+    def _start(self) -> None:
+        from ray.util.queue import Queue
+
+        self.started = self.executor._connect()
+        self.asks = Queue(actor_options={"num_cpus": 0})
+        self.results = _Results(self.executor._decided_tables(self.job, self.cached.fingerprint, self.asks))
+
+    # -- results out ---------------------------------------------------------------------
+
+    def _receive(self, wait: bool) -> Iterator[DecidedChunk]:
+        """The records of the tables received (one at least with ``wait``), each table's complete
+        generations committed to the cache before its records are handed on."""
+        if self.results is None:
+            return
+        for table in self.results.take(wait):
+            for chunk in self._received(table):
+                yield chunk
+
+    def _received(self, table: pa.Table) -> Iterator[DecidedChunk]:
+        job, cached = self.job, self.cached
+        rows = table.to_pylist()
+        generations = []
+        for row in rows:
+            blob = row.pop(GENERATION_COLUMN)
+            generations.append(generation_from_json(blob) if blob is not None else None)
+        requests = [Request(item_id=row["id"], question=row["question"], family=row["family"],
+                            image=_image_of(row)) for row in rows]
+        keys = request_keys(cached.fingerprint, requests) if cached.cache is not None else [None] * len(rows)
+        entries = [(k, g) for k, g in zip(keys, generations) if g is not None and is_complete(g)]
+        self.received += len(rows)
+        job.stats.asked += len(rows)
+        job.stats.uncached += sum(1 for g in generations if g is not None) - len(entries)
+        if entries and cached.commits is not None:
+            cached.commits.add_many(entries)
+            cached.commits.flush()  # committed before its rows are handed on
+        for row, request, generation, key in zip(rows, requests, generations, keys):
+            chunk = self.out.add(request, generation, row)
+            if chunk is not None:
+                yield chunk
+            if key is None:
+                continue
+            self.open.discard(key)
+            stored = generation if generation is not None and is_complete(generation) else None
+            for a, shared in self.waiting.pop(key, ()):
+                chunk = self._decided(a, shared, stored)
+                if chunk is not None:
+                    yield chunk
+        job.progress(job.stats)
+
+
+class _Out:
+    """Records gathered into DecidedChunks of ``size``."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.requests: list[Request] = []
+        self.generations: list[Optional[Generation]] = []
+        self.rows: list[dict] = []
+
+    def add(self, request: Request, generation: Optional[Generation], row: dict) -> Optional[DecidedChunk]:
+        self.requests.append(request)
+        self.generations.append(generation)
+        self.rows.append(row)
+        return self.take() if len(self.rows) >= self.size else None
+
+    def take(self) -> Optional[DecidedChunk]:
+        if not self.rows:
+            return None
+        chunk = DecidedChunk(requests=self.requests, generations=self.generations, rows=self.rows)
+        self.requests, self.generations, self.rows = [], [], []
+        return chunk
+
+
+class _Results:
+    """The Ray Data results, pulled by a thread of their own into a short queue, so that the driver
+    admits and sends while the actors work and takes what has come between admitted batches. The
+    thread only iterates Ray's results: the cache and the records stay on the driver's thread."""
+
+    _END = object()
+
+    def __init__(self, tables: Iterator[pa.Table]):
+        self.queue: queue.Queue = queue.Queue(maxsize=RESULTS_QUEUED)
+        self.ended = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._pull, args=(tables,), name="ray-results", daemon=True)
+        self._thread.start()
+
+    def take(self, wait: bool) -> list[pa.Table]:
+        """The tables received so far (waiting for one with ``wait``); raises the job's error."""
+        items = []
         try:
-            yield from self._commit(job, cached, decided.iter_batches(batch_format="pyarrow", batch_size=None))
-        except OrandCarError:
-            raise
-        except Exception as exc:  # Ray's own errors wrap ours; show the cause, keep the chain
-            raise ExecutorError(f"the Ray job failed: {_cause(exc)}") from exc
+            if wait and not self.ended:
+                items.append(self.queue.get())
+            while True:
+                items.append(self.queue.get_nowait())
+        except queue.Empty:
+            pass
+        tables = []
+        for item in items:
+            if item is self._END:
+                self.ended = True
+            elif isinstance(item, BaseException):
+                self.ended = True
+                if isinstance(item, OrandCarError):
+                    raise item
+                raise ExecutorError(f"the Ray job failed: {_cause(item)}") from item
+            else:
+                tables.append(item)
+        return tables
 
-    @staticmethod
-    def _commit(job: GenerationJob, cached: CachedGeneration, tables) -> Iterator[dict]:
-        """The rows of each received table, its complete generations committed first."""
-        for table in tables:
-            rows = table.to_pylist()
-            complete = []
-            for row in rows:
-                blob = row.pop(GENERATION_COLUMN)
-                row["_generation"] = generation_from_json(blob) if blob is not None else None
-                if row["_generation"] is not None and is_complete(row["_generation"]):
-                    complete.append(row)
-            requests = [Request(item_id=row["id"], question=row["question"], family=row["family"],
-                                image=_image_of(row)) for row in complete]
-            entries = list(zip(request_keys(cached.fingerprint, requests), (row["_generation"] for row in complete)))
-            job.stats.asked += len(rows)
-            job.stats.uncached += sum(1 for r in rows if r["_generation"] is not None) - len(entries)
-            if entries and cached.commits is not None:
-                cached.commits.add_many(entries)
-                cached.commits.flush()  # committed before its rows are handed on
-            yield from rows
+    def stop(self) -> None:
+        self._stop.set()
 
-    def _merge(self, job: GenerationJob, asks: CachedGeneration, status: np.ndarray,
-               results: _Peekable) -> Iterator[DecidedChunk]:
-        admitted_file = open_parquet(job.admitted)
-        position = 0
-        for batch in admitted_file.iter_batches(batch_size=job.chunk_size):
-            admitted = [admitted_from_row(row) for row in batch.to_pylist()]
-            requests = [make_request(a, job.families) for a in admitted]
-            keys = request_keys(asks.fingerprint, requests)
-            classes = status[position:position + len(admitted)]
-            position += len(admitted)
-            hits = asks.answers([k for k, c in zip(keys, classes) if c == HIT])
-            generations: list[Optional[Generation]] = []
-            rows: list[dict] = []
-            for a, request, key, kind in zip(admitted, requests, keys, classes):
-                if kind == ASK:
-                    row = results.next()
-                    if row is None or row["id"] != request.item_id:
-                        raise ExecutorError(f"Ray returned {row and row['id']!r} where {request.item_id!r} "
-                                            "was expected: results out of order")
-                    generation = row.pop("_generation")
-                    generations.append(generation)
-                    rows.append(row)
-                    continue
-                if kind == HIT:
-                    generation = hits.get(key)
-                else:  # the same request as an earlier item: committed when that one came back
-                    generation = asks.answer(key)
-                if generation is None:
-                    generations.append(None)
-                    rows.append(failed_row(a, request, SAME_REQUEST_FAILED))
-                    continue
-                generation = for_request(generation, request)
-                generations.append(generation)
-                rows.append(decided_or_failed(a, request, generation, job.families))
-            job.progress(job.stats)
-            yield DecidedChunk(requests=requests, generations=generations, rows=rows)
+    def join(self) -> None:
+        self._thread.join(timeout=JOIN_SECONDS)
+
+    def _pull(self, tables: Iterator[pa.Table]) -> None:
+        try:
+            for table in tables:
+                if not self._put(table):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread
+            self._put(exc)
+            return
+        self._put(self._END)
+
+    def _put(self, item: object) -> bool:
+        while not self._stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
 
-def block_rows(asks: int, batch_size: int, slots: int) -> int:
-    """Rows per block for ``asks`` items: a whole number of engine batches (``batch_size``), at
-    most BLOCK_BATCHES of them, and few enough that ``slots`` batch slots (replicas times batches
-    per replica) get BLOCKS_PER_SLOT blocks each."""
-    batches = -(-asks // batch_size)
-    per_block = batches // max(1, slots * BLOCKS_PER_SLOT)
-    return batch_size * max(1, min(BLOCK_BATCHES, per_block))
+def _admitted_batches(job: GenerationJob) -> Iterator[list[dict]]:
+    """The admitted rows in pool order, in batches: from ``job.admitted_rows`` as they are admitted
+    (ADMIT_BATCH at a time), else read from ``job.admitted`` a chunk at a time."""
+    if job.admitted_rows is None:
+        for batch in open_parquet(job.admitted).iter_batches(batch_size=job.chunk_size):
+            yield batch.to_pylist()
+        return
+    rows = iter(job.admitted_rows)
+    while True:
+        batch = list(islice(rows, ADMIT_BATCH))
+        if not batch:
+            return
+        yield batch
+
+
+def _queued_blocks(asks) -> Iterator[pa.Table]:
+    """The read task's blocks: each table the driver put in the queue ``asks``, until its end (None)."""
+    import ray
+
+    while True:
+        item = asks.get()
+        if item is None:
+            return
+        yield ray.get(item[0])
+
+
+def _queued_dataset(asks):
+    """A Ray Dataset of the blocks the driver puts in ``asks`` as it admits: one read task (no CPU
+    of its own) that takes them from the queue as they come, so the actors start on the first
+    block while the driver still admits."""
+    import ray.data
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    class QueuedAsks(Datasource):
+        def estimate_inmemory_data_size(self) -> Optional[int]:
+            return None
+
+        def get_read_tasks(self, parallelism: int, per_task_row_limit: Optional[int] = None,
+                           data_context=None) -> list:
+            metadata = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
+            return [ReadTask(partial(_queued_blocks, asks), metadata, schema=ADMITTED_SCHEMA)]
+
+    return ray.data.read_datasource(QueuedAsks(), override_num_blocks=1, ray_remote_args={"num_cpus": 0})
+
+
+def block_sizes(batch_size: int, slots: int) -> Iterator[int]:
+    """Rows of each block handed to Ray, in turn: ``slots`` blocks (one per batch slot: replicas
+    times batches per replica) of one engine batch, then ``slots`` of two, doubling up to
+    BLOCK_BATCHES batches. The first asks go out once one batch is admitted, every slot gets
+    blocks when there are few asks, and a large pool is a few dozen tasks, not one per batch."""
+    batches = 1
+    while True:
+        for _ in range(max(1, slots)):
+            yield batch_size * batches
+        batches = min(BLOCK_BATCHES, 2 * batches)
 
 
 def _cause(exc: BaseException) -> str:
