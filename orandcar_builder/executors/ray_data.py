@@ -30,11 +30,10 @@ dir stays with the driver. Ray is imported only here.
 
 from __future__ import annotations
 
-import queue
+import logging
 import shutil
 import threading
 import time
-from functools import partial
 from itertools import islice
 from typing import Any, Iterator, Optional
 
@@ -52,8 +51,7 @@ from .base import DecidedChunk, GenerationJob
 from .generation import ASK, HIT, SHARED, CachedGeneration, cached_generation, for_request
 from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_request
 
-RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "
-               "(it installs ray[data])")
+RAY_MISSING = "the ray executor needs Ray: pip install 'orandcar-builder[ray]' (it installs ray[data])"
 # Batches each actor runs at the same time on its one engine.
 BATCHES_PER_REPLICA = 4
 # Engine batches per block handed to Ray Data, at most: a task per engine batch of 32 cost Ray
@@ -61,12 +59,11 @@ BATCHES_PER_REPLICA = 4
 # batches is one task that calls the actor once per batch. The first blocks are smaller
 # (``block_sizes``), so that the first asks go out early and every batch slot gets blocks.
 BLOCK_BATCHES = 32
-# Largest blocks in flight (sent, not yet received) per batch slot; past that, admission waits.
+# Blocks given to an actor at a time, per batch it runs at once; the asks the driver holds are at
+# most as many of the largest blocks per batch slot (past that, admission waits for results).
 BLOCKS_AHEAD = 2
-# Admitted rows classified at a time; result tables queued between Ray's thread and the driver's.
+# Admitted rows classified at a time.
 ADMIT_BATCH = 64
-RESULTS_QUEUED = 8
-JOIN_SECONDS = 10.0
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
 
 
@@ -75,18 +72,17 @@ class ExecutorError(OrandCarError):
 
 
 def import_ray():
-    """``ray`` with Ray Data, or EngineUnavailable saying how to install it."""
+    """``ray``, or EngineUnavailable saying how to install it."""
     try:
         import ray
-        import ray.data  # noqa: F401
     except ImportError as exc:
         raise EngineUnavailable(f"{RAY_MISSING} ({exc})") from None
     return ray
 
 
 class GenerateAndDecide:
-    """The Ray Data actor: one engine per actor; ``__call__`` takes a batch of admitted rows and
-    returns their decision records plus the generations (as JSON) for the driver's cache."""
+    """The Ray actor: one engine per actor; ``decide`` takes a block of admitted rows (``__call__``
+    one engine batch of them) and returns their decision records plus the generations (as JSON) for the driver's cache."""
 
     def __init__(self, factory, expected_engine: str, families: Families):
         self.families = families  # the build's registry, shipped as a value: the driver's prompts and rules
@@ -111,6 +107,10 @@ class GenerateAndDecide:
             blobs.append(generation_to_json(generation))
         table = pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
         return table.append_column(GENERATION_COLUMN, pa.array(blobs, pa.string()))
+
+    def decide(self, block: pa.Table, batch_size: int) -> pa.Table:
+        """A block's records, its rows handed to the engine ``batch_size`` at a time."""
+        return pa.concat_tables([self(block.slice(start, batch_size)) for start in range(0, block.num_rows, batch_size)])
 
     def _generate(self, requests: list[Request]) -> tuple[list[Optional[Generation]], list[Optional[str]]]:
         """The batch through the engine's stream (its window slides within the batch; the other
@@ -198,91 +198,67 @@ class RayExecutor:
                  configure_logging=self.show_progress)
         return True
 
-    def _decided_tables(self, job: GenerationJob, fingerprint: dict, asks) -> Iterator[pa.Table]:
-        """The actors' decision tables (with the generations) for the blocks ``asks`` (a Ray
-        queue) carries, in the order they are done."""
-        import ray.data
-
-        context = ray.data.DataContext.get_current()
-        context.execution_options.preserve_order = False  # the build sorts the decisions by pool order
-        context.enable_progress_bars = self.show_progress
-        options: dict[str, Any] = dict(
-            fn_constructor_kwargs={"factory": job.factory, "expected_engine": engine_hash(fingerprint),
-                                   "families": job.families},
-            batch_size=job.batch_size, batch_format="pyarrow",
-            # Several batches run at once on each actor (threads sharing its engine), so the engine
-            # is handed the next batch's requests while the slowest of one batch still runs.
-            compute=ray.data.ActorPoolStrategy(size=self.replicas,
-                                               max_tasks_in_flight_per_actor=self.batches_per_replica,
-                                               max_concurrent_calls_per_actor=self.batches_per_replica,
-                                               enable_true_multi_threading=self.batches_per_replica > 1),
-            num_cpus=self.cpus_per_replica,
-        )
+    def _replicas(self, job: GenerationJob, fingerprint: dict) -> "_Replicas":
+        """The actors, made now (each makes its engine as it starts)."""
+        options: dict[str, Any] = {"num_cpus": self.cpus_per_replica, "max_concurrency": self.batches_per_replica,
+                                   # Ray restarts a lost actor and runs its calls again, without limit
+                                   # unless bounded (-1: no limit)
+                                   "max_restarts": -1 if self.max_restarts is None else self.max_restarts,
+                                   "max_task_retries": -1 if self.max_task_retries is None else self.max_task_retries}
         if self.gpus_per_replica:
             options["num_gpus"] = self.gpus_per_replica
-        # Ray Data already restarts lost actors and retries their batches without limit; bounds
-        # are passed only when asked for.
-        if self.max_restarts is not None:
-            options["max_restarts"] = self.max_restarts
-        if self.max_task_retries is not None:
-            options["max_task_retries"] = self.max_task_retries
-        decided = _queued_dataset(asks).map_batches(GenerateAndDecide, **options)
-        return decided.iter_batches(batch_format="pyarrow", batch_size=None)
+        actor = self.ray.remote(GenerateAndDecide).options(**options)
+        actors = [actor.remote(job.factory, engine_hash(fingerprint), job.families) for _ in range(self.replicas)]
+        return _Replicas(self.ray, actors, job.batch_size, self.batches_per_replica * BLOCKS_AHEAD)
 
 
 class _Driver:
     """One run of the Ray executor's driver: admitted rows in, DecidedChunks out (see the module
-    docstring). Ray is started (or joined) when the first block of asks is ready: a build whose
-    every request is cached never starts it."""
+    docstring). Ray starts (or is joined) on a thread of its own at the first item to ask, while
+    admission goes on: a build whose every request is cached never starts it."""
 
     def __init__(self, executor: RayExecutor, job: GenerationJob, cached: CachedGeneration):
         self.executor, self.job, self.cached = executor, job, cached
         slots = executor.replicas * executor.batches_per_replica
         self.sizes = block_sizes(job.batch_size, slots)
         self.size = next(self.sizes)
-        # Asks sent and not yet received, at most: past it, admission waits for results.
-        self.most_in_flight = slots * BLOCKS_AHEAD * BLOCK_BATCHES * job.batch_size
-        self.pending: list[dict] = []  # asks for the next block
+        # Asks the driver holds, at most, while Ray starts or the actors are full: past it,
+        # admission waits for results.
+        self.most_pending = slots * BLOCKS_AHEAD * BLOCK_BATCHES * job.batch_size
+        self.pending: list[dict] = []  # asks for the next blocks
         self.open: set[str] = set()  # keys asked and not yet received
         self.waiting: dict[str, list[tuple[Admitted, Request]]] = {}  # items sharing an open key
         self.sent = self.received = 0
-        self.started = False  # this run started Ray (and shuts it down)
-        self.asks = None  # the Ray queue the blocks go through
-        self.results: Optional[_Results] = None
+        self.ray_start: Optional[_RayStart] = None  # Ray starting (or joined), from the first ask on
+        self.replicas: Optional[_Replicas] = None  # the actors, once Ray is up
         self.out = _Out(job.chunk_size)
 
     def run(self) -> Iterator[DecidedChunk]:
         for rows in _admitted_batches(self.job):
             yield from self._admit(rows)
             self._send(final=False)
-            while self.sent - self.received > self.most_in_flight:
-                yield from self._receive(wait=True)
             yield from self._receive(wait=False)
-        self._send(final=True)
-        while self.results is not None and not self.results.ended:
+            while len(self.pending) > self.most_pending:
+                yield from self._receive(wait=True)
+                self._send(final=False)
+        while self.pending or (self.replicas is not None and self.replicas.busy):
+            self._send(final=True)
             yield from self._receive(wait=True)
         if self.received != self.sent:
             raise ExecutorError(f"Ray returned {self.received} results for {self.sent} items asked")
         if self.waiting:  # a bug: every shared item waits on a key in flight
             raise RuntimeError(f"{sum(map(len, self.waiting.values()))} shared item(s) left unanswered")
-        self.cached.progress(self.job.stats)
+        self.job.progress(self.job.stats)
         chunk = self.out.take()
         if chunk is not None:
             yield chunk
 
     def close(self) -> None:
-        """Stop the results' thread and the queue; shut Ray down if this run started it."""
-        if self.results is not None:
-            self.results.stop()
-        if self.asks is not None:
-            try:
-                self.asks.shutdown(force=True)
-            except Exception:  # noqa: BLE001 - Ray going away already
-                pass
-        if self.started:
-            self.executor.ray.shutdown()
-        if self.results is not None:
-            self.results.join()
+        """Let the actors go; shut Ray down if this run started it."""
+        if self.replicas is not None:
+            self.replicas.close()
+        if self.ray_start is not None:
+            self.ray_start.close()
 
     # -- admitted rows in ----------------------------------------------------------------
 
@@ -293,6 +269,8 @@ class _Driver:
         admitted = [admitted_from_row(row) for row in rows]
         requests = [make_request(a, job.families) for a in admitted]
         keys, classes = cached.classify(requests)
+        if self.ray_start is None and ASK in classes:  # Ray starts while admission goes on
+            self.ray_start = _RayStart(self.executor)
         hits = cached.answers([k for k, c in zip(keys, classes) if c == HIT])
         for row, a, request, key, kind in zip(rows, admitted, requests, keys, classes):
             if kind == ASK:
@@ -315,35 +293,36 @@ class _Driver:
         return self.out.add(request, generation, decided_or_failed(a, request, generation, self.job.families))
 
     def _send(self, final: bool) -> None:
-        """The pending asks as blocks (``block_sizes``); with ``final``, the rest too, and the end."""
-        while self.pending and (final or len(self.pending) >= self.size):
+        """The pending asks as blocks (``block_sizes``) to the actors with room for them; with
+        ``final`` (admission done) a last short block too. Waits for Ray's start only when
+        ``final`` or past ``most_pending``; until then the asks stay pending while admission goes on."""
+        if not self.pending or not self._ready(wait=final or len(self.pending) > self.most_pending):
+            return
+        while self.pending and (final or len(self.pending) >= self.size) and self.replicas.has_room():
             block, self.pending = self.pending[:self.size], self.pending[self.size:]
-            if self.asks is None:
-                self._start()
-            table = pa.Table.from_pylist(block, schema=ADMITTED_SCHEMA)
-            self.asks.put([self.executor.ray.put(table)])  # in a list: the queue holds the reference
+            self.replicas.submit(pa.Table.from_pylist(block, schema=ADMITTED_SCHEMA))
             self.sent += len(block)
             self.size = next(self.sizes)
-        if final and self.asks is not None:
-            self.asks.put(None)
 
-    def _start(self) -> None:
-        from ray.util.queue import Queue
-
-        self.started = self.executor._connect()
-        self.asks = Queue(actor_options={"num_cpus": 0})
-        self.results = _Results(self.executor._decided_tables(self.job, self.cached.fingerprint, self.asks))
+    def _ready(self, wait: bool) -> bool:
+        """Whether Ray is up and the actors made (made now, once it is)."""
+        if self.replicas is not None:
+            return True
+        if self.ray_start is None or not (wait or self.ray_start.ready.is_set()):
+            return False
+        self.ray_start.wait()
+        self.replicas = self.executor._replicas(self.job, self.cached.fingerprint)
+        return True
 
     # -- results out ---------------------------------------------------------------------
 
     def _receive(self, wait: bool) -> Iterator[DecidedChunk]:
-        """The records of the tables received (one at least with ``wait``), each table's complete
+        """The records of the blocks done (one at least with ``wait``), each block's complete
         generations committed to the cache before its records are handed on."""
-        if self.results is None:
+        if self.replicas is None:
             return
-        for table in self.results.take(wait):
-            for chunk in self._received(table):
-                yield chunk
+        for table in self.replicas.done(wait):
+            yield from self._received(table)
 
     def _received(self, table: pa.Table) -> Iterator[DecidedChunk]:
         job, cached = self.job, self.cached
@@ -377,6 +356,53 @@ class _Driver:
         job.progress(job.stats)
 
 
+class _RayStart:
+    """``ray.init`` on a thread of its own, so that admission goes on while Ray starts; the same
+    thread shuts Ray down (``close``), if it started it. The thread lives until then: Ray starts
+    its local processes (raylet, object store, GCS) with PR_SET_PDEATHSIG, which kills them when
+    the *thread* that started them ends, so a thread that returned after ``ray.init`` took the
+    cluster down with it and the driver exited 1, without a message, at its next Ray call."""
+
+    def __init__(self, executor: RayExecutor):
+        self.executor = executor
+        self.ready = threading.Event()
+        self.error: Optional[BaseException] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ray-start", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Until Ray is up; raises what ``ray.init`` raised."""
+        self.ready.wait()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        started = False
+        worker_log = logging.getLogger("ray._private.worker")
+        worker_log.addFilter(_not_main_thread_note)
+        try:
+            started = self.executor._connect()
+        except BaseException as exc:  # noqa: BLE001 - raised on the driver's thread by wait()
+            self.error = exc
+        finally:
+            worker_log.removeFilter(_not_main_thread_note)
+            self.ready.set()
+        self._stop.wait()
+        if started:
+            self.executor.ray.shutdown()
+
+
+def _not_main_thread_note(record: logging.LogRecord) -> bool:
+    """Ray's note that it set no SIGTERM handler off the main thread: the build handles its signals."""
+    return not record.getMessage().startswith("SIGTERM handler is not set")
+
+
 class _Out:
     """Records gathered into DecidedChunks of ``size``."""
 
@@ -400,67 +426,54 @@ class _Out:
         return chunk
 
 
-class _Results:
-    """The Ray Data results, pulled by a thread of their own into a short queue, so that the driver
-    admits and sends while the actors work and takes what has come between admitted batches. The
-    thread only iterates Ray's results: the cache and the records stay on the driver's thread."""
+class _Replicas:
+    """The actors and the blocks they run. Each actor is given at most ``per_actor`` blocks at a
+    time (as many as it runs at once and as many again waiting behind them, so that it never
+    waits for the driver), the least loaded first; the driver takes the blocks' records as they
+    are done, in any order (the build sorts them)."""
 
-    _END = object()
+    def __init__(self, ray, actors: list, batch_size: int, per_actor: int):
+        self.ray, self.actors, self.batch_size, self.per_actor = ray, actors, batch_size, per_actor
+        self.load = [0] * len(actors)
+        self.running: dict[Any, int] = {}  # the result's ObjectRef -> its actor
 
-    def __init__(self, tables: Iterator[pa.Table]):
-        self.queue: queue.Queue = queue.Queue(maxsize=RESULTS_QUEUED)
-        self.ended = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._pull, args=(tables,), name="ray-results", daemon=True)
-        self._thread.start()
+    @property
+    def busy(self) -> bool:
+        return bool(self.running)
 
-    def take(self, wait: bool) -> list[pa.Table]:
-        """The tables received so far (waiting for one with ``wait``); raises the job's error."""
-        items = []
-        try:
-            if wait and not self.ended:
-                items.append(self.queue.get())
-            while True:
-                items.append(self.queue.get_nowait())
-        except queue.Empty:
-            pass
+    def has_room(self) -> bool:
+        return min(self.load) < self.per_actor
+
+    def submit(self, block: pa.Table) -> None:
+        actor = self.load.index(min(self.load))
+        self.running[self.actors[actor].decide.remote(block, self.batch_size)] = actor
+        self.load[actor] += 1
+
+    def done(self, wait: bool) -> list[pa.Table]:
+        """The records of the blocks done (waiting for one with ``wait``); raises the job's error."""
+        if not self.running:
+            return []
+        refs = list(self.running)
+        ready, _ = self.ray.wait(refs, num_returns=1, timeout=None if wait else 0)
+        if ready:
+            ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
         tables = []
-        for item in items:
-            if item is self._END:
-                self.ended = True
-            elif isinstance(item, BaseException):
-                self.ended = True
-                if isinstance(item, OrandCarError):
-                    raise item
-                raise ExecutorError(f"the Ray job failed: {_cause(item)}") from item
-            else:
-                tables.append(item)
+        for ref in ready:
+            self.load[self.running.pop(ref)] -= 1
+            try:
+                tables.append(self.ray.get(ref))
+            except OrandCarError:
+                raise
+            except Exception as exc:  # Ray's own errors wrap ours; show the cause, keep the chain
+                raise ExecutorError(f"the Ray job failed: {_cause(exc)}") from exc
         return tables
 
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self) -> None:
-        self._thread.join(timeout=JOIN_SECONDS)
-
-    def _pull(self, tables: Iterator[pa.Table]) -> None:
-        try:
-            for table in tables:
-                if not self._put(table):
-                    return
-        except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread
-            self._put(exc)
-            return
-        self._put(self._END)
-
-    def _put(self, item: object) -> bool:
-        while not self._stop.is_set():
+    def close(self) -> None:
+        for actor in self.actors:
             try:
-                self.queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+                self.ray.kill(actor)
+            except Exception:  # noqa: BLE001 - gone already
+                pass
 
 
 def _admitted_batches(job: GenerationJob) -> Iterator[list[dict]]:
@@ -476,37 +489,6 @@ def _admitted_batches(job: GenerationJob) -> Iterator[list[dict]]:
         if not batch:
             return
         yield batch
-
-
-def _queued_blocks(asks) -> Iterator[pa.Table]:
-    """The read task's blocks: each table the driver put in the queue ``asks``, until its end (None)."""
-    import ray
-
-    while True:
-        item = asks.get()
-        if item is None:
-            return
-        yield ray.get(item[0])
-
-
-def _queued_dataset(asks):
-    """A Ray Dataset of the blocks the driver puts in ``asks`` as it admits: one read task (no CPU
-    of its own) that takes them from the queue as they come, so the actors start on the first
-    block while the driver still admits."""
-    import ray.data
-    from ray.data.block import BlockMetadata
-    from ray.data.datasource import Datasource, ReadTask
-
-    class QueuedAsks(Datasource):
-        def estimate_inmemory_data_size(self) -> Optional[int]:
-            return None
-
-        def get_read_tasks(self, parallelism: int, per_task_row_limit: Optional[int] = None,
-                           data_context=None) -> list:
-            metadata = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
-            return [ReadTask(partial(_queued_blocks, asks), metadata, schema=ADMITTED_SCHEMA)]
-
-    return ray.data.read_datasource(QueuedAsks(), override_num_blocks=1, ray_remote_args={"num_cpus": 0})
 
 
 def block_sizes(batch_size: int, slots: int) -> Iterator[int]:
