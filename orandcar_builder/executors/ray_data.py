@@ -30,6 +30,7 @@ dir stays with the driver. Ray is imported only here.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import shutil
 import threading
@@ -59,9 +60,11 @@ BATCHES_PER_REPLICA = 4
 # batches is one task that calls the actor once per batch. The first blocks are smaller
 # (``block_sizes``), so that the first asks go out early and every batch slot gets blocks.
 BLOCK_BATCHES = 32
-# Blocks given to an actor at a time, per batch it runs at once; the asks the driver holds are at
-# most as many of the largest blocks per batch slot (past that, admission waits for results).
+# Blocks given to an actor at a time, per batch it runs at once.
 BLOCKS_AHEAD = 2
+# Asks the driver holds, at most, while Ray starts or the actors are full (as Arrow rows, about
+# 400 bytes each on bench_build.py's pool): past it, admission waits for results.
+HELD_ASKS = 65_536
 # Admitted rows classified at a time.
 ADMIT_BATCH = 64
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
@@ -222,10 +225,8 @@ class _Driver:
         slots = executor.replicas * executor.batches_per_replica
         self.sizes = block_sizes(job.batch_size, slots)
         self.size = next(self.sizes)
-        # Asks the driver holds, at most, while Ray starts or the actors are full: past it,
-        # admission waits for results.
-        self.most_pending = slots * BLOCKS_AHEAD * BLOCK_BATCHES * job.batch_size
-        self.pending: list[dict] = []  # asks for the next blocks
+        self.most_pending = HELD_ASKS
+        self.pending = _Pending()  # asks for the next blocks
         self.open: set[str] = set()  # keys asked and not yet received
         self.waiting: dict[str, list[tuple[Admitted, Request]]] = {}  # items sharing an open key
         self.sent = self.received = 0
@@ -272,9 +273,9 @@ class _Driver:
         if self.ray_start is None and ASK in classes:  # Ray starts while admission goes on
             self.ray_start = _RayStart(self.executor)
         hits = cached.answers([k for k, c in zip(keys, classes) if c == HIT])
-        for row, a, request, key, kind in zip(rows, admitted, requests, keys, classes):
+        self.pending.add([row for row, kind in zip(rows, classes) if kind == ASK])
+        for a, request, key, kind in zip(admitted, requests, keys, classes):
             if kind == ASK:
-                self.pending.append(row)
                 if key is not None:
                     self.open.add(key)
                 continue
@@ -294,15 +295,17 @@ class _Driver:
 
     def _send(self, final: bool) -> None:
         """The pending asks as blocks (``block_sizes``) to the actors with room for them; with
-        ``final`` (admission done) a last short block too. Waits for Ray's start only when
-        ``final`` or past ``most_pending``; until then the asks stay pending while admission goes on."""
-        if not self.pending or not self._ready(wait=final or len(self.pending) > self.most_pending):
+        ``final`` (admission done), or past ``most_pending``, short blocks too. Waits for Ray's start
+        only then; until then the asks stay pending while admission goes on."""
+        full = len(self.pending) > self.most_pending
+        if not self.pending or not self._ready(wait=final or full):
             return
-        while self.pending and (final or len(self.pending) >= self.size) and self.replicas.has_room():
-            block, self.pending = self.pending[:self.size], self.pending[self.size:]
-            self.replicas.submit(pa.Table.from_pylist(block, schema=ADMITTED_SCHEMA))
-            self.sent += len(block)
+        while self.pending and (final or full or len(self.pending) >= self.size) and self.replicas.has_room():
+            block = self.pending.take(self.size)
+            self.replicas.submit(block)
+            self.sent += block.num_rows
             self.size = next(self.sizes)
+            full = len(self.pending) > self.most_pending
 
     def _ready(self, wait: bool) -> bool:
         """Whether Ray is up and the actors made (made now, once it is)."""
@@ -361,14 +364,20 @@ class _RayStart:
     thread shuts Ray down (``close``), if it started it. The thread lives until then: Ray starts
     its local processes (raylet, object store, GCS) with PR_SET_PDEATHSIG, which kills them when
     the *thread* that started them ends, so a thread that returned after ``ray.init`` took the
-    cluster down with it and the driver exited 1, without a message, at its next Ray call."""
+    cluster down with it and the driver exited 1, without a message, at its next Ray call.
+
+    ``close`` lets the shutdown (1-2 s of a local cluster) run while the build goes on to write
+    its shards; the next start in this process, and the interpreter's exit, wait for it first."""
+
+    _last: Optional[threading.Thread] = None  # the last thread that started Ray in this process
 
     def __init__(self, executor: RayExecutor):
         self.executor = executor
         self.ready = threading.Event()
         self.error: Optional[BaseException] = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ray-start", daemon=True)
+        previous, _RayStart._last = _RayStart._last, None
+        self._thread = threading.Thread(target=self._run, args=(previous,), name="ray-start", daemon=True)
         self._thread.start()
 
     def wait(self) -> None:
@@ -379,10 +388,21 @@ class _RayStart:
             raise error
 
     def close(self) -> None:
+        """Let Ray go (shut down on the thread, if it started it), without waiting."""
         self._stop.set()
-        self._thread.join()
+        if _RayStart._last is None:
+            atexit.register(_RayStart.join_last)  # after Ray's own: runs before it
+        _RayStart._last = self._thread
 
-    def _run(self) -> None:
+    @staticmethod
+    def join_last() -> None:
+        last = _RayStart._last
+        if last is not None:
+            last.join()
+
+    def _run(self, previous: Optional[threading.Thread]) -> None:
+        if previous is not None:  # an earlier build's Ray still shutting down
+            previous.join()
         started = False
         worker_log = logging.getLogger("ray._private.worker")
         worker_log.addFilter(_not_main_thread_note)
@@ -424,6 +444,29 @@ class _Out:
         chunk = DecidedChunk(requests=self.requests, generations=self.generations, rows=self.rows)
         self.requests, self.generations, self.rows = [], [], []
         return chunk
+
+
+class _Pending:
+    """The asks not yet sent, as Arrow record batches (compact: the driver may hold HELD_ASKS)."""
+
+    def __init__(self):
+        self.batches: list[pa.RecordBatch] = []
+        self.rows = 0
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def add(self, rows: list[dict]) -> None:
+        if rows:
+            self.batches.append(pa.RecordBatch.from_pylist(rows, schema=ADMITTED_SCHEMA))
+            self.rows += len(rows)
+
+    def take(self, n: int) -> pa.Table:
+        """The first ``n`` rows (or all there are), in buffers of their own."""
+        table = pa.Table.from_batches(self.batches, schema=ADMITTED_SCHEMA)
+        rest = table.slice(n)
+        self.batches, self.rows = rest.to_batches(), rest.num_rows
+        return table.slice(0, n).combine_chunks()
 
 
 class _Replicas:
