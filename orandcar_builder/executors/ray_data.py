@@ -1,22 +1,26 @@
-"""The Ray executor: generation and verification on a Ray cluster, with Ray Data.
+"""The Ray executor: generation and verification on a Ray cluster, one engine per Ray actor.
 
 The driver (this process) keeps the generation cache; the cluster only generates and decides:
 
-1. The driver reads work/admitted.parquet in chunks, looks each request up in the cache and writes
-   the items to ask (not cached, and not asked earlier in this run under the same key) to
-   ``work/ray/asks-*.parquet``.
-2. The driver puts those items in the object store in chunks; they become a Ray Dataset; ``map_batches`` runs ``GenerateAndDecide`` on a pool of
-   ``replicas`` actors, each holding one engine made by the EngineFactory (a vLLM model loads
-   once per replica) and deciding each item next to its generation. Each actor runs
-   ``batches_per_replica`` batches at once (threads sharing its engine: each batch streams
-   through it), so its engine is fed the next batches while one batch's slowest reply runs. A
-   request that fails is recorded as ``failed`` with the error, and the job goes on. An actor that dies is restarted by Ray and its batch retried (Ray Data's
-   defaults: without limit; ``max_restarts`` / ``max_task_retries`` bound them).
-3. The driver reads the results in order (``preserve_order``), commits each received batch of
-   generations to the cache through the committer of the one cached path
-   (``generation.CachedGeneration``: the same keys, classes and commits as the local
-   executor's), waiting for the commit before it hands the batch on, and merges them with the
-   cached items into the same pool-order DecidedChunk stream as the local executor.
+1. The driver takes the admitted rows as they are admitted (``GenerationJob.admitted_rows``: the
+   build's admission runs inside this stream, as on the local executor), or reads
+   work/admitted.parquet when the last admission is reused, and looks each request up in the
+   cache (``generation.CachedGeneration.classify``: the one cached path's keys and classes).
+   Cached items are decided at once; items sharing the key of an earlier ask when that ask comes
+   back; the items to ask wait, as Arrow rows (at most HELD_ASKS), for the next block.
+2. Ray starts (``ray.init``, or joins the cluster) on a thread of its own at the first item to
+   ask, so admission goes on meanwhile; a build whose every request is cached never starts it.
+   Then ``replicas`` actors (``GenerateAndDecide``) each make one engine from the EngineFactory
+   (a vLLM model loads once per replica) and decide each item next to its generation. The asks go
+   to them in blocks (``block_sizes``: one engine batch per batch slot first, growing to
+   BLOCK_BATCHES batches), each actor holding at most BLOCKS_AHEAD blocks per batch it runs at
+   once (``batches_per_replica``: threads sharing its engine, so that it is fed the next batch
+   while one batch's slowest reply runs). A request that fails is recorded as ``failed`` with
+   the error, and the job goes on. An actor that dies is restarted by Ray and its blocks run
+   again (without limit unless ``max_restarts`` / ``max_task_retries`` bound them).
+3. The driver takes each block's records as it is done (any order: the build sorts the decisions
+   by pool order), commits its complete generations to the cache through the path's committer,
+   waiting for the commit before it hands the records on, between admitting the next rows.
 
 Why the driver owns the cache: SQLite allows one writer at a time and its write-ahead log needs
 shared memory on one host, so actors on other nodes writing a cache file on network storage would
@@ -25,7 +29,9 @@ yet; the rerun finds everything received in the cache and sends Ray only the res
 
 Paths: actors open the pool's images by the driver's paths, so on a multi-node cluster the images
 must be on storage every node mounts at the same path (a local cluster needs nothing); the work
-dir stays with the driver. Ray is imported only here.
+dir stays with the driver. Ray is imported only here. (Ray Data's ``map_batches`` ran this until
+issue 27: its read side cannot take blocks that do not exist yet, and its helper actors cost
+0.6 GB and seconds of start-up on one machine; Ray's own actors do what it did here.)
 """
 
 from __future__ import annotations
