@@ -265,6 +265,25 @@ def test_a_lost_actor_is_restarted(ray_cluster, tmp_path, recorded):
     assert _digests(result.out) == _digests(local_out)
 
 
+class OtherModel(ReplayEngine):
+    """Replays, but says it is another model: a node with other weights than the driver's."""
+
+    def fingerprint(self):
+        return {**super().fingerprint(), "model": "another"}
+
+
+def test_a_replica_with_another_engine_stops_the_build_with_one_message(ray_cluster, tmp_path, recorded):
+    from orandcar_builder.executors.ray_data import ExecutorError
+
+    gens, _ = recorded
+    with pytest.raises(ExecutorError) as caught:
+        build(POOL, tmp_path / "out", work=tmp_path / "work", engine=ReplayEngine(gens), executor="ray",
+              engine_factory=Factory(OtherModel, gens), engine_replicas=1, progress=False)
+    message = str(caught.value)
+    assert "another fingerprint than the driver's" in message and "'model': 'another'" in message
+    assert "Traceback" not in message and "\n" not in message
+
+
 class SlowStreams(ReplayEngine):
     """Replays slowly, and writes to ``log`` how many of its streams ran at once (in the actor)."""
 

@@ -511,9 +511,7 @@ class _Replicas:
             self.load[self.running.pop(ref)] -= 1
             try:
                 tables.append(self.ray.get(ref))
-            except OrandCarError:
-                raise
-            except Exception as exc:  # Ray's own errors wrap ours; show the cause, keep the chain
+            except Exception as exc:  # Ray's errors wrap ours (with a traceback): show the cause, keep the chain
                 raise ExecutorError(f"the Ray job failed: {_cause(exc)}") from exc
         return tables
 
