@@ -4,7 +4,8 @@ the whole process tree (the driver, and for Ray its raylet, GCS and worker proce
 Writes ``bench_build.py``'s synthetic pool of N QA items (its replayed answers), then builds it
 with ``orandcar build --engine replay --executor X`` for each executor asked, each in a child
 process and a fresh work dir, and prints per run: wall seconds, the report's stage timings, the
-peak of the summed RSS of the child and all its descendants (sampled every 0.2 s from /proc), and
+peak of the summed RSS of the child and all its descendants and that of the child alone (the
+driver; sampled every 0.2 s from /proc), and
 whether the Ray folder's shards are byte-identical to the local one's.
 
     .venv/bin/python benchmarks/bench_ray.py --items 20000 --json bench_ray.json
@@ -32,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _tree_rss(pid: int) -> int:
-    """Summed RSS (bytes) of ``pid`` and every process below it."""
+def _tree_rss(pid: int) -> tuple[int, int]:
+    """Summed RSS (bytes) of ``pid`` and every process below it, and that of ``pid`` alone."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
@@ -52,7 +53,7 @@ def _tree_rss(pid: int) -> int:
         p = todo.pop()
         total += rss.get(p, 0)
         todo += children.get(p, [])
-    return total
+    return total, rss.get(pid, 0)
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -69,15 +70,17 @@ def run(executor: str, pool: Path, replay: Path, root: Path) -> dict:
     start = time.perf_counter()
     proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = 0
+    peak = driver = 0
     while proc.poll() is None:
-        peak = max(peak, _tree_rss(proc.pid))
+        tree, own = _tree_rss(proc.pid)
+        peak, driver = max(peak, tree), max(driver, own)
         time.sleep(0.2)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{executor} build failed ({proc.returncode}): {proc.stderr.read()[-3000:]}")
     report = json.loads((work / "report.json").read_text())
     return {"executor": executor, "seconds": round(seconds, 2), "peak_tree_rss_mb": round(peak / 2**20, 1),
+            "peak_driver_rss_mb": round(driver / 2**20, 1),
             "timings_s": report.get("timings_s"), "out": out}
 
 

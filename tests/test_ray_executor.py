@@ -14,6 +14,7 @@ import pytest
 
 from orandcar_builder.engines.replay import ReplayEngine
 from orandcar_builder.executors.ray_data import import_ray
+from orandcar_builder.families import DEFAULT_FAMILIES
 from orandcar_builder.pipeline import build
 
 from .conftest import SAMPLES, dataset_files
@@ -33,14 +34,125 @@ def test_missing_ray_says_how_to_install(monkeypatch):
         import_ray()
 
 
-def test_blocks_hold_several_engine_batches_and_every_batch_slot_gets_blocks():
-    from orandcar_builder.executors.ray_data import BLOCK_BATCHES, BLOCKS_PER_SLOT, block_rows
+def test_blocks_grow_from_one_engine_batch_per_slot_to_several():
+    from itertools import islice
 
-    assert block_rows(20_000, 32, 4) == 32 * BLOCK_BATCHES  # a few dozen tasks, not 625
-    for asks, batch, slots in ((20_000, 32, 4), (3_000, 32, 4), (100, 32, 8), (1, 32, 1), (10**6, 7, 64)):
-        rows = block_rows(asks, batch, slots)
-        assert rows % batch == 0 and batch <= rows <= batch * BLOCK_BATCHES
-        assert -(-asks // rows) >= min(-(-asks // batch), slots * BLOCKS_PER_SLOT)  # every slot fed
+    from orandcar_builder.executors.ray_data import BLOCK_BATCHES, block_sizes
+
+    sizes = list(islice(block_sizes(32, 4), 40))
+    assert sizes[:8] == [32] * 4 + [64] * 4  # the first asks go out after one batch; every slot gets one
+    assert all(size % 32 == 0 for size in sizes) and max(sizes) == 32 * BLOCK_BATCHES
+    assert sizes == sorted(sizes)
+    blocks, total = 0, 0
+    for size in block_sizes(32, 4):
+        blocks, total = blocks + 1, total + size
+        if total >= 20_000:
+            break
+    assert blocks <= 40  # a few dozen tasks for 20k asks, not 625
+    assert next(block_sizes(7, 0)) == 7
+
+
+def _admitted_rows(n: int) -> list[dict]:
+    from orandcar_builder.images import ImageRef
+    from orandcar_builder.records import Admitted, PoolItem, admitted_row
+
+    return [admitted_row(Admitted(item=PoolItem(id=f"q{i}", image=ImageRef(path=f"/none/{i}.png", sha256="0" * 64),
+                                                question="What does the sign say?", reference="EXIT",
+                                                family="scene_text"),
+                                  order=i, policy="benchmark")) for i in range(n)]
+
+
+class _FakeReplicas:
+    """In place of the actors: records what was admitted when each block went, answers every item as
+    failed (no engine), one block at a time."""
+
+    def __init__(self, admitted: list, per_actor: int):
+        self.admitted, self.per_actor = admitted, per_actor
+        self.blocks: list[tuple[int, int]] = []  # (rows in the block, rows admitted when it went)
+        self.running: list = []
+
+    @property
+    def busy(self):
+        return bool(self.running)
+
+    def has_room(self):
+        return len(self.running) < self.per_actor
+
+    def submit(self, block):
+        self.blocks.append((block.num_rows, self.admitted[0]))
+        self.running.append(block)
+
+    def done(self, wait):
+        import pyarrow as pa
+
+        from orandcar_builder.executors.ray_data import GENERATION_COLUMN
+        from orandcar_builder.executors.steps import failed_row, make_request
+        from orandcar_builder.records import DECISION_SCHEMA, admitted_from_row
+
+        if not self.running:
+            return []
+        block = self.running.pop(0)
+        rows = [failed_row(a, make_request(a, DEFAULT_FAMILIES), "no engine here")
+                for a in map(admitted_from_row, block.to_pylist())]
+        table = pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
+        return [table.append_column(GENERATION_COLUMN, pa.array([None] * len(rows), pa.string()))]
+
+    def close(self):
+        pass
+
+
+def test_the_driver_sends_blocks_while_admission_goes_on_and_holds_a_bounded_number(tmp_path):
+    """The Ray executor's driver without Ray: blocks go out while rows are still being admitted, the
+    asks it holds stay bounded, and every admitted item comes back once."""
+    import time
+
+    from orandcar_builder.cache import CacheStats
+    from orandcar_builder.executors import GenerationJob
+    from orandcar_builder.executors.generation import cached_generation
+    from orandcar_builder.executors.ray_data import ADMIT_BATCH, _Driver
+
+    rows = _admitted_rows(3000)
+    admitted = [0]
+    replicas = _FakeReplicas(admitted, per_actor=2)
+
+    def admission():
+        for row in rows:
+            time.sleep(0.0002)  # admission takes time: Ray starts meanwhile
+            admitted[0] += 1
+            yield row
+
+    class Executor:
+        replicas, batches_per_replica, ray = 1, 2, None
+
+        def _connect(self):
+            return False
+
+        def _replicas(self, job, fingerprint):
+            return replicas
+
+    class Engine:  # only its fingerprint is read on the driver
+        kind = "fake"
+
+        def fingerprint(self):
+            return {"kind": "fake"}
+
+    engine = Engine()
+    job = GenerationJob(admitted=tmp_path / "none.parquet", work=tmp_path, engine=engine, factory=None, cache=None,
+                        stats=CacheStats(), batch_size=32, admitted_rows=admission())
+    with cached_generation(None, engine, job.stats) as cached:
+        driver = _Driver(Executor(), job, cached)
+        driver.most_pending = 256  # a small bound, so that admission has to wait for results
+        try:
+            orders = [row["order"] for chunk in driver.run() for row in chunk.rows]
+        finally:
+            driver.close()
+    assert sorted(orders) == list(range(3000))
+    assert [size for size, _ in replicas.blocks[:4]] == [32, 32, 64, 64]
+    assert replicas.blocks[0][1] < 3000, "the first block should go out while admission goes on"
+    assert sum(size for size, _ in replicas.blocks) == 3000
+    held = [when - sum(size for size, _ in replicas.blocks[:i]) for i, (_, when) in enumerate(replicas.blocks)]
+    assert max(held) <= 256 + ADMIT_BATCH  # the asks the driver held before each block went
+    assert job.stats.asked == 3000
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +265,25 @@ def test_a_lost_actor_is_restarted(ray_cluster, tmp_path, recorded):
     assert _digests(result.out) == _digests(local_out)
 
 
+class OtherModel(ReplayEngine):
+    """Replays, but says it is another model: a node with other weights than the driver's."""
+
+    def fingerprint(self):
+        return {**super().fingerprint(), "model": "another"}
+
+
+def test_a_replica_with_another_engine_stops_the_build_with_one_message(ray_cluster, tmp_path, recorded):
+    from orandcar_builder.executors.ray_data import ExecutorError
+
+    gens, _ = recorded
+    with pytest.raises(ExecutorError) as caught:
+        build(POOL, tmp_path / "out", work=tmp_path / "work", engine=ReplayEngine(gens), executor="ray",
+              engine_factory=Factory(OtherModel, gens), engine_replicas=1, progress=False)
+    message = str(caught.value)
+    assert "another fingerprint than the driver's" in message and "'model': 'another'" in message
+    assert "Traceback" not in message and "\n" not in message
+
+
 class SlowStreams(ReplayEngine):
     """Replays slowly, and writes to ``log`` how many of its streams ran at once (in the actor)."""
 
@@ -208,3 +339,32 @@ def test_ray_workers_compose_the_recipes_prompts(ray_cluster, tmp_path, recorded
     assert _digests(on_ray.out) == _digests(local.out)
     questions = {qa["question"] for row in pq.read_table(on_ray.out / "RS_nothink").to_pylist() for qa in row["qa"]}
     assert "What is written in this image? Read it." in questions
+
+
+def test_the_ray_executor_takes_the_admission_as_it_comes(tmp_path):
+    pytest.importorskip("ray")
+    from orandcar_builder.executors import get_executor
+    from orandcar_builder.pipeline.config import BuildConfig, BuildObjects
+    from orandcar_builder.pipeline.stages import overlaps, stages_for
+
+    config = BuildConfig(pool=tmp_path / "p", out=tmp_path / "o")
+    assert overlaps(config, get_executor("ray"))
+    assert [stage.name for stage in stages_for(config, BuildObjects(), get_executor("ray"))][0] == "generate"
+
+
+def test_a_build_that_starts_its_own_ray_cluster(tmp_path, recorded):
+    """``orandcar build --executor ray`` with no cluster running: Ray starts on a thread while the
+    pool is admitted (and must outlive it: its processes die with the thread that started them),
+    and the shards are the local executor's (the card names the engine as the command line did)."""
+    import subprocess
+
+    gens, local_out = recorded
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run([sys.executable, "-m", "orandcar_builder.cli", "build", str(POOL), "-o", str(tmp_path / "out"),
+                           "--work", str(tmp_path / "work"), "--engine", "replay", "--replay", str(gens),
+                           "--executor", "ray"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shards = {k: v for k, v in _digests(tmp_path / "out").items() if k.endswith(".parquet")}
+    assert shards and shards == {k: v for k, v in _digests(local_out).items() if k.endswith(".parquet")}
+    assert "SIGTERM handler" not in proc.stderr

@@ -1,8 +1,8 @@
 """Executors: where the generation stage (generate, then decide) runs.
 
 ``local`` runs it in this process; ``ray`` runs it on a Ray cluster (one engine per actor). Both
-read ``work/admitted.parquet`` and yield ``DecidedChunk``s (local: in the order generations
-finish; ray: in pool order), which the build writes and sorts into pool order
+take the admitted rows as they are admitted (``streams_admission``; else they read
+``work/admitted.parquet``) and yield ``DecidedChunk``s in the order generations finish, which the build writes and sorts into pool order
 (``ordering.sort_by_order``) as ``work/decisions.parquet``; the steps they run (``steps.py``) do not know
 where they run, and the stages after generation (judge, route, write) are the same for both.
 """

@@ -46,7 +46,8 @@ class GenerationJob:
     progress: Callable[[CacheStats], None] = lambda stats: None
     timings: dict[str, float] = field(default_factory=dict)
     # The admitted rows (ADMITTED_SCHEMA, pool order) as they are admitted, when admission overlaps
-    # generation (the local executor): ``admitted`` is complete only once they are exhausted.
+    # generation (an executor with ``streams_admission``): ``admitted`` is complete only once they
+    # are exhausted.
     admitted_rows: Optional[Iterable[dict]] = None
     families: Families = DEFAULT_FAMILIES  # the build's family registry: prompts and rules (workers get it too)
 
@@ -56,8 +57,7 @@ class GenerationJob:
 
 @dataclass
 class DecidedChunk:
-    """Admitted items (consecutive in pool order on the ray executor; in the order their
-    generations finished on the local one): their requests, their generations (None where
+    """Admitted items (in the order their generations finished, or were found in the cache): their requests, their generations (None where
     generation failed) and their decision records (steps.DECISION_SCHEMA), each with its pool
     ``order``."""
 

@@ -53,6 +53,7 @@ class LocalExecutor:
     """Runs the build's own engine here, streaming (see the module docstring)."""
 
     name = "local"
+    streams_admission = True  # takes GenerationJob.admitted_rows as they are admitted
 
     def run(self, job: GenerationJob) -> Iterator[DecidedChunk]:
         admitted: dict[int, Admitted] = {}  # id(request) -> its item, from taken until answered

@@ -1,22 +1,26 @@
-"""The Ray executor: generation and verification on a Ray cluster, with Ray Data.
+"""The Ray executor: generation and verification on a Ray cluster, one engine per Ray actor.
 
 The driver (this process) keeps the generation cache; the cluster only generates and decides:
 
-1. The driver reads work/admitted.parquet in chunks, looks each request up in the cache and writes
-   the items to ask (not cached, and not asked earlier in this run under the same key) to
-   ``work/ray/asks-*.parquet``.
-2. The driver puts those items in the object store in chunks; they become a Ray Dataset; ``map_batches`` runs ``GenerateAndDecide`` on a pool of
-   ``replicas`` actors, each holding one engine made by the EngineFactory (a vLLM model loads
-   once per replica) and deciding each item next to its generation. Each actor runs
-   ``batches_per_replica`` batches at once (threads sharing its engine: each batch streams
-   through it), so its engine is fed the next batches while one batch's slowest reply runs. A
-   request that fails is recorded as ``failed`` with the error, and the job goes on. An actor that dies is restarted by Ray and its batch retried (Ray Data's
-   defaults: without limit; ``max_restarts`` / ``max_task_retries`` bound them).
-3. The driver reads the results in order (``preserve_order``), commits each received batch of
-   generations to the cache through the committer of the one cached path
-   (``generation.CachedGeneration``: the same keys, classes and commits as the local
-   executor's), waiting for the commit before it hands the batch on, and merges them with the
-   cached items into the same pool-order DecidedChunk stream as the local executor.
+1. The driver takes the admitted rows as they are admitted (``GenerationJob.admitted_rows``: the
+   build's admission runs inside this stream, as on the local executor), or reads
+   work/admitted.parquet when the last admission is reused, and looks each request up in the
+   cache (``generation.CachedGeneration.classify``: the one cached path's keys and classes).
+   Cached items are decided at once; items sharing the key of an earlier ask when that ask comes
+   back; the items to ask wait, as Arrow rows (at most HELD_ASKS), for the next block.
+2. Ray starts (``ray.init``, or joins the cluster) on a thread of its own at the first item to
+   ask, so admission goes on meanwhile; a build whose every request is cached never starts it.
+   Then ``replicas`` actors (``GenerateAndDecide``) each make one engine from the EngineFactory
+   (a vLLM model loads once per replica) and decide each item next to its generation. The asks go
+   to them in blocks (``block_sizes``: one engine batch per batch slot first, growing to
+   BLOCK_BATCHES batches), each actor holding at most BLOCKS_AHEAD blocks per batch it runs at
+   once (``batches_per_replica``: threads sharing its engine, so that it is fed the next batch
+   while one batch's slowest reply runs). A request that fails is recorded as ``failed`` with
+   the error, and the job goes on. An actor that dies is restarted by Ray and its blocks run
+   again (without limit unless ``max_restarts`` / ``max_task_retries`` bound them).
+3. The driver takes each block's records as it is done (any order: the build sorts the decisions
+   by pool order), commits its complete generations to the cache through the path's committer,
+   waiting for the commit before it hands the records on, between admitting the next rows.
 
 Why the driver owns the cache: SQLite allows one writer at a time and its write-ahead log needs
 shared memory on one host, so actors on other nodes writing a cache file on network storage would
@@ -25,19 +29,22 @@ yet; the rerun finds everything received in the cache and sends Ray only the res
 
 Paths: actors open the pool's images by the driver's paths, so on a multi-node cluster the images
 must be on storage every node mounts at the same path (a local cluster needs nothing); the work
-dir stays with the driver. Ray is imported only here.
+dir stays with the driver. Ray is imported only here. (Ray Data's ``map_batches`` ran this until
+issue 27: its read side cannot take blocks that do not exist yet, and its helper actors cost
+0.6 GB and seconds of start-up on one machine; Ray's own actors do what it did here.)
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import shutil
+import threading
 import time
-from pathlib import Path
+from itertools import islice
 from typing import Any, Iterator, Optional
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..cache import engine_hash, generation_from_json, generation_to_json, is_complete, request_keys
 from ..engines.base import EngineUnavailable, public_fingerprint, stream_of
@@ -45,23 +52,27 @@ from ..errors import OrandCarError
 from ..families import Families
 from ..images import ImageRef
 from ..parquetio import open_parquet
-from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Generation, Request, admitted_from_row
+from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Admitted, Generation, Request, admitted_from_row
 from ..workdir import WorkDir
 from .base import DecidedChunk, GenerationJob
-from .generation import ASK, HIT, CachedGeneration, cached_generation, for_request
+from .generation import ASK, HIT, SHARED, CachedGeneration, cached_generation, for_request
 from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_request
 
-RAY_MISSING = ("the ray executor needs Ray Data: pip install 'orandcar-builder[ray]' "
-               "(it installs ray[data])")
-ASKS_PER_FILE = 4096
+RAY_MISSING = "the ray executor needs Ray: pip install 'orandcar-builder[ray]' (it installs ray[data])"
 # Batches each actor runs at the same time on its one engine.
 BATCHES_PER_REPLICA = 4
 # Engine batches per block handed to Ray Data, at most: a task per engine batch of 32 cost Ray
 # Data's scheduling hundreds of times on 20k items (benchmarks/bench_ray.py); a block of several
-# batches is one task that calls the actor once per batch. Blocks are made smaller where there are
-# few asks, so that every batch slot of every replica still gets blocks (BLOCKS_PER_SLOT each).
+# batches is one task that calls the actor once per batch. The first blocks are smaller
+# (``block_sizes``), so that the first asks go out early and every batch slot gets blocks.
 BLOCK_BATCHES = 32
-BLOCKS_PER_SLOT = 2
+# Blocks given to an actor at a time, per batch it runs at once.
+BLOCKS_AHEAD = 2
+# Asks the driver holds, at most, while Ray starts or the actors are full (as Arrow rows, about
+# 400 bytes each on bench_build.py's pool): past it, admission waits for results.
+HELD_ASKS = 65_536
+# Admitted rows classified at a time.
+ADMIT_BATCH = 64
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
 
 
@@ -70,18 +81,17 @@ class ExecutorError(OrandCarError):
 
 
 def import_ray():
-    """``ray`` with Ray Data, or EngineUnavailable saying how to install it."""
+    """``ray``, or EngineUnavailable saying how to install it."""
     try:
         import ray
-        import ray.data  # noqa: F401
     except ImportError as exc:
         raise EngineUnavailable(f"{RAY_MISSING} ({exc})") from None
     return ray
 
 
 class GenerateAndDecide:
-    """The Ray Data actor: one engine per actor; ``__call__`` takes a batch of admitted rows and
-    returns their decision records plus the generations (as JSON) for the driver's cache."""
+    """The Ray actor: one engine per actor; ``decide`` takes a block of admitted rows (``__call__``
+    one engine batch of them) and returns their decision records plus the generations (as JSON) for the driver's cache."""
 
     def __init__(self, factory, expected_engine: str, families: Families):
         self.families = families  # the build's registry, shipped as a value: the driver's prompts and rules
@@ -107,6 +117,10 @@ class GenerateAndDecide:
         table = pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
         return table.append_column(GENERATION_COLUMN, pa.array(blobs, pa.string()))
 
+    def decide(self, block: pa.Table, batch_size: int) -> pa.Table:
+        """A block's records, its rows handed to the engine ``batch_size`` at a time."""
+        return pa.concat_tables([self(block.slice(start, batch_size)) for start in range(0, block.num_rows, batch_size)])
+
     def _generate(self, requests: list[Request]) -> tuple[list[Optional[Generation]], list[Optional[str]]]:
         """The batch through the engine's stream (its window slides within the batch; the other
         batches this actor runs at the same time share the engine): one generation or one error
@@ -126,26 +140,13 @@ class GenerateAndDecide:
         return generations, errors
 
 
-class _Peekable:
-    def __init__(self, iterator: Iterator[dict]):
-        self.iterator = iterator
-        self.head: Optional[dict] = None
-        self.done = False
-
-    def next(self) -> Optional[dict]:
-        if self.head is None and not self.done:
-            self.head = next(self.iterator, None)
-            self.done = self.head is None
-        head, self.head = self.head, None
-        return head
-
-
 class RayExecutor:
     """Generation on Ray Data: ``replicas`` actors with ``gpus_per_replica`` GPUs (and
     ``cpus_per_replica`` CPUs) each, on the cluster at ``address`` (``None``: the running one, or
     a new local cluster)."""
 
     name = "ray"
+    streams_admission = True  # takes GenerationJob.admitted_rows as they are admitted
 
     def __init__(self, address: Optional[str] = None, replicas: int = 1, gpus_per_replica: float = 0.0,
                  cpus_per_replica: float = 1.0, max_restarts: Optional[int] = None,
@@ -187,63 +188,15 @@ class RayExecutor:
         if job.factory is None:
             raise ExecutorError("the ray executor makes one engine per replica: it needs an engine "
                                 "name and options (an EngineFactory), not only an engine object")
-        asks_dir = WorkDir(job.work).ray_dir
-        shutil.rmtree(asks_dir, ignore_errors=True)
-        asks_dir.mkdir(parents=True)
+        shutil.rmtree(WorkDir(job.work).ray_dir, ignore_errors=True)  # an earlier version's staging files
         t0 = time.perf_counter()
-        started = False
         with cached_generation(job.cache, job.engine, job.stats, job.progress) as cached:
-            status, files = self._write_asks(job, cached, asks_dir)
+            driver = _Driver(self, job, cached)
             try:
-                if files:
-                    started = self._connect()
-                    results = _Peekable(self._results(job, cached, files))
-                else:
-                    results = _Peekable(iter(()))
-                yield from self._merge(job, cached, status, results)
-                if results.next() is not None:
-                    raise ExecutorError("Ray returned more results than items were asked")
+                yield from driver.run()
             finally:
+                driver.close()
                 job.add_time("generate", time.perf_counter() - t0)
-                if started:
-                    self.ray.shutdown()
-        shutil.rmtree(asks_dir, ignore_errors=True)
-
-    def _write_asks(self, job: GenerationJob, asks: CachedGeneration, asks_dir: Path) -> tuple[np.ndarray, list[Path]]:
-        """Classify every admitted item (cached, to ask, or sharing an earlier ask's key) and
-        write the ones to ask; returns the classes (one byte per item) and the files."""
-        admitted_file = open_parquet(job.admitted)
-        status = np.empty(admitted_file.metadata.num_rows, dtype=np.int8)
-        files: list[Path] = []
-        pending: list[dict] = []
-        writer, in_file, position = None, 0, 0
-
-        def flush() -> None:
-            nonlocal writer, in_file
-            while pending:
-                if writer is None:
-                    files.append(WorkDir(job.work).ray_asks(len(files)))
-                    writer = pq.ParquetWriter(files[-1], ADMITTED_SCHEMA)
-                take = min(len(pending), ASKS_PER_FILE - in_file)
-                writer.write_table(pa.Table.from_pylist(pending[:take], schema=ADMITTED_SCHEMA))
-                del pending[:take]
-                in_file += take
-                if in_file >= ASKS_PER_FILE:
-                    writer.close()
-                    writer, in_file = None, 0
-
-        try:
-            for batch in admitted_file.iter_batches(batch_size=job.chunk_size):
-                rows = batch.to_pylist()
-                _, classes = asks.classify([make_request(admitted_from_row(row), job.families) for row in rows])
-                status[position:position + len(rows)] = classes
-                position += len(rows)
-                pending.extend(row for row, kind in zip(rows, classes) if kind == ASK)
-                flush()
-        finally:
-            if writer is not None:
-                writer.close()
-        return status, files
 
     def _connect(self) -> bool:
         """Join the cluster (or start a local one); True when this call started Ray."""
@@ -254,119 +207,347 @@ class RayExecutor:
                  configure_logging=self.show_progress)
         return True
 
-    def _results(self, job: GenerationJob, cached: CachedGeneration, files: list[Path]) -> Iterator[dict]:
-        """The actors' records in ask order; each received batch of generations is committed to
-        the cache (through the path's committer) before its records are handed on."""
-        fingerprint = cached.fingerprint
-        import ray.data
-
-        context = ray.data.DataContext.get_current()
-        context.execution_options.preserve_order = True
-        context.enable_progress_bars = self.show_progress
-        # The driver hands the items over through the object store (no read tasks competing with
-        # the actors for CPUs, and the work dir need not be on shared storage).
-        # Blocks of several engine batches (block_rows), as many as keep every replica busy.
-        asks = sum(open_parquet(path).metadata.num_rows for path in files)
-        rows = block_rows(asks, job.batch_size, self.replicas * self.batches_per_replica)
-        refs = []
-        for path in files:
-            for batch in open_parquet(path).iter_batches(batch_size=rows):
-                refs.append(self.ray.put(pa.Table.from_batches([batch])))
-        dataset = ray.data.from_arrow_refs(refs)
-        options: dict[str, Any] = dict(
-            fn_constructor_kwargs={"factory": job.factory, "expected_engine": engine_hash(fingerprint),
-                                   "families": job.families},
-            batch_size=job.batch_size, batch_format="pyarrow",
-            # Several batches run at once on each actor (threads sharing its engine), so the engine
-            # is handed the next batch's requests while the slowest of one batch still runs.
-            compute=ray.data.ActorPoolStrategy(size=self.replicas,
-                                               max_tasks_in_flight_per_actor=self.batches_per_replica,
-                                               max_concurrent_calls_per_actor=self.batches_per_replica,
-                                               enable_true_multi_threading=self.batches_per_replica > 1),
-            num_cpus=self.cpus_per_replica,
-        )
+    def _replicas(self, job: GenerationJob, fingerprint: dict) -> "_Replicas":
+        """The actors, made now (each makes its engine as it starts)."""
+        options: dict[str, Any] = {"num_cpus": self.cpus_per_replica, "max_concurrency": self.batches_per_replica,
+                                   # Ray restarts a lost actor and runs its calls again, without limit
+                                   # unless bounded (-1: no limit)
+                                   "max_restarts": -1 if self.max_restarts is None else self.max_restarts,
+                                   "max_task_retries": -1 if self.max_task_retries is None else self.max_task_retries}
         if self.gpus_per_replica:
             options["num_gpus"] = self.gpus_per_replica
-        # Ray Data already restarts lost actors and retries their batches without limit; bounds
-        # are passed only when asked for.
-        if self.max_restarts is not None:
-            options["max_restarts"] = self.max_restarts
-        if self.max_task_retries is not None:
-            options["max_task_retries"] = self.max_task_retries
-        decided = dataset.map_batches(GenerateAndDecide, **options)
-        try:
-            yield from self._commit(job, cached, decided.iter_batches(batch_format="pyarrow", batch_size=None))
-        except OrandCarError:
-            raise
-        except Exception as exc:  # Ray's own errors wrap ours; show the cause, keep the chain
-            raise ExecutorError(f"the Ray job failed: {_cause(exc)}") from exc
+        actor = self.ray.remote(GenerateAndDecide).options(**options)
+        actors = [actor.remote(job.factory, engine_hash(fingerprint), job.families) for _ in range(self.replicas)]
+        return _Replicas(self.ray, actors, job.batch_size, self.batches_per_replica * BLOCKS_AHEAD)
+
+
+class _Driver:
+    """One run of the Ray executor's driver: admitted rows in, DecidedChunks out (see the module
+    docstring). Ray starts (or is joined) on a thread of its own at the first item to ask, while
+    admission goes on: a build whose every request is cached never starts it."""
+
+    def __init__(self, executor: RayExecutor, job: GenerationJob, cached: CachedGeneration):
+        self.executor, self.job, self.cached = executor, job, cached
+        slots = executor.replicas * executor.batches_per_replica
+        self.sizes = block_sizes(job.batch_size, slots)
+        self.size = next(self.sizes)
+        self.most_pending = HELD_ASKS
+        self.pending = _Pending()  # asks for the next blocks
+        self.open: set[str] = set()  # keys asked and not yet received
+        self.waiting: dict[str, list[tuple[Admitted, Request]]] = {}  # items sharing an open key
+        self.sent = self.received = 0
+        self.ray_start: Optional[_RayStart] = None  # Ray starting (or joined), from the first ask on
+        self.replicas: Optional[_Replicas] = None  # the actors, once Ray is up
+        self.out = _Out(job.chunk_size)
+
+    def run(self) -> Iterator[DecidedChunk]:
+        for rows in _admitted_batches(self.job):
+            yield from self._admit(rows)
+            self._send(final=False)
+            yield from self._receive(wait=False)
+            while len(self.pending) > self.most_pending:
+                yield from self._receive(wait=True)
+                self._send(final=False)
+        while self.pending or (self.replicas is not None and self.replicas.busy):
+            self._send(final=True)
+            yield from self._receive(wait=True)
+        if self.received != self.sent:
+            raise ExecutorError(f"Ray returned {self.received} results for {self.sent} items asked")
+        if self.waiting:  # a bug: every shared item waits on a key in flight
+            raise RuntimeError(f"{sum(map(len, self.waiting.values()))} shared item(s) left unanswered")
+        self.job.progress(self.job.stats)
+        chunk = self.out.take()
+        if chunk is not None:
+            yield chunk
+
+    def close(self) -> None:
+        """Let the actors go; shut Ray down if this run started it."""
+        if self.replicas is not None:
+            self.replicas.close()
+        if self.ray_start is not None:
+            self.ray_start.close()
+
+    # -- admitted rows in ----------------------------------------------------------------
+
+    def _admit(self, rows: list[dict]) -> Iterator[DecidedChunk]:
+        """Classify ``rows``: asks wait for the next block, hits are decided now, items sharing
+        an earlier ask's key when that ask is received (at once when it was)."""
+        job, cached = self.job, self.cached
+        admitted = [admitted_from_row(row) for row in rows]
+        requests = [make_request(a, job.families) for a in admitted]
+        keys, classes = cached.classify(requests)
+        if self.ray_start is None and ASK in classes:  # Ray starts while admission goes on
+            self.ray_start = _RayStart(self.executor)
+        hits = cached.answers([k for k, c in zip(keys, classes) if c == HIT])
+        self.pending.add([row for row, kind in zip(rows, classes) if kind == ASK])
+        for a, request, key, kind in zip(admitted, requests, keys, classes):
+            if kind == ASK:
+                if key is not None:
+                    self.open.add(key)
+                continue
+            if kind == SHARED and key in self.open:
+                self.waiting.setdefault(key, []).append((a, request))
+                continue
+            chunk = self._decided(a, request, hits.get(key) if kind == HIT else cached.answer(key))
+            if chunk is not None:
+                yield chunk
+
+    def _decided(self, a: Admitted, request: Request, generation: Optional[Generation]) -> Optional[DecidedChunk]:
+        """A cached or shared item's record: decided on the stored generation, failed without one."""
+        if generation is None:
+            return self.out.add(request, None, failed_row(a, request, SAME_REQUEST_FAILED))
+        generation = for_request(generation, request)
+        return self.out.add(request, generation, decided_or_failed(a, request, generation, self.job.families))
+
+    def _send(self, final: bool) -> None:
+        """The pending asks as blocks (``block_sizes``) to the actors with room for them; with
+        ``final`` (admission done), or past ``most_pending``, short blocks too. Waits for Ray's start
+        only then; until then the asks stay pending while admission goes on."""
+        full = len(self.pending) > self.most_pending
+        if not self.pending or not self._ready(wait=final or full):
+            return
+        while self.pending and (final or full or len(self.pending) >= self.size) and self.replicas.has_room():
+            block = self.pending.take(self.size)
+            self.replicas.submit(block)
+            self.sent += block.num_rows
+            self.size = next(self.sizes)
+            full = len(self.pending) > self.most_pending
+
+    def _ready(self, wait: bool) -> bool:
+        """Whether Ray is up and the actors made (made now, once it is)."""
+        if self.replicas is not None:
+            return True
+        if self.ray_start is None or not (wait or self.ray_start.ready.is_set()):
+            return False
+        self.ray_start.wait()
+        self.replicas = self.executor._replicas(self.job, self.cached.fingerprint)
+        return True
+
+    # -- results out ---------------------------------------------------------------------
+
+    def _receive(self, wait: bool) -> Iterator[DecidedChunk]:
+        """The records of the blocks done (one at least with ``wait``), each block's complete
+        generations committed to the cache before its records are handed on."""
+        if self.replicas is None:
+            return
+        for table in self.replicas.done(wait):
+            yield from self._received(table)
+
+    def _received(self, table: pa.Table) -> Iterator[DecidedChunk]:
+        job, cached = self.job, self.cached
+        rows = table.to_pylist()
+        generations = []
+        for row in rows:
+            blob = row.pop(GENERATION_COLUMN)
+            generations.append(generation_from_json(blob) if blob is not None else None)
+        requests = [Request(item_id=row["id"], question=row["question"], family=row["family"],
+                            image=_image_of(row)) for row in rows]
+        keys = request_keys(cached.fingerprint, requests) if cached.cache is not None else [None] * len(rows)
+        entries = [(k, g) for k, g in zip(keys, generations) if g is not None and is_complete(g)]
+        self.received += len(rows)
+        job.stats.asked += len(rows)
+        job.stats.uncached += sum(1 for g in generations if g is not None) - len(entries)
+        if entries and cached.commits is not None:
+            cached.commits.add_many(entries)
+            cached.commits.flush()  # committed before its rows are handed on
+        for row, request, generation, key in zip(rows, requests, generations, keys):
+            chunk = self.out.add(request, generation, row)
+            if chunk is not None:
+                yield chunk
+            if key is None:
+                continue
+            self.open.discard(key)
+            stored = generation if generation is not None and is_complete(generation) else None
+            for a, shared in self.waiting.pop(key, ()):
+                chunk = self._decided(a, shared, stored)
+                if chunk is not None:
+                    yield chunk
+        job.progress(job.stats)
+
+
+class _RayStart:
+    """``ray.init`` on a thread of its own, so that admission goes on while Ray starts; the same
+    thread shuts Ray down (``close``), if it started it. The thread lives until then: Ray starts
+    its local processes (raylet, object store, GCS) with PR_SET_PDEATHSIG, which kills them when
+    the *thread* that started them ends, so a thread that returned after ``ray.init`` took the
+    cluster down with it and the driver exited 1, without a message, at its next Ray call.
+
+    ``close`` lets the shutdown (1-2 s of a local cluster) run while the build goes on to write
+    its shards; the next start in this process, and the interpreter's exit, wait for it first."""
+
+    _last: Optional[threading.Thread] = None  # the last thread that started Ray in this process
+
+    def __init__(self, executor: RayExecutor):
+        self.executor = executor
+        self.ready = threading.Event()
+        self.error: Optional[BaseException] = None
+        self._stop = threading.Event()
+        previous, _RayStart._last = _RayStart._last, None
+        self._thread = threading.Thread(target=self._run, args=(previous,), name="ray-start", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Until Ray is up; raises what ``ray.init`` raised."""
+        self.ready.wait()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def close(self) -> None:
+        """Let Ray go (shut down on the thread, if it started it), without waiting."""
+        self._stop.set()
+        if _RayStart._last is None:
+            atexit.register(_RayStart.join_last)  # after Ray's own: runs before it
+        _RayStart._last = self._thread
 
     @staticmethod
-    def _commit(job: GenerationJob, cached: CachedGeneration, tables) -> Iterator[dict]:
-        """The rows of each received table, its complete generations committed first."""
-        for table in tables:
-            rows = table.to_pylist()
-            complete = []
-            for row in rows:
-                blob = row.pop(GENERATION_COLUMN)
-                row["_generation"] = generation_from_json(blob) if blob is not None else None
-                if row["_generation"] is not None and is_complete(row["_generation"]):
-                    complete.append(row)
-            requests = [Request(item_id=row["id"], question=row["question"], family=row["family"],
-                                image=_image_of(row)) for row in complete]
-            entries = list(zip(request_keys(cached.fingerprint, requests), (row["_generation"] for row in complete)))
-            job.stats.asked += len(rows)
-            job.stats.uncached += sum(1 for r in rows if r["_generation"] is not None) - len(entries)
-            if entries and cached.commits is not None:
-                cached.commits.add_many(entries)
-                cached.commits.flush()  # committed before its rows are handed on
-            yield from rows
+    def join_last() -> None:
+        last = _RayStart._last
+        if last is not None:
+            last.join()
 
-    def _merge(self, job: GenerationJob, asks: CachedGeneration, status: np.ndarray,
-               results: _Peekable) -> Iterator[DecidedChunk]:
-        admitted_file = open_parquet(job.admitted)
-        position = 0
-        for batch in admitted_file.iter_batches(batch_size=job.chunk_size):
-            admitted = [admitted_from_row(row) for row in batch.to_pylist()]
-            requests = [make_request(a, job.families) for a in admitted]
-            keys = request_keys(asks.fingerprint, requests)
-            classes = status[position:position + len(admitted)]
-            position += len(admitted)
-            hits = asks.answers([k for k, c in zip(keys, classes) if c == HIT])
-            generations: list[Optional[Generation]] = []
-            rows: list[dict] = []
-            for a, request, key, kind in zip(admitted, requests, keys, classes):
-                if kind == ASK:
-                    row = results.next()
-                    if row is None or row["id"] != request.item_id:
-                        raise ExecutorError(f"Ray returned {row and row['id']!r} where {request.item_id!r} "
-                                            "was expected: results out of order")
-                    generation = row.pop("_generation")
-                    generations.append(generation)
-                    rows.append(row)
-                    continue
-                if kind == HIT:
-                    generation = hits.get(key)
-                else:  # the same request as an earlier item: committed when that one came back
-                    generation = asks.answer(key)
-                if generation is None:
-                    generations.append(None)
-                    rows.append(failed_row(a, request, SAME_REQUEST_FAILED))
-                    continue
-                generation = for_request(generation, request)
-                generations.append(generation)
-                rows.append(decided_or_failed(a, request, generation, job.families))
-            job.progress(job.stats)
-            yield DecidedChunk(requests=requests, generations=generations, rows=rows)
+    def _run(self, previous: Optional[threading.Thread]) -> None:
+        if previous is not None:  # an earlier build's Ray still shutting down
+            previous.join()
+        started = False
+        worker_log = logging.getLogger("ray._private.worker")
+        worker_log.addFilter(_not_main_thread_note)
+        try:
+            started = self.executor._connect()
+        except BaseException as exc:  # noqa: BLE001 - raised on the driver's thread by wait()
+            self.error = exc
+        finally:
+            worker_log.removeFilter(_not_main_thread_note)
+            self.ready.set()
+        self._stop.wait()
+        if started:
+            self.executor.ray.shutdown()
 
 
-def block_rows(asks: int, batch_size: int, slots: int) -> int:
-    """Rows per block for ``asks`` items: a whole number of engine batches (``batch_size``), at
-    most BLOCK_BATCHES of them, and few enough that ``slots`` batch slots (replicas times batches
-    per replica) get BLOCKS_PER_SLOT blocks each."""
-    batches = -(-asks // batch_size)
-    per_block = batches // max(1, slots * BLOCKS_PER_SLOT)
-    return batch_size * max(1, min(BLOCK_BATCHES, per_block))
+def _not_main_thread_note(record: logging.LogRecord) -> bool:
+    """Ray's note that it set no SIGTERM handler off the main thread: the build handles its signals."""
+    return not record.getMessage().startswith("SIGTERM handler is not set")
+
+
+class _Out:
+    """Records gathered into DecidedChunks of ``size``."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.requests: list[Request] = []
+        self.generations: list[Optional[Generation]] = []
+        self.rows: list[dict] = []
+
+    def add(self, request: Request, generation: Optional[Generation], row: dict) -> Optional[DecidedChunk]:
+        self.requests.append(request)
+        self.generations.append(generation)
+        self.rows.append(row)
+        return self.take() if len(self.rows) >= self.size else None
+
+    def take(self) -> Optional[DecidedChunk]:
+        if not self.rows:
+            return None
+        chunk = DecidedChunk(requests=self.requests, generations=self.generations, rows=self.rows)
+        self.requests, self.generations, self.rows = [], [], []
+        return chunk
+
+
+class _Pending:
+    """The asks not yet sent, as Arrow record batches (compact: the driver may hold HELD_ASKS)."""
+
+    def __init__(self):
+        self.batches: list[pa.RecordBatch] = []
+        self.rows = 0
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def add(self, rows: list[dict]) -> None:
+        if rows:
+            self.batches.append(pa.RecordBatch.from_pylist(rows, schema=ADMITTED_SCHEMA))
+            self.rows += len(rows)
+
+    def take(self, n: int) -> pa.Table:
+        """The first ``n`` rows (or all there are), in buffers of their own."""
+        table = pa.Table.from_batches(self.batches, schema=ADMITTED_SCHEMA)
+        rest = table.slice(n)
+        self.batches, self.rows = rest.to_batches(), rest.num_rows
+        return table.slice(0, n).combine_chunks()
+
+
+class _Replicas:
+    """The actors and the blocks they run. Each actor is given at most ``per_actor`` blocks at a
+    time (as many as it runs at once and as many again waiting behind them, so that it never
+    waits for the driver), the least loaded first; the driver takes the blocks' records as they
+    are done, in any order (the build sorts them)."""
+
+    def __init__(self, ray, actors: list, batch_size: int, per_actor: int):
+        self.ray, self.actors, self.batch_size, self.per_actor = ray, actors, batch_size, per_actor
+        self.load = [0] * len(actors)
+        self.running: dict[Any, int] = {}  # the result's ObjectRef -> its actor
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running)
+
+    def has_room(self) -> bool:
+        return min(self.load) < self.per_actor
+
+    def submit(self, block: pa.Table) -> None:
+        actor = self.load.index(min(self.load))
+        self.running[self.actors[actor].decide.remote(block, self.batch_size)] = actor
+        self.load[actor] += 1
+
+    def done(self, wait: bool) -> list[pa.Table]:
+        """The records of the blocks done (waiting for one with ``wait``); raises the job's error."""
+        if not self.running:
+            return []
+        refs = list(self.running)
+        ready, _ = self.ray.wait(refs, num_returns=1, timeout=None if wait else 0)
+        if ready:
+            ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
+        tables = []
+        for ref in ready:
+            self.load[self.running.pop(ref)] -= 1
+            try:
+                tables.append(self.ray.get(ref))
+            except Exception as exc:  # Ray's errors wrap ours (with a traceback): show the cause, keep the chain
+                raise ExecutorError(f"the Ray job failed: {_cause(exc)}") from exc
+        return tables
+
+    def close(self) -> None:
+        for actor in self.actors:
+            try:
+                self.ray.kill(actor)
+            except Exception:  # noqa: BLE001 - gone already
+                pass
+
+
+def _admitted_batches(job: GenerationJob) -> Iterator[list[dict]]:
+    """The admitted rows in pool order, in batches: from ``job.admitted_rows`` as they are admitted
+    (ADMIT_BATCH at a time), else read from ``job.admitted`` a chunk at a time."""
+    if job.admitted_rows is None:
+        for batch in open_parquet(job.admitted).iter_batches(batch_size=job.chunk_size):
+            yield batch.to_pylist()
+        return
+    rows = iter(job.admitted_rows)
+    while True:
+        batch = list(islice(rows, ADMIT_BATCH))
+        if not batch:
+            return
+        yield batch
+
+
+def block_sizes(batch_size: int, slots: int) -> Iterator[int]:
+    """Rows of each block handed to Ray, in turn: ``slots`` blocks (one per batch slot: replicas
+    times batches per replica) of one engine batch, then ``slots`` of two, doubling up to
+    BLOCK_BATCHES batches. The first asks go out once one batch is admitted, every slot gets
+    blocks when there are few asks, and a large pool is a few dozen tasks, not one per batch."""
+    batches = 1
+    while True:
+        for _ in range(max(1, slots)):
+            yield batch_size * batches
+        batches = min(BLOCK_BATCHES, 2 * batches)
 
 
 def _cause(exc: BaseException) -> str:

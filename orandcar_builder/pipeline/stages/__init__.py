@@ -13,8 +13,9 @@ card       the build's figures, the recipe that ran    README.md, examples/
 validate   the dataset folder                          the problems found
 =========  ==========================================  ============================================
 
-On the local executor admission overlaps generation: there is no separate admit stage, the
-generate stage consumes the admitted rows as they come (and reports admit's time and counts).
+On an executor that takes the admitted rows as they come (``streams_admission``: local and ray)
+admission overlaps generation: there is no separate admit stage, the generate stage consumes the
+admitted rows as they come (and reports admit's time and counts).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from .write import WriteStage
 
 
 def overlaps(config: BuildConfig, executor) -> bool:
-    """Whether admission runs inside the generate stage: on the local executor, unless turned off."""
-    return config.overlap_admit and executor.name == "local"
+    """Whether admission runs inside the generate stage: on an executor that takes the admitted rows
+    as they come (its ``streams_admission``), unless turned off."""
+    return config.overlap_admit and bool(getattr(executor, "streams_admission", False))
 
 
 @dataclass(frozen=True)
