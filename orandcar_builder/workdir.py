@@ -12,7 +12,6 @@ renamed into place; these have names of their own while they are written:
   ``decisions`` (pool order) and removed;
 - ``decisions_judged``: the judge pass's rewrite of ``decisions``, renamed over it when complete
   (``JUDGED_SUFFIX``);
-- ``ray_asks(n)`` under ``ray_dir``: what the Ray executor asks the cluster, removed when it ends.
 
 This module imports nothing of the package: every level may use it.
 """
@@ -97,11 +96,9 @@ class WorkDir:
 
     @property
     def ray_dir(self) -> Path:
-        """The Ray executor's asks, while it runs."""
+        """Where the Ray executor staged its asks before it streamed them (2026-12-01 to 12-02):
+        removed when a Ray build starts, so no such leftover stays."""
         return self.path / "ray"
-
-    def ray_asks(self, n: int) -> Path:
-        return self.ray_dir / f"asks-{n:05d}.parquet"
 
     # --- the runner and the commands -----------------------------------------------------------
     @property

@@ -106,11 +106,11 @@ def test_the_judge_stage_is_handed_its_engine_and_needs_no_generate_stage(tmp_pa
 def test_workdir_names_each_file_once_beside_its_temporary_name(tmp_path):
     work = WorkDir(tmp_path / "w")
     paths = [getattr(work, name) for name in dir(WorkDir)
-             if isinstance(getattr(WorkDir, name), property)] + [work.ray_asks(0), work.ray_asks(12)]
+             if isinstance(getattr(WorkDir, name), property)]
     assert len(set(paths)) == len(paths)
     assert all(work.path in p.parents for p in paths)
     assert work.decisions_judged == partial_path(work.decisions, JUDGED_SUFFIX)
-    assert work.ray_asks(3).parent == work.ray_dir and work.cache.parent == work.cache_dir
+    assert work.cache.parent == work.cache_dir
     assert WorkDir(work).path == work.path
     assert not work.is_work_dir() and work.built_output() is None
 

@@ -61,9 +61,9 @@ from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_requ
 RAY_MISSING = "the ray executor needs Ray: pip install 'orandcar-builder[ray]' (it installs ray[data])"
 # Batches each actor runs at the same time on its one engine.
 BATCHES_PER_REPLICA = 4
-# Engine batches per block handed to Ray Data, at most: a task per engine batch of 32 cost Ray
-# Data's scheduling hundreds of times on 20k items (benchmarks/bench_ray.py); a block of several
-# batches is one task that calls the actor once per batch. The first blocks are smaller
+# Engine batches per block handed to an actor, at most: a task per engine batch of 32 cost Ray's
+# scheduling hundreds of times on 20k items (benchmarks/bench_ray.py); a block of several
+# batches is one call that runs the actor's engine once per batch. The first blocks are smaller
 # (``block_sizes``), so that the first asks go out early and every batch slot gets blocks.
 BLOCK_BATCHES = 32
 # Blocks given to an actor at a time, per batch it runs at once.
@@ -141,7 +141,7 @@ class GenerateAndDecide:
 
 
 class RayExecutor:
-    """Generation on Ray Data: ``replicas`` actors with ``gpus_per_replica`` GPUs (and
+    """Generation on Ray: ``replicas`` actors with ``gpus_per_replica`` GPUs (and
     ``cpus_per_replica`` CPUs) each, on the cluster at ``address`` (``None``: the running one, or
     a new local cluster)."""
 

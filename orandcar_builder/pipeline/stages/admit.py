@@ -136,7 +136,7 @@ class Admission:
 
 class AdmitStage:
     """The whole admission at once: work/admitted.parquet and work/dropped.jsonl complete before
-    the generate stage starts (the ray executor, or ``overlap_admit=False``)."""
+    the generate stage starts (``overlap_admit=False``, or an executor that does not stream the admission)."""
 
     name = "admit"
 
