@@ -33,7 +33,7 @@ WORK_FILE_NAMES = frozenset({
     "admitted.parquet", "dropped.jsonl", "generations.sqlite", "cache/generations.sqlite",
     "decisions.parquet", "decisions.unsorted.parquet", "decisions.parquet.judged", ".judged",
     "report.json", "report.html", "manifest.json", "prompts.jsonl", "unsupported.jsonl", "failed.jsonl",
-    "calibration.json", ".lock",
+    "calibration.json", ".lock", "admission.json", "admission_images.parquet",
 })
 WORK_FOLDERS = frozenset({"cache", "ray"})  # counted where joined onto a path with ``/``
 ASKS_PREFIX = "asks-"
