@@ -66,6 +66,30 @@ class DecidedChunk:
     rows: list[dict]
 
 
+class ChunkGatherer:
+    """Decided records gathered into DecidedChunks of ``size``: ``add`` hands back a full chunk,
+    ``take`` what is gathered (None when nothing is)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.requests: list[Request] = []
+        self.generations: list[Optional[Generation]] = []
+        self.rows: list[dict] = []
+
+    def add(self, request: Request, generation: Optional[Generation], row: dict) -> Optional[DecidedChunk]:
+        self.requests.append(request)
+        self.generations.append(generation)
+        self.rows.append(row)
+        return self.take() if len(self.rows) >= self.size else None
+
+    def take(self) -> Optional[DecidedChunk]:
+        if not self.rows:
+            return None
+        chunk = DecidedChunk(requests=self.requests, generations=self.generations, rows=self.rows)
+        self.requests, self.generations, self.rows = [], [], []
+        return chunk
+
+
 class Executor(Protocol):
     """Where the generation stage runs. Registered in ``executors.EXECUTORS``; a build makes it
     with the class's optional ``from_config(config)`` (``build.BuildConfig``), else with no

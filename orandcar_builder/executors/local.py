@@ -17,36 +17,13 @@ EngineContractError) stops the build.
 from __future__ import annotations
 
 import time
-from typing import Iterator, Optional
+from typing import Iterator
 
 from ..parquetio import open_parquet
-from ..records import Admitted, Generation, Request, admitted_from_row
-from .base import DecidedChunk, GenerationJob
+from ..records import Admitted, Request, admitted_from_row
+from .base import ChunkGatherer, DecidedChunk, GenerationJob
 from .generation import cached_generation
 from .steps import decided_or_failed, failed_row, make_request
-
-
-class _Out:
-    """Decided records gathered into DecidedChunks of ``size``."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.requests: list[Request] = []
-        self.generations: list[Optional[Generation]] = []
-        self.rows: list[dict] = []
-
-    def add(self, request: Request, generation: Optional[Generation], row: dict) -> Optional[DecidedChunk]:
-        self.requests.append(request)
-        self.generations.append(generation)
-        self.rows.append(row)
-        return self.take() if len(self.rows) >= self.size else None
-
-    def take(self) -> Optional[DecidedChunk]:
-        if not self.rows:
-            return None
-        chunk = DecidedChunk(requests=self.requests, generations=self.generations, rows=self.rows)
-        self.requests, self.generations, self.rows = [], [], []
-        return chunk
 
 
 class LocalExecutor:
@@ -57,7 +34,7 @@ class LocalExecutor:
 
     def run(self, job: GenerationJob) -> Iterator[DecidedChunk]:
         admitted: dict[int, Admitted] = {}  # id(request) -> its item, from taken until answered
-        out = _Out(job.chunk_size)
+        out = ChunkGatherer(job.chunk_size)
         timer = {"verify": 0.0}
 
         def requests() -> Iterator[Request]:

@@ -54,7 +54,7 @@ from ..images import ImageRef
 from ..parquetio import open_parquet
 from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Admitted, Generation, Request, admitted_from_row
 from ..workdir import WorkDir
-from .base import DecidedChunk, GenerationJob
+from .base import ChunkGatherer, DecidedChunk, GenerationJob
 from .generation import ASK, HIT, SHARED, CachedGeneration, cached_generation, for_request
 from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_request
 
@@ -238,7 +238,7 @@ class _Driver:
         self.sent = self.received = 0
         self.ray_start: Optional[_RayStart] = None  # Ray starting (or joined), from the first ask on
         self.replicas: Optional[_Replicas] = None  # the actors, once Ray is up
-        self.out = _Out(job.chunk_size)
+        self.out = ChunkGatherer(job.chunk_size)
 
     def run(self) -> Iterator[DecidedChunk]:
         for rows in _admitted_batches(self.job):
@@ -428,28 +428,6 @@ def _not_main_thread_note(record: logging.LogRecord) -> bool:
     """Ray's note that it set no SIGTERM handler off the main thread: the build handles its signals."""
     return not record.getMessage().startswith("SIGTERM handler is not set")
 
-
-class _Out:
-    """Records gathered into DecidedChunks of ``size``."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.requests: list[Request] = []
-        self.generations: list[Optional[Generation]] = []
-        self.rows: list[dict] = []
-
-    def add(self, request: Request, generation: Optional[Generation], row: dict) -> Optional[DecidedChunk]:
-        self.requests.append(request)
-        self.generations.append(generation)
-        self.rows.append(row)
-        return self.take() if len(self.rows) >= self.size else None
-
-    def take(self) -> Optional[DecidedChunk]:
-        if not self.rows:
-            return None
-        chunk = DecidedChunk(requests=self.requests, generations=self.generations, rows=self.rows)
-        self.requests, self.generations, self.rows = [], [], []
-        return chunk
 
 
 class _Pending:
