@@ -68,16 +68,19 @@ def run(executor: str, pool: Path, replay: Path, root: Path) -> dict:
     command = [sys.executable, "-m", "orandcar_builder.cli", "build", str(pool), "-o", str(out), "--work", str(work),
                "--engine", "replay", "--replay", str(replay), "--executor", executor]
     start = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = driver = 0
-    while proc.poll() is None:
-        tree, own = _tree_rss(proc.pid)
-        peak, driver = max(peak, tree), max(driver, own)
-        time.sleep(0.2)
-    seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{executor} build failed ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+    # stderr to a file: Ray writes much there, and a pipe nobody reads while polling would fill and stop the build
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=subprocess.DEVNULL, stderr=errors, text=True)
+        peak = driver = 0
+        while proc.poll() is None:
+            tree, own = _tree_rss(proc.pid)
+            peak, driver = max(peak, tree), max(driver, own)
+            time.sleep(0.2)
+        seconds = time.perf_counter() - start
+        if proc.returncode != 0:
+            errors.seek(0)
+            raise SystemExit(f"{executor} build failed ({proc.returncode}): {errors.read()[-3000:]}")
     report = json.loads((work / "report.json").read_text())
     return {"executor": executor, "seconds": round(seconds, 2), "peak_tree_rss_mb": round(peak / 2**20, 1),
             "peak_driver_rss_mb": round(driver / 2**20, 1),

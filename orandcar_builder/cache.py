@@ -293,10 +293,6 @@ class GenerationCache:
     def put(self, fingerprint: dict, key: str, generation: Generation) -> None:
         self.put_many(fingerprint, [(key, generation)])
 
-    def present(self, keys: Iterable[str]) -> set[str]:
-        """The keys among ``keys`` that the cache holds (without reading their generations)."""
-        return {row[0] for row in self._select("key", keys)}
-
     def _select(self, columns: str, keys: Iterable[str]) -> Iterator[tuple]:
         """``columns`` of the rows among ``keys`` (each distinct key once), in chunks under
         SQLite's bound-parameter limit."""

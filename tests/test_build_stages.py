@@ -305,3 +305,10 @@ def test_work_parquet_files_have_few_large_row_groups(tmp_path):
             files.f.write_rows([{"order": i, "text": "y" * (1 << 20)} for i in range(start, start + 8)])
     meta = pq.ParquetFile(long).metadata
     assert meta.num_rows == 64 and meta.num_row_groups == 4  # 16 rows of 1 MiB: WORK_ROW_GROUP_BYTES
+
+    added = tmp_path / "added.parquet"  # rows added one at a time (admit) gather the same way
+    with workfiles.WorkFiles(f=workfiles.ParquetFile(added, schema)) as files:
+        for i in range(5000):
+            files.f.add({"order": i, "text": "z"})
+    meta = pq.ParquetFile(added).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [4096, 904]

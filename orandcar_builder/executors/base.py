@@ -14,6 +14,10 @@ from ..records import Generation, Request
 # Admitted items handled per chunk: the unit of reading, of decisions.parquet row groups and of
 # memory (a chunk's items, requests, generations and decisions).
 CHUNK_SIZE = 1024
+# Rows per row group of the work files (at most; pipeline.workfiles writes fewer where a group
+# passes its byte bound). A reader or writer of a parquet file holds its footer, about 70 kB per
+# row group of work/decisions.parquet: with 1024-row groups that grew 67 MB at a million items.
+WORK_ROW_GROUP_ROWS = 4096
 
 
 @dataclass(frozen=True)
@@ -102,3 +106,15 @@ class Executor(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """Settings for the manifest (never part of the dataset)."""
+
+
+def admitted_rows(job: "GenerationJob") -> Iterator[dict]:
+    """The admitted rows in pool order: ``job.admitted_rows`` as they are admitted, else read from
+    ``job.admitted`` a chunk at a time."""
+    if job.admitted_rows is not None:
+        yield from job.admitted_rows
+        return
+    from ..parquetio import open_parquet
+
+    for batch in open_parquet(job.admitted).iter_batches(batch_size=job.chunk_size):
+        yield from batch.to_pylist()

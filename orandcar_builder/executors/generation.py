@@ -268,34 +268,15 @@ class CachedGeneration:
 
     # -- what is asked ---------------------------------------------------------------------
 
-    def classify(self, requests: Sequence[Request]) -> tuple[list[Optional[str]], list[int]]:
-        """The requests' cache keys (None without a cache) and their classes (ASK, HIT, SHARED),
-        counted in ``stats`` (``total``, ``hits``, ``shared``); an ASK's key is remembered."""
-        keys, classes, _ = self._classify(requests, read=False)
-        return keys, classes
-
-    def answer(self, key: str) -> Optional[Generation]:
-        """The stored generation of ``key``: committed, or waiting to be; None when not stored."""
-        found = self.commits.get(key) if self.commits is not None else None
-        if found is None and self.cache is not None:
-            found = self.cache.get(key)
-        return found
-
-    def answers(self, keys: Iterable[str]) -> dict[str, Generation]:
-        """``answer`` of each key that has one."""
-        keys = list(keys)
-        found = {k: g for k in keys if self.commits is not None and (g := self.commits.get(k)) is not None}
-        if self.cache is not None:
-            found.update(self.cache.get_many(k for k in keys if k not in found))
-        return found
-
-    def _classify(self, requests: Sequence[Request], read: bool):
+    def classify(self, requests: Sequence[Request]) -> tuple[list[Optional[str]], list[int], dict[str, Generation]]:
+        """The requests' cache keys (None without a cache), their classes (ASK, HIT, SHARED),
+        counted in ``stats`` (``total``, ``hits``, ``shared``), and the stored generation of each
+        HIT's key (read in the same query); an ASK's key is remembered."""
         self.stats.total += len(requests)
         if self.cache is None:
             return [None] * len(requests), [ASK] * len(requests), {}
         keys = request_keys(self.fingerprint, requests)
-        fresh = [k for k in keys if bytes.fromhex(k) not in self.asked]
-        found = self.cache.get_many(fresh) if read else dict.fromkeys(self.cache.present(fresh))
+        found = self.cache.get_many(k for k in keys if bytes.fromhex(k) not in self.asked)
         classes = []
         for key in keys:
             digest = bytes.fromhex(key)
@@ -309,6 +290,13 @@ class CachedGeneration:
         self.stats.hits += classes.count(HIT)
         self.stats.shared += classes.count(SHARED)
         return keys, classes, found
+
+    def answer(self, key: str) -> Optional[Generation]:
+        """The stored generation of ``key``: committed, or waiting to be; None when not stored."""
+        found = self.commits.get(key) if self.commits is not None else None
+        if found is None and self.cache is not None:
+            found = self.cache.get(key)
+        return found
 
     # -- the stream --------------------------------------------------------------------------
 
@@ -328,7 +316,7 @@ class CachedGeneration:
             if not batch:
                 state["exhausted"] = True
                 return
-            keys, classes, found = self._classify(batch, read=True)
+            keys, classes, found = self.classify(batch)
             for request, key, kind in zip(batch, keys, classes):
                 if kind == ASK:
                     self._asks.append((request, key))

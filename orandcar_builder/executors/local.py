@@ -19,9 +19,8 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from ..parquetio import open_parquet
 from ..records import Admitted, Request, admitted_from_row
-from .base import ChunkGatherer, DecidedChunk, GenerationJob
+from .base import ChunkGatherer, DecidedChunk, GenerationJob, admitted_rows
 from .generation import cached_generation
 from .steps import decided_or_failed, failed_row, make_request
 
@@ -37,13 +36,12 @@ class LocalExecutor:
         out = ChunkGatherer(job.chunk_size)
         timer = {"verify": 0.0}
 
-        def requests() -> Iterator[Request]:
-            for rows in _row_batches(job):
-                for row in rows:
-                    a = admitted_from_row(row)
-                    request = make_request(a, job.families)
-                    admitted[id(request)] = a
-                    yield request
+        def requests() -> Iterator[Request]:  # the cached path takes them as the engine wants them
+            for row in admitted_rows(job):
+                a = admitted_from_row(row)
+                request = make_request(a, job.families)
+                admitted[id(request)] = a
+                yield request
 
         t0 = time.perf_counter()
         with cached_generation(job.cache, job.engine, job.stats, job.progress) as path:
@@ -68,30 +66,3 @@ class LocalExecutor:
     def describe(self) -> dict:
         return {"executor": self.name}
 
-
-# Rows per batch taken from admission while it overlaps generation: the first batches are small,
-# so the first requests go out after a few items are admitted, not after a chunk, and none is
-# large, so the engine's loop never waits long for a batch to be admitted.
-FIRST_STREAM_BATCH = 8
-MAX_STREAM_BATCH = 64
-
-
-def _row_batches(job: GenerationJob) -> Iterator[list[dict]]:
-    """The admitted rows in pool order, in batches: from ``job.admitted_rows`` as they are
-    admitted (batches growing from FIRST_STREAM_BATCH to MAX_STREAM_BATCH), else read from
-    ``job.admitted`` a chunk at a time."""
-    if job.admitted_rows is None:
-        for batch in open_parquet(job.admitted).iter_batches(batch_size=job.chunk_size):
-            yield batch.to_pylist()
-        return
-    largest = min(MAX_STREAM_BATCH, job.chunk_size)
-    size = min(FIRST_STREAM_BATCH, largest)
-    batch: list[dict] = []
-    for row in job.admitted_rows:
-        batch.append(row)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-            size = min(size * 2, largest)
-    if batch:
-        yield batch

@@ -31,10 +31,10 @@ import pyarrow.parquet as pq
 
 from ..files import naming, replaced_on_success
 from ..parquetio import open_parquet
+from .base import WORK_ROW_GROUP_ROWS
 
 BUCKET_ROWS = 8192
-# Rows per row group of the sorted file: as the work files' (pipeline.workfiles.WORK_ROW_GROUP_ROWS).
-ROW_GROUP = 4096
+ROW_GROUP = WORK_ROW_GROUP_ROWS  # rows per row group of the sorted file: as the other work files'
 
 
 def sort_by_order(src: Path, dst: Path, *, bucket_rows: int = BUCKET_ROWS, row_group: int = ROW_GROUP) -> int:

@@ -51,10 +51,9 @@ from ..engines.base import EngineUnavailable, public_fingerprint, stream_of
 from ..errors import OrandCarError
 from ..families import Families
 from ..images import ImageRef
-from ..parquetio import open_parquet
 from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Admitted, Generation, Request, admitted_from_row
 from ..workdir import WorkDir
-from .base import ChunkGatherer, DecidedChunk, GenerationJob
+from .base import ChunkGatherer, DecidedChunk, GenerationJob, admitted_rows
 from .generation import ASK, HIT, SHARED, CachedGeneration, cached_generation, for_request
 from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_request
 
@@ -275,10 +274,9 @@ class _Driver:
         job, cached = self.job, self.cached
         admitted = [admitted_from_row(row) for row in rows]
         requests = [make_request(a, job.families) for a in admitted]
-        keys, classes = cached.classify(requests)
+        keys, classes, hits = cached.classify(requests)  # hits: the stored generations, one query
         if self.ray_start is None and ASK in classes:  # Ray starts while admission goes on
             self.ray_start = _RayStart(self.executor)
-        hits = cached.answers([k for k, c in zip(keys, classes) if c == HIT])
         self.pending.add([row for row, kind in zip(rows, classes) if kind == ASK])
         for a, request, key, kind in zip(admitted, requests, keys, classes):
             if kind == ASK:
@@ -502,13 +500,8 @@ class _Replicas:
 
 
 def _admitted_batches(job: GenerationJob) -> Iterator[list[dict]]:
-    """The admitted rows in pool order, in batches: from ``job.admitted_rows`` as they are admitted
-    (ADMIT_BATCH at a time), else read from ``job.admitted`` a chunk at a time."""
-    if job.admitted_rows is None:
-        for batch in open_parquet(job.admitted).iter_batches(batch_size=job.chunk_size):
-            yield batch.to_pylist()
-        return
-    rows = iter(job.admitted_rows)
+    """The admitted rows in pool order (``base.admitted_rows``), ADMIT_BATCH at a time."""
+    rows = admitted_rows(job)
     while True:
         batch = list(islice(rows, ADMIT_BATCH))
         if not batch:

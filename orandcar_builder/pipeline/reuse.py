@@ -37,7 +37,6 @@ hashes and counts: no secret.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import sys
@@ -90,9 +89,6 @@ def _code_digest() -> str:
         for name in ADMISSION_MODULES:
             module = sys.modules.get(name) or __import__(name, fromlist=["_"])
             digest.update(name.encode() + b"\0" + Path(module.__file__).read_bytes() + b"\0")
-        from .. import records  # admitted_row (the admitted rows' codec): its text counts
-
-        digest.update(inspect.getsource(records.admitted_row).encode("utf-8"))
     except (OSError, TypeError):
         return "unreadable-" + os.urandom(16).hex()
     return digest.hexdigest()

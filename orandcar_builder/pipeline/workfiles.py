@@ -10,13 +10,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..executors.base import CHUNK_SIZE
+from ..executors.base import CHUNK_SIZE, WORK_ROW_GROUP_ROWS
 from ..files import StagedFile, naming
 
-# Rows per row group of the work files (at most; fewer where they pass WORK_ROW_GROUP_BYTES of
-# Arrow data). A reader or writer of a parquet file holds its footer, about 70 kB per row group of
-# work/decisions.parquet: with 1024-row groups that grew 67 MB at a million items.
-WORK_ROW_GROUP_ROWS = 4096
+# A work file's row group ends at WORK_ROW_GROUP_ROWS (executors.base) or at this much Arrow data.
 WORK_ROW_GROUP_BYTES = 16 * 1024 * 1024
 
 
@@ -39,7 +36,7 @@ class ParquetFile(StagedFile):
     def add(self, row: dict) -> None:
         self.buffer.append(row)
         if len(self.buffer) >= self.chunk:
-            self.flush()
+            self._buffered()  # made Arrow; written with its row group
 
     def write_rows(self, rows: list[dict]) -> None:
         """Append ``rows``; they are made Arrow now and written with the next row group."""

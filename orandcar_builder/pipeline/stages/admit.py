@@ -21,7 +21,6 @@ from ...clean.pool_file import clean_lines
 from ...families import Families
 from ...files import JsonLinesFile
 from ...images import ImagePolicy
-from ...parquetio import open_parquet
 from ...records import ADMITTED_SCHEMA, Dropped, admitted_row
 from ...workdir import WorkDir
 from .. import reuse
@@ -95,10 +94,7 @@ class Admission:
                 pass
 
     def rows(self) -> Iterator[dict]:
-        if self.start():
-            for batch in open_parquet(WorkDir(self.work).admitted).iter_batches():
-                yield from batch.to_pylist()
-            return
+        """Admit the pool (``stream`` and ``run`` call it only when ``start`` found nothing to reuse)."""
         t0 = time.perf_counter()
         reuse.forget(self.work)  # the files it describes are about to be replaced
         inputs = self._inputs

@@ -119,7 +119,7 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
         with WorkFiles(judged=ParquetFile(decisions, DECISION_SCHEMA, suffix=JUDGED_SUFFIX)) as files:
             for batch in open_parquet(decisions).iter_batches(batch_size=chunk):
                 rows = batch.to_pylist()
-                to_judge: list[int] = []
+                to_judge: list[tuple[int, Generation]] = []  # (row, its generation, decoded once)
                 items: list[judging.JudgeItem] = []
                 for i, row in enumerate(rows):
                     decision = decision_from_row(row)
@@ -127,19 +127,18 @@ def judge_pass(judge_engine, decisions: Path, cache: Optional[GenerationCache], 
                         continue
                     generation = generation_from_row(row)
                     if judging.needs_judge(generation, decision):
-                        to_judge.append(i)
+                        to_judge.append((i, generation))
                         items.append(judge_item(row, generation))
                     elif calibration_pool is not None and decision.passed:
                         calibration_pool.add(judge_item(row, generation))
                 verdicts = judging.judge(judge_engine, items, generate=run)
-                for i, verdict in zip(to_judge, verdicts):
-                    outcome = judging.apply_verdict(outcome_from_record(rows[i]), generation_from_row(rows[i]),
-                                                    verdict)
+                for (i, generation), verdict in zip(to_judge, verdicts):
+                    outcome = judging.apply_verdict(outcome_from_record(rows[i]), generation, verdict)
                     rows[i] = with_verdict(rows[i], outcome, verdict)
                     labels[verdict.label] += 1
                     unparseable += not getattr(verdict, "parseable", True)
                 for family, counts in judging.overturns_by_family(
-                        (rows[i]["family"], v) for i, v in zip(to_judge, verdicts)).items():
+                        (rows[i]["family"], v) for (i, _), v in zip(to_judge, verdicts)).items():
                     total = overturns.setdefault(family, dict.fromkeys(counts, 0))
                     for key, value in counts.items():
                         total[key] += value
