@@ -247,3 +247,21 @@ def loads_bounded(text: Union[str, bytes]) -> object:
     if isinstance(text, (bytes, bytearray)):
         text = text.decode("utf-8")
     return _JSON.decode(text)
+
+
+def read_json_lines(path: Path) -> Iterator[Optional[dict]]:
+    """The records of a JSONL file the build wrote (none when the file is missing); a line that
+    is not a JSON object comes back as None so that the caller can count it."""
+    try:
+        fh = open(path, encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    with fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            yield record if isinstance(record, dict) else None

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+import orandcar_builder.families as families_module
 from orandcar_builder.dataset.cardfile import BUILD_KEY, header_families, join_card, split_card
 from orandcar_builder.dataset.recheck import recheck
 from orandcar_builder.dataset.validate import validate_folder
@@ -114,6 +115,8 @@ def test_two_builds_at_once_each_admit_and_decide_with_their_own_families(two_bu
     assert b["rules_by_family"] == {"scene_text": ["exact"], "shop_sign": ["exact"]}
     assert _verifiers(root / "A") == {"scene_text": "alnum"}
     assert _verifiers(root / "B") == {"scene_text": "exact", "shop_sign": "exact"}
+    # the module's registry is still the object imported before the builds, unchanged
+    assert families_module.DEFAULT_FAMILIES is DEFAULT_FAMILIES
     assert "shop_sign" not in DEFAULT_FAMILIES and DEFAULT_FAMILIES.rule_for("scene_text") == "alnum"
 
 
@@ -216,7 +219,8 @@ def test_a_ray_actor_asks_and_decides_with_the_families_it_is_shipped():
     assert actor.engine.questions == ["What is written? Copy it."] * 2
     assert [(r["id"], r["route"], r["verifier"], r["rule"]) for r in out] == [
         ("w1", "accepted", "exact", "exact"), ("w2", "rejected", "", "exact")]
-    assert DEFAULT_FAMILIES["scene_text"].rule == "alnum"  # nothing changed in this process
+    assert families_module.DEFAULT_FAMILIES is DEFAULT_FAMILIES  # nothing rebound in this process
+    assert DEFAULT_FAMILIES["scene_text"].rule == "alnum"
 
 
 def test_the_config_carries_a_registry_value(tmp_path):

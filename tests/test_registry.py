@@ -38,7 +38,8 @@ def test_every_shipped_entry_keeps_its_contract(kind):
     registry = REGISTRIES[kind]
     assert registry.kind == kind and len(registry) >= 2
     for name in registry:
-        assert registry.load(name) is registry.load(name)  # loaded once
+        first = registry.load(name)
+        assert registry._loaded[name] is first and registry.load(name) is first  # checked and kept once
 
 
 @pytest.mark.parametrize("kind, lookup, wrong, meant", [

@@ -18,12 +18,12 @@ The answered items are cached: once the cause is fixed, the next build asks only
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Optional
 
 from ..figures import BuildFigures
+from ..files import read_json_lines
 from ..workdir import WorkDir
 from .config import BuildError
 from .report import OUTSIDE_POOL_REASONS  # drops that --allow-outside-paths admits
@@ -59,17 +59,12 @@ def _top(counts: Counter) -> str:
 def failure_reasons(failed_jsonl: Path) -> Counter:
     """How many failed items (work/failed.jsonl) share each reason (its text without the item's id)."""
     counts: Counter = Counter()
-    if not failed_jsonl.is_file():
-        return counts
-    with open(failed_jsonl, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            detail = str(record.get("detail") or record.get("reason") or "unknown")
-            item = str(record.get("id") or "")
-            counts[_short(detail.replace(item, "<id>") if item else detail)] += 1
+    for record in read_json_lines(failed_jsonl):
+        if record is None:  # not a JSON object: no reason to read
+            continue
+        detail = str(record.get("detail") or record.get("reason") or "unknown")
+        item = str(record.get("id") or "")
+        counts[_short(detail.replace(item, "<id>") if item else detail)] += 1
     return counts
 
 

@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from ..errors import OrandCarError
 from ..figures import BuildFigures
+from ..files import read_json_lines
 from ..parquetio import open_parquet
 from ..records import DECISION_SCHEMA
 from ..vocab import ACCEPTED, FAILED, FINISH_LENGTH, JUDGE_VERIFIER, REJECTED
@@ -237,24 +238,6 @@ def read_figures(path: Path) -> BuildFigures:
     if not isinstance(data, dict):
         raise ReviewError(f"{path}: the build report is not a JSON object")
     return BuildFigures.from_json(data)
-
-
-def read_json_lines(path: Path) -> Iterator[Optional[dict]]:
-    """The records of a JSONL file the build wrote (none when the file is missing); a line that
-    is not a JSON object comes back as None so that the caller can count it."""
-    try:
-        fh = open(path, encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return
-    with fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            yield record if isinstance(record, dict) else None
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..figures import BuildFigures, JudgeFigures
-from ..files import write_bytes_atomic
+from ..files import read_json_lines, write_bytes_atomic
 from ..vocab import ACCEPTED, FINISH_LENGTH
 from ..workdir import WorkDir
 from . import charts
@@ -33,7 +33,6 @@ from .collect import (
     collect,
     dropped_examples,
     read_figures,
-    read_json_lines,
 )
 from .thumbnails import thumbnails
 

@@ -118,7 +118,7 @@ def reject_kind(rule: ModuleType, text: str, references: Sequence[str], options:
 
 def _read_together(rule: ModuleType, tries: list, opts: Optional[Sequence[str]]) -> list:
     """The candidates to decide when the deciding statement has a companion (rules with
-    ``picks``; see ``extract.companion``): none when the two name different answers
+    ``picks``; see ``extract.statements``): none when the two name different answers
     (``SEVERAL_PICKS``: the reply contradicts itself); the companion alone when it follows a
     container that names nothing; else the deciding statement alone."""
     if len(tries) < 2 or tries[1][0] not in (AFTER_CONTAINER, BEFORE_LETTER, OTHER_CONTAINER):

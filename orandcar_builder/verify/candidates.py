@@ -46,8 +46,8 @@ def final_answer_candidates(answer: str, conclusions: bool = False, question: st
     empty answer has no candidates. A reply that opens with the option list has no first-line or
     first-paragraph candidate. ``question`` (the text the model was asked) lets a conclusion
     keep a negation the question asked for. With ``companions`` (rules that read two statements
-    together: ``choice``), the statement ``extract.companion`` finds comes second, as
-    ``(relation, span, pattern)``: ``after_container`` or ``before_letter``."""
+    together: ``choice``), the statement ``extract.statements`` finds comes second, as
+    ``(relation, span, pattern)``: ``after_container``, ``before_letter`` or ``other_container``."""
     full = strip_reasoning(answer).strip()
     if not full:
         return []

@@ -62,7 +62,7 @@ them. Rule 9 is the token counting of VLMEvalKit's ``can_infer_option`` (same ma
 rule 10 its ``can_infer_text``, restricted to whole words. Explicit statements ("The answer is
 (C).", ``\\boxed{C}``) are found before this rule runs, by final-answer extraction
 (``verify/extract.py``), which hands the rule the span "(C)" or "C"; ``picks`` lets ``verify``
-read a second statement beside the deciding one (``extract.companion``: a box followed by "the
+read a second statement beside the deciding one (``extract.statements``: a box followed by "the
 final answer is (E)", two containers, a last-line letter after a statement), and
 ``reject_kind`` names the kind of a rejection.
 

@@ -434,8 +434,17 @@ AFTER_CONTAINER, BEFORE_LETTER, OTHER_CONTAINER = "after_container", "before_let
 
 def statements(text: str, companions: bool = False) -> tuple[Optional[tuple[str, str]],
                                                               Optional[tuple[str, str, str]]]:
-    """(the deciding statement, as ``extract`` gives it; its companion, as ``companion`` gives it,
-    or None without ``companions``), from one reading of ``text``."""
+    """(the deciding statement, as ``extract`` gives it; its companion, or None without
+    ``companions``), from one reading of ``text``. The companion is (relation, pattern name, span)
+    of the statement a rule that reads two together (``choice``) reads beside the deciding one:
+
+    - ``after_container``: the last statement after the last container ("\\boxed{x = 18} ...
+      Therefore, the final answer is (E)."): it decides when the container names no answer;
+    - ``before_letter``: when a lone last-line letter decides, the last statement before it ("The
+      answer is B.\n(D)"): it never decides, but a different answer in it means the reply names two;
+    - ``other_container``: a container of the other kind before the last one ("\\boxed{D} ...
+      <answer>b</answer>"), read as ``before_letter`` is (it comes first when there is one).
+    """
     held = container(text)
     if held is not None:
         first = (held[2], held[3])
@@ -458,20 +467,6 @@ def statements(text: str, companions: bool = False) -> tuple[Optional[tuple[str,
 def extract(text: str) -> Optional[tuple[str, str]]:
     """(pattern name, span) of the statement that decides ``text``, or None when it has none."""
     return statements(text)[0]
-
-
-def companion(text: str) -> Optional[tuple[str, str, str]]:
-    """(relation, pattern name, span) of the statement a rule that reads two together (``choice``)
-    reads beside the deciding one, or None:
-
-    - ``after_container``: the last statement after the last container ("\\boxed{x = 18} ...
-      Therefore, the final answer is (E)."): it decides when the container names no answer;
-    - ``before_letter``: when a lone last-line letter decides, the last statement before it ("The
-      answer is B.\n(D)"): it never decides, but a different answer in it means the reply names two;
-    - ``other_container``: a container of the other kind before the last one ("\\boxed{D} ...
-      <answer>b</answer>"), read as ``before_letter`` is (it comes first when there is one).
-    """
-    return statements(text, companions=True)[1]
 
 
 def last_sentence(text: str) -> Optional[tuple[int, int]]:
