@@ -275,3 +275,10 @@ def check_row_groups(source: Union[str, os.PathLike, IO[bytes]], parquet: Option
             raise ShardTooLargeError(f"row group {group} decodes to {measured:,} bytes (its text is dictionary-"
                                      f"encoded: repeated values stored once), more than the {limit:,} a row "
                                      "group may hold")
+
+
+def row_group_nbytes(parquet: pq.ParquetFile, group: int) -> int:
+    """The Arrow size of row group ``group`` as a reader of the whole row group has it (what
+    ``datasets`` records as a split's ``num_bytes``), read a column at a time: memory holds one
+    column of the row group, not the row group (up to the writer's 100 MB)."""
+    return sum(parquet.read_row_group(group, columns=[name]).nbytes for name in parquet.schema_arrow.names)

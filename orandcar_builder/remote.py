@@ -41,7 +41,7 @@ from .dataset.info import dataset_info
 from .dataset.layout import README, expected_layout_text, scan_repo
 from .errors import OrandCarError
 from .families import Families
-from .parquetio import ShardTooLargeError, check_row_groups
+from .parquetio import ShardTooLargeError, check_row_groups, row_group_nbytes
 from .spill import SpillMap
 from .vocab import CONFIGS, SPLIT
 
@@ -269,7 +269,7 @@ def _check_shard(side, config: str, shard: str, seen_images: SpillMap, rows: boo
         elif schema_problems:  # rows of another shape are not checked, but measured (as a folder's are)
             try:
                 measured[shard] = (parquet.metadata.num_rows,
-                                   sum(parquet.read_row_group(i).nbytes for i in range(parquet.num_row_groups)))
+                                   sum(row_group_nbytes(parquet, i) for i in range(parquet.num_row_groups)))
             except Exception as exc:
                 _reraise_if_transport(exc)
         else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
+from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet, row_group_nbytes
 from ..vocab import CONFIGS, SHARD_GLOB, SPLIT
 
 
@@ -36,7 +36,7 @@ def arrow_bytes(shards: Iterable[Path]) -> int:
         except ShardTooLargeError as exc:
             raise ShardTooLargeError(f"{shard}: {exc}") from None
         for group in range(parquet.num_row_groups):
-            total += parquet.read_row_group(group).nbytes
+            total += row_group_nbytes(parquet, group)
     return total
 
 

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from ..families import DEFAULT_FAMILIES, Families
 from ..files import loads_bounded
-from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet
+from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet, row_group_nbytes
 from ..spill import SpillMap
 from ..verify import RULE_MODULES
 from ..vocab import CONFIG_REJECTED, CONFIGS, JUDGE_VERIFIER, SHARD_NAME, SPLIT
@@ -393,9 +393,8 @@ def _batches(parquet: pq.ParquetFile, shard: Path, measured: dict[Path, tuple[in
     whole row group) is summed a column at a time, and the rows are then read a batch at a time,
     so memory holds one column of a row group, not the row group (up to the writer's 100 MB)."""
     batch_rows, total = _batch_rows(parquet), 0
-    names = parquet.schema_arrow.names
     for group in range(parquet.num_row_groups):
-        total += sum(parquet.read_row_group(group, columns=[name]).nbytes for name in names)
+        total += row_group_nbytes(parquet, group)
         yield from parquet.iter_batches(batch_size=batch_rows, row_groups=[group])
     measured[shard] = (parquet.metadata.num_rows, total)
 
