@@ -46,9 +46,9 @@ def judge_engine_names() -> list[str]:
     return [name for name in ENGINES if getattr(engine_class(name), "can_judge", False)]
 
 
-def secret_options_of(name: str) -> tuple[str, ...]:
+def secret_options_of(name: object) -> tuple[str, ...]:
     """The options engine ``name`` declares secret (``SECRET_OPTIONS``); none for a name that is
-    not an engine (``none``, ``same``)."""
+    not an engine (``none``, ``same``, or not a string)."""
     return secret_options(engine_class(name)) if name in ENGINES else ()
 
 

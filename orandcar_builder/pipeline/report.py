@@ -213,7 +213,7 @@ def record_without_secrets(ran: Recipe, engine, judge_engine) -> Recipe:
         if name == "same":  # the judge is the generation engine
             name = (ran.engine or {}).get("name")
         declared = secret_options(engine_object) if engine_object is not None else ()
-        return redact(section, (*declared, *(secret_options_of(name) if isinstance(name, str) else ())))
+        return redact(section, (*declared, *secret_options_of(name)))
 
     return dataclasses.replace(ran, engine=hidden(ran.engine, engine), judge=hidden(ran.judge, judge_engine))
 
@@ -235,7 +235,7 @@ def without_secrets(recipe: dict) -> dict:
         table = out.get(section)
         if isinstance(table, dict):
             name = engine_name if section == "judge" and table.get("name") == "same" else table.get("name")
-            out[section] = redact(table, secret_options_of(name) if isinstance(name, str) else ())
+            out[section] = redact(table, secret_options_of(name))
     return out
 
 
