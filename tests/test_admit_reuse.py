@@ -47,17 +47,18 @@ def _pool(root: Path) -> tuple[Path, Path]:
 
 
 class Admissions:
-    """Counts the admissions run (``clean_lines`` calls by the admit stage)."""
+    """Counts the admissions run (``admit_records`` calls by the admit stage, in the build's process:
+    these pools are too small for a process of their own)."""
 
     def __init__(self, monkeypatch):
         self.calls = 0
-        inner = admit_stage.clean_lines
+        inner = admit_stage.admit_records
 
         def counted(*args, **kwargs):
             self.calls += 1
             return inner(*args, **kwargs)
 
-        monkeypatch.setattr(admit_stage, "clean_lines", counted)
+        monkeypatch.setattr(admit_stage, "admit_records", counted)
 
 
 def _build(pool: Path, replay: Path, out: Path, work: Path, **settings):

@@ -22,11 +22,35 @@ The settings of a build are one ``BuildConfig`` (``config.py``; a recipe fills i
 
 from __future__ import annotations
 
-from .config import BuildConfig, BuildError, BuildObjects
-from .failure import BuildFailed
-from .report import format_summary, reproducible
-from .runner import BuildResult, build, run_build
-from .work import BuildContext, StageStats
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+# The names below are loaded on first use (PEP 562), so that a process that needs only a part of
+# the package (the admission's own process: ``admitproc``, ``reuse``, ``workfiles``) does not
+# import the whole build (the dataset writer and its ``datasets`` import: a second of start-up).
+_EXPORTS = {
+    "BuildConfig": "config", "BuildError": "config", "BuildObjects": "config",
+    "BuildFailed": "failure",
+    "format_summary": "report", "reproducible": "report",
+    "BuildResult": "runner", "build": "runner", "run_build": "runner",
+    "BuildContext": "work", "StageStats": "work",
+}
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and readers
+    from .config import BuildConfig, BuildError, BuildObjects
+    from .failure import BuildFailed
+    from .report import format_summary, reproducible
+    from .runner import BuildResult, build, run_build
+    from .work import BuildContext, StageStats
 
 __all__ = ["BuildConfig", "BuildContext", "BuildError", "BuildFailed", "BuildObjects", "BuildResult", "StageStats",
            "build", "format_summary", "reproducible", "run_build"]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

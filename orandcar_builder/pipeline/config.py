@@ -43,7 +43,9 @@ class BuildConfig:
     ``gpus_per_replica`` GPUs each). ``max_image_bytes``, ``image_read_timeout`` and
     ``allow_outside_paths`` make the ImagePolicy; ``admit_workers`` processes check the pool's
     images (None: ``pool.prefetch.default_workers()``); on the local executor admission
-    overlaps generation unless ``overlap_admit`` is False. Beyond ``max_failed_share`` of the
+    overlaps generation unless ``overlap_admit`` is False, and then runs on a process of its own
+    as ``admit_process`` says (None: for a large pool with two or more admission processes;
+    ``stages.admit.Admission.on_process``). Beyond ``max_failed_share`` of the
     admitted items without an answer the build is a failed build and the old dataset stays
     (``failure.py``). ``families`` is the build's family registry (a ``families.Families``
     value: the code's ``DEFAULT_FAMILIES`` unless a recipe changes them; ``Family`` records given
@@ -75,6 +77,7 @@ class BuildConfig:
     allow_outside_paths: bool = False
     admit_workers: Optional[int] = None
     overlap_admit: bool = True
+    admit_process: Optional[bool] = None
     max_failed_share: float = DEFAULT_MAX_FAILED_SHARE
     families: Families = DEFAULT_FAMILIES
     card_options: Mapping[str, Any] = field(default_factory=dict)

@@ -150,7 +150,7 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     executor = _executor(config, objects)
     context = BuildContext(config=config, objects=objects, out=out, work=WorkDir(config.work), executor=executor)
     admission = Admission(config.pool, context.work.path, config.limit, {}, config.image_policy(), config.workers(),
-                          progress=config.progress, families=config.families)
+                          progress=config.progress, families=config.families, process=config.admit_process)
     plan = stages_for(config, objects, executor)
     t0 = time.perf_counter()
     try:

@@ -8,7 +8,12 @@ consume the rows as they are admitted (the first requests go out after a few ite
 A rerun whose admission inputs are those of the work dir's last admission (the pool file, the
 files its lines name, the settings and cleaning code: ``pipeline.reuse``) takes its files and
 figures as they are: ``Admission.start()`` says so, and the generate stage then reads
-work/admitted.parquet."""
+work/admitted.parquet.
+
+While it overlaps generation, a large pool's admission runs on a process of its own
+(``admitproc``), so that admitting and generating + deciding use two cores; its records and
+files are those of an admission here, and a small pool (under PROCESS_MIN_POOL_BYTES) is
+admitted here, where its first rows come at once."""
 
 from __future__ import annotations
 
@@ -17,33 +22,36 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator, Optional
 
-from ...clean.pool_file import clean_lines
 from ...families import Families
-from ...files import JsonLinesFile
 from ...images import ImagePolicy
-from ...records import ADMITTED_SCHEMA, Dropped, admitted_row
-from ...workdir import WorkDir
 from .. import reuse
+from ..admitproc import AdmissionProcess, AdmitTask, AdmittedRows, admit_records
 from ..progress import count_lines, stage_bar
 from ..work import AdmitResult, BuildContext, StageStats
-from ..workfiles import ParquetFile, WorkFiles
+
+# A pool file this large or larger is admitted on a process of its own when admission overlaps
+# generation with two or more admission processes (``Admission.on_process``): below it, starting
+# the process (about half a second before its first rows) costs more than the overlap gives.
+PROCESS_MIN_POOL_BYTES = 1 << 20
 
 
 class Admission:
     """``rows()`` yields each admitted item's row (ADMITTED_SCHEMA) as soon as it is admitted, in
     pool order, while writing work/admitted.parquet and work/dropped.jsonl; both are complete
     (renamed into place) once the rows are exhausted, and removed if the stream is closed early or
-    fails. ``workers`` processes check the image files (``pool.prefetch``); the records are those
-    of one process. ``seconds`` is the time spent admitting (not the time the consumer spent
-    between rows). With ``progress``, the ``admit`` bar counts the pool's lines out of their number
-(``lines``)."""
+    fails. The admission uses ``workers`` processes: with one, all of it runs here; with more,
+    here ``workers`` processes check the image files (``pool.prefetch``), or on a process of its
+    own (``process``; None: ``on_process`` decides) it checks them there and on ``workers - 1``
+    more from three on. The records are those of one process. ``seconds`` is the time spent
+    admitting (not the time the consumer spent between rows). With ``progress``, the ``admit``
+    bar counts the pool's lines out of their number (``lines``)."""
 
     def __init__(self, pool: Path, work: Path, limit: Optional[int], clean_report: dict,
                  images: Optional[ImagePolicy] = None, workers: int = 1, progress: bool = False,
-                 families: Optional[Families] = None):
+                 families: Optional[Families] = None, process: Optional[bool] = None):
         self.pool, self.work, self.limit, self.clean_report = pool, work, limit, clean_report
         self.families = families  # the build's registry: a recipe's families are admitted too
-        self.images, self.workers, self.progress = images, workers, progress
+        self.images, self.workers, self.progress, self.process = images, workers, progress, process
         self.dropped: Counter = Counter()
         self.admitted = 0
         self.done = False
@@ -90,37 +98,67 @@ class Admission:
     def run(self) -> None:
         """The whole admission (or its reuse)."""
         if not self.start():
-            for _ in self.rows():
+            # Nothing runs beside it: a process of its own only when told to.
+            for _ in self.rows(on_process=self.process is True):
                 pass
 
-    def rows(self) -> Iterator[dict]:
-        """Admit the pool (``stream`` and ``run`` call it only when ``start`` found nothing to reuse)."""
-        t0 = time.perf_counter()
+    def rows(self, on_process: Optional[bool] = None) -> Iterator[dict]:
+        """Admit the pool (``stream`` and ``run`` call it only when ``start`` found nothing to reuse):
+        on a process of its own when ``on_process`` (None: ``self.on_process()``) says so, else here."""
         reuse.forget(self.work)  # the files it describes are about to be replaced
-        inputs = self._inputs
-        with stage_bar("admit", self.lines if self.progress else None, self.progress) as bar, \
-                WorkFiles(admitted=ParquetFile(WorkDir(self.work).admitted, ADMITTED_SCHEMA),
-                          dropped=JsonLinesFile(WorkDir(self.work).dropped),
-                          images=ParquetFile(WorkDir(self.work).admission_images, reuse.IMAGES_SCHEMA)) as files:
-            named = reuse.NamedFiles(files.images, inputs.start_ns)
-            for record in clean_lines(self.pool, self.clean_report, limit=self.limit, spill_dir=self.work,
-                                      images=self.images, workers=self.workers, named=named,
-                                      families=self.families):
+        if on_process if on_process is not None else self.on_process():
+            yield from self._rows_from_process()
+        else:
+            yield from self._rows_here()
+
+    def on_process(self) -> bool:
+        """Whether the admission runs on a process of its own (``admitproc``): as ``process`` says,
+        or when not told, with two or more admission processes and a pool file of
+        PROCESS_MIN_POOL_BYTES or more."""
+        if self.process is not None:
+            return self.process
+        try:
+            size = self.pool.stat().st_size
+        except OSError:
+            return False  # the read names the problem
+        return self.workers >= 2 and size >= PROCESS_MIN_POOL_BYTES
+
+    def task(self, *, on_process: bool) -> AdmitTask:
+        # On a process of its own the admission checks images there (one process of the
+        # ``workers``) and on ``workers - 1`` more; here it uses ``workers`` image checkers.
+        image_workers = self.workers if not on_process else (self.workers - 1 if self.workers >= 3 else 1)
+        return AdmitTask(self.pool, self.work, self.limit, self.images, image_workers, self.families, self._inputs)
+
+    def _rows_here(self) -> Iterator[dict]:
+        t0 = time.perf_counter()
+        with stage_bar("admit", self.lines if self.progress else None, self.progress) as bar:
+            for row in admit_records(self.task(on_process=False), self.clean_report, self.dropped):
                 bar.update(1)
-                if isinstance(record, Dropped):
-                    files.dropped.write(record.to_dict())
-                    self.dropped[record.reason] += 1
-                else:
-                    row = admitted_row(record)
-                    files.admitted.add(row)
+                if row is not None:
                     self.admitted += 1
                     self.seconds += time.perf_counter() - t0
                     yield row
                     t0 = time.perf_counter()
-        if not named.racy:
-            reuse.record(self.work, inputs, {"admitted": self.admitted, "dropped": dict(self.dropped),
-                                             "cleaning": self.clean_report})
         self.seconds += time.perf_counter() - t0
+        self.done = True
+
+    def _rows_from_process(self) -> Iterator[dict]:
+        with stage_bar("admit", self.lines if self.progress else None, self.progress) as bar:
+            for message in AdmissionProcess(self.task(on_process=True)).messages():
+                if isinstance(message, AdmittedRows):
+                    bar.update(message.lines)
+                    self.dropped = Counter(message.dropped)
+                    for row in message.rows:
+                        self.admitted += 1
+                        yield row
+                else:  # the last message: the admission is complete, its files in place
+                    self.clean_report.clear()
+                    self.clean_report.update(message.clean_report)
+                    self.dropped = Counter(message.dropped)
+                    self.seconds += message.seconds
+                    if message.admitted != self.admitted:
+                        raise RuntimeError(f"the admission process admitted {message.admitted} items but sent "
+                                           f"{self.admitted}")  # a bug, never bad input
         self.done = True
 
     def counters(self) -> dict:

@@ -1,0 +1,300 @@
+"""The admission on a process of its own, streaming its rows to the build's process.
+
+Admission is sequential where order matters (the ids and QA already seen, purity's shares, the
+remembered image checks) and costs about as much per item as generating through the cache and
+deciding do together. Run in the build's process, it leaves the second core idle. Here the whole
+of it (``admit_records``: read and clean the pool, write work/admitted.parquet,
+work/dropped.jsonl and work/admission_images.parquet, record the admission for reuse) runs in one
+spawned process, the same code in the same order, so its records and files are byte for byte
+those of an admission in the build's process. The build's process receives the admitted rows in
+``AdmittedRows`` messages as they are admitted and feeds them to the engine meanwhile; the last
+message, ``AdmissionDone``, comes once the files are in place.
+
+How the two stay bounded and stop together:
+
+- The admission process runs at most ``QUEUED_MESSAGES`` messages ahead of what the build's
+  process has received (a sender thread writes them to the pipe; the pipe blocks when the build's
+  process does not read).
+- An error in the admission process (a bad pool file, a dead image worker, a bug) is sent as the
+  exception itself where it can be pickled, so the build stops with the message it would have
+  given in its own process; the partial work files are removed there.
+- A build that stops early (an engine error, Ctrl-C) closes the pipe and ends the process
+  (SIGTERM, which it turns into SystemExit so that its ``with`` blocks remove the partial files).
+- Ctrl-C is the build's to handle (``interrupts``): the process is started with SIGINT blocked
+  and ignores it. It ends when the build's process is gone (``images.exit_with_parent``), even if
+  that one was killed outright.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue
+import signal
+import threading
+import time
+import traceback
+from collections import Counter
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Union
+
+from ..clean.pool_file import clean_lines
+from ..errors import OrandCarError
+from ..families import Families
+from ..files import JsonLinesFile
+from ..images import ImagePolicy, exit_with_parent
+from ..interrupts import ignore_sigint, sigint_blocked
+from ..records import ADMITTED_SCHEMA, Dropped, admitted_row
+from ..workdir import WorkDir
+from . import reuse
+from .workfiles import ParquetFile, WorkFiles
+
+# Admitted rows in the first message; each next message has twice as many, up to MESSAGE_ROWS: the
+# first rows reach the engine soon, then a message's overhead stays small against its rows.
+FIRST_MESSAGE_ROWS = 16
+MESSAGE_ROWS = 512
+# A message also goes out after this many pool lines or seconds, rows or not, so that the
+# progress bar and the drop counts move while many lines in a row are dropped.
+MESSAGE_LINES = 4096
+MESSAGE_SECONDS = 0.25
+# Messages the admission process keeps ready ahead of the build's process.
+QUEUED_MESSAGES = 8
+# Seconds the build's process waits for a stopped admission process to end before killing it.
+STOP_WAIT_S = 10.0
+
+
+class AdmissionProcessError(OrandCarError):
+    """The admission process ended without saying why (killed, out of memory), or failed with an
+    error that could not be sent as it is."""
+
+
+@dataclass(frozen=True)
+class AdmitTask:
+    """Everything an admission needs (it is pickled to the admission process): the pool and work
+    dir, ``--limit``, the image policy, the processes that check images (``image_workers``, 1:
+    the admission's own), the build's families, and the inputs found at the build's start
+    (``reuse.Inputs``), which the admission records when it completes."""
+
+    pool: Path
+    work: Path
+    limit: Optional[int]
+    images: Optional[ImagePolicy]
+    image_workers: int
+    families: Optional[Families]
+    inputs: reuse.Inputs
+
+
+def admit_records(task: AdmitTask, clean_report: dict, dropped: Counter) -> Iterator[Optional[dict]]:
+    """Admit the pool: one value per pool line, in order: its admitted row (ADMITTED_SCHEMA), or
+    None for a dropped line (counted in ``dropped`` by reason, written to work/dropped.jsonl).
+    work/admitted.parquet, work/dropped.jsonl and work/admission_images.parquet are in place once
+    the values are exhausted (removed if the stream is closed early or fails), ``clean_report``
+    filled, and the admission recorded for reuse (``reuse.record``) unless a file it read may
+    have changed meanwhile."""
+    work = WorkDir(task.work)
+    admitted = 0
+    with WorkFiles(admitted=ParquetFile(work.admitted, ADMITTED_SCHEMA),
+                   dropped=JsonLinesFile(work.dropped),
+                   images=ParquetFile(work.admission_images, reuse.IMAGES_SCHEMA)) as files:
+        named = reuse.NamedFiles(files.images, task.inputs.start_ns)
+        for record in clean_lines(task.pool, clean_report, limit=task.limit, spill_dir=task.work,
+                                  images=task.images, workers=task.image_workers, named=named,
+                                  families=task.families):
+            if isinstance(record, Dropped):
+                files.dropped.write(record.to_dict())
+                dropped[record.reason] += 1
+                yield None
+            else:
+                row = admitted_row(record)
+                files.admitted.add(row)
+                admitted += 1
+                yield row
+    if not named.racy:
+        reuse.record(task.work, task.inputs, {"admitted": admitted, "dropped": dict(dropped),
+                                              "cleaning": clean_report})
+
+
+@dataclass(frozen=True)
+class AdmittedRows:
+    """The rows admitted since the last message, the pool ``lines`` read meanwhile, and the drop
+    counts so far (by reason)."""
+
+    rows: list
+    lines: int
+    dropped: dict
+
+
+@dataclass(frozen=True)
+class AdmissionDone:
+    """The admission is complete and its files are in place: its cleaning report, drop counts,
+    items admitted and seconds spent admitting (not waiting on the build's process)."""
+
+    clean_report: dict
+    dropped: dict
+    admitted: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: bytes  # the pickled exception
+    text: str  # its type, message and traceback, where it cannot be unpickled
+
+
+class AdmissionProcess:
+    """``messages()`` starts the admission process on ``task`` and yields its messages
+    (``AdmittedRows``..., then one ``AdmissionDone``); see the module docstring."""
+
+    def __init__(self, task: AdmitTask):
+        self.task = task
+        self.process = None  # the admission process once started (its ``pid``, ``exitcode``)
+
+    def messages(self) -> Iterator[Union[AdmittedRows, AdmissionDone]]:
+        context = multiprocessing.get_context("spawn")
+        receiver, sender = context.Pipe(duplex=False)
+        process = self.process = context.Process(target=run_admission, args=(sender, self.task, os.getpid()),
+                                                 name="orandcar-admission")
+        with sigint_blocked():  # the process never sees the terminal's Ctrl-C
+            process.start()
+        sender.close()  # the process holds the only write end: its end is this end's EOF
+        done = False
+        try:
+            while not done:
+                try:
+                    message = receiver.recv()
+                except EOFError:
+                    process.join(STOP_WAIT_S)
+                    raise AdmissionProcessError(
+                        f"the admission process ended abruptly (exit code {process.exitcode}: killed, or out of "
+                        f"memory) while reading {self.task.pool}; build again, or with --admit-workers 1") from None
+                if isinstance(message, _Failed):
+                    raise _error_of(message)
+                done = isinstance(message, AdmissionDone)
+                yield message
+        finally:
+            receiver.close()
+            if not done and process.is_alive():
+                process.terminate()  # SystemExit there: its partial files are removed
+            process.join(STOP_WAIT_S)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+def _error_of(failed: _Failed) -> BaseException:
+    try:
+        error = pickle.loads(failed.error)
+    except Exception:
+        error = None
+    if isinstance(error, BaseException):
+        return error
+    return AdmissionProcessError(f"the admission failed in its process: {failed.text}")
+
+
+# --- the admission process -------------------------------------------------------------------
+
+
+class _Sender:
+    """Messages written to the pipe by a thread of their own, at most QUEUED_MESSAGES ahead."""
+
+    def __init__(self, connection):
+        self.connection = connection
+        self.queue: queue.Queue = queue.Queue(QUEUED_MESSAGES)
+        self.error: Optional[BaseException] = None
+        self.waited = 0.0  # seconds the admission waited for room in the queue
+        self.thread = threading.Thread(target=self._send, name="admission-sender", daemon=True)
+        self.thread.start()
+
+    def _send(self) -> None:
+        while True:
+            message = self.queue.get()
+            if message is None:
+                return
+            try:
+                self.connection.send(message)
+            except BaseException as exc:  # the build's process closed the pipe, or is gone
+                self.error = exc
+                return
+
+    def put(self, message) -> None:
+        t0 = time.perf_counter()
+        while True:
+            if self.error is not None:
+                raise SystemExit(0)  # the build's process stopped listening: stop, removing the files
+            try:
+                self.queue.put(message, timeout=0.5)
+                break
+            except queue.Full:
+                continue
+        self.waited += time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Send what is queued, then stop the thread (at once if the pipe is gone)."""
+        try:
+            self.put(None)
+        except SystemExit:
+            return
+        self.thread.join()
+
+
+def _exit_on_term(signum, frame) -> None:
+    raise SystemExit(0)
+
+
+def run_admission(connection, task: AdmitTask, parent: int) -> None:
+    """The admission process's body (``AdmissionProcess``)."""
+    ignore_sigint()
+    exit_with_parent(parent)
+    signal.signal(signal.SIGTERM, _exit_on_term)
+    sender = _Sender(connection)
+    try:
+        _admit_and_send(task, sender)
+    except SystemExit:
+        pass
+    except BaseException as exc:
+        try:
+            error = pickle.dumps(exc)
+            pickle.loads(error)  # sent as it is only if the build's process can rebuild it
+        except Exception:
+            error = b""
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip() + "\n" + traceback.format_exc()
+        try:
+            sender.put(_Failed(error, text))
+        except SystemExit:
+            pass  # nobody listens any more
+    finally:
+        sender.close()
+        connection.close()
+
+
+def _admit_and_send(task: AdmitTask, sender: _Sender) -> None:
+    t0 = time.perf_counter()
+    clean_report: dict = {}
+    dropped: Counter = Counter()
+    rows: list = []
+    size, lines, admitted = FIRST_MESSAGE_ROWS, 0, 0
+    last = time.perf_counter()
+
+    def send() -> None:
+        nonlocal rows, lines, last
+        sender.put(AdmittedRows(rows, lines, dict(dropped)))
+        rows, lines, last = [], 0, time.perf_counter()
+
+    with closing(admit_records(task, clean_report, dropped)) as records:  # closed at once on SystemExit
+        for row in records:
+            lines += 1
+            if row is not None:
+                rows.append(row)
+                admitted += 1
+                if len(rows) >= size:
+                    send()
+                    size = min(size * 2, MESSAGE_ROWS)
+                    continue
+            if lines >= MESSAGE_LINES or (lines % 64 == 0 and time.perf_counter() - last >= MESSAGE_SECONDS):
+                send()
+    if rows or lines:
+        send()
+    sender.put(AdmissionDone(clean_report, dict(dropped), admitted, time.perf_counter() - t0 - sender.waited))
