@@ -184,8 +184,9 @@ admission_options = _stacked(
     click.option("--allow-outside-paths", is_flag=True,
                  help="Let pool lines name images (and source.image files) outside the pool file's folder."),
     click.option("--admit-workers", type=click.IntRange(min=1), default=None,
-                 help="Processes that read, decode and hash the pool's images (default: the CPUs, at most 8; "
-                      "1: in this command's own process). The result is the same for any number."),
+                 help="Processes that admit the pool, reading, decoding and hashing its images (default: the "
+                      "CPUs, at most 8; 1: all in this command's own process). The result is the same for any "
+                      "number."),
 )
 """How the pool's image files are read (the image policy) and by how many processes: the
 options of every command that admits a pool (``build``, ``clean``)."""
