@@ -157,6 +157,14 @@ def test_which_admissions_run_on_a_process_of_their_own(tmp_path, monkeypatch):
     assert Admission(pool, tmp_path / "work", None, {}, workers=2).on_process()
     assert not Admission(pool, tmp_path / "work", None, {}, workers=1).on_process()
     assert not Admission(pool, tmp_path / "work", None, {}, workers=2, process=False).on_process()
+    import sys
+
+    main = sys.modules["__main__"]
+    monkeypatch.setattr(main, "__spec__", None, raising=False)
+    monkeypatch.setattr(main, "__file__", "<stdin>", raising=False)  # python - <<EOF: spawn cannot start
+    assert not Admission(pool, tmp_path / "work", None, {}, workers=2).on_process()
+    monkeypatch.undo()
+    monkeypatch.setattr(admit_stage, "PROCESS_MIN_POOL_BYTES", 1)
     assert Admission(pool, tmp_path / "work", None, {}, workers=1, process=True).on_process()
     # On its own process, the admission is one of the workers: images are checked there with 2,
     # and on workers - 1 more from 3 on.

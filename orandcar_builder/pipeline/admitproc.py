@@ -71,6 +71,19 @@ class AdmissionProcessError(OrandCarError):
     error that could not be sent as it is."""
 
 
+def can_spawn() -> bool:
+    """Whether a spawned process can start from this one: spawn re-runs the main module from its
+    file, so a main program read from standard input (``python - <<EOF``, whose ``__file__`` is
+    ``<stdin>``) leaves the process nothing to run and it dies at once."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    if getattr(main, "__spec__", None) is not None:
+        return True  # python -m: spawn imports the module by name
+    path = getattr(main, "__file__", None)
+    return path is None or os.path.isfile(path)  # None: an interactive session or a notebook
+
+
 @dataclass(frozen=True)
 class AdmitTask:
     """Everything an admission needs (it is pickled to the admission process): the pool and work

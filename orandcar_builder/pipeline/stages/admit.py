@@ -25,7 +25,7 @@ from typing import Iterator, Optional
 from ...families import Families
 from ...images import ImagePolicy
 from .. import reuse
-from ..admitproc import AdmissionProcess, AdmitTask, AdmittedRows, admit_records
+from ..admitproc import AdmissionProcess, AdmitTask, AdmittedRows, admit_records, can_spawn
 from ..progress import count_lines, stage_bar
 from ..work import AdmitResult, BuildContext, StageStats
 
@@ -113,15 +113,16 @@ class Admission:
 
     def on_process(self) -> bool:
         """Whether the admission runs on a process of its own (``admitproc``): as ``process`` says,
-        or when not told, with two or more admission processes and a pool file of
-        PROCESS_MIN_POOL_BYTES or more."""
+        or when not told, with two or more admission processes, a pool file of
+        PROCESS_MIN_POOL_BYTES or more, and a main program a spawned process can start from
+        (``admitproc.can_spawn``)."""
         if self.process is not None:
             return self.process
         try:
             size = self.pool.stat().st_size
         except OSError:
             return False  # the read names the problem
-        return self.workers >= 2 and size >= PROCESS_MIN_POOL_BYTES
+        return self.workers >= 2 and size >= PROCESS_MIN_POOL_BYTES and can_spawn()
 
     def task(self, *, on_process: bool) -> AdmitTask:
         # On a process of its own the admission checks images there (one process of the
