@@ -27,6 +27,7 @@ How the two stay bounded and stop together:
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import pickle
@@ -262,6 +263,7 @@ def run_admission(connection, task: AdmitTask, parent: int) -> None:
     ignore_sigint()
     exit_with_parent(parent)
     signal.signal(signal.SIGTERM, _exit_on_term)
+    gc.freeze()  # the modules' objects: not traversed by each collection the admission starts (``heap``)
     sender = _Sender(connection)
     try:
         _admit_and_send(task, sender)

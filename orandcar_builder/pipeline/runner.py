@@ -22,6 +22,7 @@ from ..images import ImageError
 from ..workdir import WorkDir
 from .config import BuildConfig, BuildError, BuildObjects
 from .failure import BuildFailed, failed_build
+from .heap import frozen_heap
 from .report import build_figures, manifest, recipe_ran, without_secrets, write_json
 from .reuse import forget as forget_admission
 from .stages import Admission, open_cache, open_engines, stages_for
@@ -156,15 +157,16 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     try:
         engines = open_engines(config, objects)
         cache = open_cache(context)
-        admitted = plan.admit.run(context, admission) if plan.admit is not None else None
-        generated = plan.generate.run(context, engines.engine, cache, admission)
-        judged = plan.judge.run(context, engines.judge, cache) if plan.judge is not None else None
-        written = plan.write.run(context)
-        ran = recipe_ran(config, engines.engine, engines.judge, engine_given=objects.engine is not None,
-                         judge_given=objects.judge_engine is not None)
-        figures = build_figures(config, engines, generated, judged, written, ran)
-        carded = plan.card.run(context, figures, ran)
-        validated = plan.validate.run(context)
+        with frozen_heap():  # the engine's and the modules' objects: not traversed by each collection
+            admitted = plan.admit.run(context, admission) if plan.admit is not None else None
+            generated = plan.generate.run(context, engines.engine, cache, admission)
+            judged = plan.judge.run(context, engines.judge, cache) if plan.judge is not None else None
+            written = plan.write.run(context)
+            ran = recipe_ran(config, engines.engine, engines.judge, engine_given=objects.engine is not None,
+                             judge_given=objects.judge_engine is not None)
+            figures = build_figures(config, engines, generated, judged, written, ran)
+            carded = plan.card.run(context, figures, ran)
+            validated = plan.validate.run(context)
     finally:
         context.close()
     stats = [r.stats for r in (admitted, generated, judged, written, carded, validated) if r is not None]
