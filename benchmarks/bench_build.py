@@ -51,12 +51,12 @@ from typing import Sequence
 from synthetic import make_pool, warm_page_cache  # benchmarks/ is on sys.path when a script runs
 
 
-def run_ours(pool: Path, replay: Path, out: Path, work: Path) -> tuple[float, dict]:
+def run_ours(pool: Path, replay: Path, out: Path, work: Path, admit_workers: int | None = None) -> tuple[float, dict]:
     from orandcar_builder.engines.replay import ReplayEngine
     from orandcar_builder.pipeline import build
 
     t0, c0 = time.perf_counter(), _cpu()
-    result = build(pool, out, work=work, engine=ReplayEngine(replay), progress=False)
+    result = build(pool, out, work=work, engine=ReplayEngine(replay), progress=False, admit_workers=admit_workers)
     elapsed = time.perf_counter() - t0
     if not result.ok:
         raise SystemExit(f"our build failed validation: {result.problems[:5]}")
@@ -158,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, default=None,
                         help="run the (first) build under cProfile and write its stats here")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor (parse, hash + decode, write)")
+    parser.add_argument("--admit-workers", type=int, default=None,
+                        help="the build's --admit-workers (default: the build's own, the CPUs up to 8)")
     args = parser.parse_args(argv)
 
     root = Path(args.workdir or tempfile.mkdtemp(prefix="bench_build_"))
@@ -171,11 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             import cProfile
 
             profiler = cProfile.Profile()
-            ours, report = profiler.runcall(run_ours, pool, replay, root / "out", root / "work")
+            ours, report = profiler.runcall(run_ours, pool, replay, root / "out", root / "work",
+                                                 args.admit_workers)
             profiler.dump_stats(str(args.profile))
             print(f"profile of the build's process written to {args.profile} (read it with pstats)")
         else:
-            ours, report = run_ours(pool, replay, root / "out", root / "work")
+            ours, report = run_ours(pool, replay, root / "out", root / "work", args.admit_workers)
         stages = report["timings_s"]
         print(f"ours      {ours:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "total"))
         print(f"          accepted {report['accepted']}  rejected {report['rejected']}  "
@@ -183,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         figures = {"items": args.items, "ours_s": round(ours, 3), "stages_s": stages}
         if args.rerun:
-            rerun, again = run_ours(pool, replay, root / "out_rerun", root / "work")
+            rerun, again = run_ours(pool, replay, root / "out_rerun", root / "work", args.admit_workers)
             print(f"rerun     {rerun:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in again["timings_s"].items()
                                                      if k != "total"))
             print(f"ratio rerun/ours = {rerun / ours:.2f} wall, {again['cpu_s'] / report['cpu_s']:.2f} CPU "
