@@ -304,6 +304,8 @@ def normalise_choices(question: str, reference: Union[str, tuple[str, ...]], opt
     """Normalise one QA item's multiple-choice form; see the module docstring for the rules."""
     references = [reference] if isinstance(reference, str) else list(reference)
     unchanged = ChoiceResult(question, reference, tuple(options) if options else None)
+    if not options and not _MAYBE_OPTIONS.search(question):
+        return unchanged  # no options and no prose shape: neither a block (its lines "A." need one) nor prose
     if has_lettered_block(question):
         # The question is left byte for byte; only a reference given as an option's text (or a
         # missing options list) is completed from the block, so the choice rule can decide it.
