@@ -78,6 +78,8 @@ class Cleaner:
         if self.meter.drops(item.family, item.source.origin):
             self.meter.families[item.family].dropped += 1
             return self._drop(item, purity.REASON, self.meter.detail(item.family))
+        if choices.untouched(item.question, item.options):  # the common case, without a ChoiceResult
+            return self._admit(item, order, actions)
         choice = choices.normalise_choices(item.question, item.reference, item.options)
         if choice.problem is not None:
             if item.options is None and item.family != choices.MC_FAMILY:
@@ -89,6 +91,10 @@ class Cleaner:
         if choice.action is not None:
             actions.append(choice.action)
             item = replace(item, question=choice.question, reference=choice.reference, options=choice.options)
+        return self._admit(item, order, actions)
+
+    def _admit(self, item: PoolItem, order: int, actions: list[str]) -> Union[Admitted, Dropped]:
+        """The last rule, exact duplicates: admit ``item`` unless an admitted one has its qa_key."""
         earlier = self.kept.first_seen(qa_key(item).hex(), item.id)
         if earlier is not None:
             return self._drop(item, DUPLICATE, f"same image, question and reference as {earlier!r}; merged into it")
