@@ -78,8 +78,8 @@ _REQUIRED = frozenset(REQUIRED_FIELDS)
 _SOURCE_KEYS = frozenset(SOURCE_FIELDS)
 
 
-def _blank(text: str) -> bool:
-    return not text or text.isspace()  # ``not text.strip()``, without the copy
+_PLAIN = frozenset((str,))  # the types of a decoded JSON string (an importer's str subclass takes the long way)
+_PLAIN_OR_NONE = frozenset((str, type(None)))
 
 
 def checked_fields(obj: object, families: Optional[Families] = None) -> tuple:
@@ -88,21 +88,24 @@ def checked_fields(obj: object, families: Optional[Families] = None) -> tuple:
 
     The common line (a dict of plain strs, nothing wrong) is decided by one pass of cheap tests;
     any other goes through ``_checked_fields``, the check spelled out rule by rule, which names
-    the first problem. The first accepts only what the second accepts, with the same fields."""
+    the first problem. The first accepts only what the second accepts, with the same fields
+    (a blank text is one that ``str.strip`` empties: empty, or all ``isspace``)."""
     registry = families if families is not None else code_families.DEFAULT_FAMILIES
     if type(obj) is dict and obj.keys() >= _REQUIRED:
         item_id, image, question, family = obj["id"], obj["image"], obj["question"], obj["family"]
         answer, options, source = obj["answer"], obj.get("options"), obj.get("source") or None
         if (type(item_id) is str and type(image) is str and type(question) is str and type(family) is str
-                and not (_blank(item_id) or _blank(image) or _blank(question) or _blank(family))
-                and (type(answer) is str and not _blank(answer)
-                     or type(answer) is list and answer and all(type(a) is str and not _blank(a) for a in answer))
+                and item_id and image and question and family
+                and not (item_id.isspace() or image.isspace() or question.isspace() or family.isspace())
+                and (type(answer) is str and answer and not answer.isspace()
+                     or type(answer) is list and answer and all(map(_PLAIN.__contains__, map(type, answer)))
+                     and all(answer) and not any(map(str.isspace, answer)))
                 and (options is None
                      or type(options) is list and 2 <= len(options) <= len(OPTION_LETTERS)
-                     and all(type(o) is str for o in options))
+                     and all(map(_PLAIN.__contains__, map(type, options))))
                 and (source is None
                      or type(source) is dict and source.keys() <= _SOURCE_KEYS
-                     and all(v is None or type(v) is str for v in source.values()))
+                     and all(map(_PLAIN_OR_NONE.__contains__, map(type, source.values()))))
                 and family in registry):
             if source is not None:
                 source = {k: v for k, v in source.items() if v is not None} or None
@@ -329,17 +332,19 @@ def _read_pool(lines: Iterable[ParsedLine], base: str, seen_ids: Optional[SpillS
     # serve, as a new dependency for these six lines; not worth it.
     images: OrderedDict[str, ImageRef | ImageError] = OrderedDict()
     here = lambda image_path: check_image(image_path, root, policy)  # noqa: E731
+    path_of = image_paths(base)
     if workers == 1:
-        yield from _read_lines(lines, base, root, seen_ids, policy, images, here, named)
+        yield from _read_lines(lines, base, root, seen_ids, policy, images, here, path_of, named)
         return
     from . import prefetch
 
     # The first lines are checked here: a small pool never waits for workers to start, and the
     # first items of a large one reach the engine while they start.
     lines = iter(lines)
-    yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here, named)
-    with prefetch.ImagePrefetch(workers, base, root, policy, images.__contains__) as ahead:
-        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result, named)
+    yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here, path_of,
+                           named)
+    with prefetch.ImagePrefetch(workers, base, root, policy, images.__contains__, path_of=path_of) as ahead:
+        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result, path_of, named)
 
 
 def image_paths(base: str) -> Callable[[str], str]:
@@ -354,12 +359,11 @@ _NO_SOURCE = Source()  # frozen: one value serves every item whose source record
 
 def _read_lines(lines: Iterable[ParsedLine], base: str, root: str, seen_ids: Optional[SpillSet],
                 policy: ImagePolicy, images: "OrderedDict[str, ImageRef | ImageError]",
-                check: Callable[[str], "ImageRef | ImageError"],
+                check: Callable[[str], "ImageRef | ImageError"], path_of: Callable[[str], str],
                 named: Optional[Callable[[str], None]] = None) -> Iterator[Union[PoolItem, Dropped]]:
     """The records of the parsed ``lines`` in order; ``check(path)`` is an image file's admission
-    check; ``named(path)`` hears of each file a line names (``read_pool``); ``seen_ids`` None:
-    the ids are known to be unique."""
-    path_of = image_paths(base)
+    check, ``path_of(recorded)`` its absolute path (``image_paths``); ``named(path)`` hears of
+    each file a line names (``read_pool``); ``seen_ids`` None: the ids are known to be unique."""
     for line in lines:
         if line.__class__ is Dropped:
             yield line

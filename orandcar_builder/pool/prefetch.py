@@ -64,13 +64,13 @@ def check_workers(workers: object) -> int:
     return workers
 
 
-def image_path_of(line: object, base: str) -> Optional[str]:
+def image_path_of(line: object, base: str, path_of: Optional[Callable[[str], str]] = None) -> Optional[str]:
     """The absolute image path a pool line names, as ``read_pool`` forms it: ``line`` is a parsed
     line (``jsonl.parsed_lines``: a tuple ``(where, id, image, ...)``, or a Dropped, which names
     none) or a decoded one (a dict); None when it names none (it will be dropped before any
-    image check)."""
+    image check). ``path_of``: the reader's own recorded -> absolute path function, if any."""
     if type(line) is tuple:
-        return os.path.abspath(os.path.join(base, line[2]))
+        return path_of(line[2]) if path_of is not None else os.path.abspath(os.path.join(base, line[2]))
     if isinstance(line, dict):
         image = line.get("image")
         if isinstance(image, str) and image.strip():
@@ -86,9 +86,10 @@ class ImagePrefetch:
     """
 
     def __init__(self, workers: int, base: str, root: str, policy: ImagePolicy,
-                 known: Callable[[str], bool], *, chunk: Optional[int] = None, depth: Optional[int] = None):
+                 known: Callable[[str], bool], *, chunk: Optional[int] = None, depth: Optional[int] = None,
+                 path_of: Optional[Callable[[str], str]] = None):
         self.workers = check_workers(workers)
-        self.base, self.root, self.policy, self.known = base, root, policy, known
+        self.base, self.root, self.policy, self.known, self.path_of = base, root, policy, known, path_of
         self.chunk = chunk or CHUNK_LINES
         self.max_chunk = self.chunk if chunk else self.chunk * CHUNK_GROWTH
         self.depth = depth or TASKS_PER_WORKER * self.workers
@@ -129,7 +130,7 @@ class ImagePrefetch:
             named: list[str] = []
             send: list[str] = []
             for line in chunk:
-                path = image_path_of(line, self.base)
+                path = image_path_of(line, self.base, self.path_of)
                 if path is None:
                     continue
                 if path in self.pending:
