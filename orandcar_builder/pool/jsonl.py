@@ -198,12 +198,13 @@ def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]
     for a blank, non-UTF-8 or malformed line, one whose object repeats a key, or one past the JSON
     bounds (``files.MAX_JSON_DEPTH``, ``files.MAX_JSON_INT_DIGITS``). ``where`` is
     ``"name:line"``. A UTF-8 byte order mark at the start of the file is skipped."""
+    name = path.name
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
-            where = f"{path.name}:{lineno}"
+            where = f"{name}:{lineno}"
             if lineno == 1 and raw.startswith(_BOM):
                 raw = raw[len(_BOM):]
-            if not raw.strip():
+            if not raw or raw.isspace():  # ``not raw.strip()``: the same ASCII whitespace, no copy
                 yield where, Dropped(where, "blank_line", "blank line")
                 continue
             try:
@@ -223,7 +224,7 @@ def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]
                 yield where, Dropped(where, "duplicate_key", f"key {exc.args[0]!r} appears twice in one object; "
                                                              "which value was meant cannot be known")
                 continue
-            if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
+            if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
                 yield where, Dropped(where, "not_utf8", "holds a lone surrogate escape (\\uD800-\\uDFFF without its "
                                                        "pair): not Unicode text, it cannot be stored")
                 continue
