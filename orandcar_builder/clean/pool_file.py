@@ -42,9 +42,10 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
 
     Purity shares come from a first, image-free pass over the file (purity.measure_lines), so the
     items then stream through cleaning and none is held. That pass decodes and checks every line
-    once and keeps the result in a scratch file (``spill.Spool``, under ``spill_dir``), which the
-    second pass (``pool.jsonl.read_parsed``: ids, paths, images) reads back instead of the pool
-    file: no line is decoded twice. ``source.image`` paths resolve against the pool file's folder,
+    once and keeps the result in a scratch file (``spill.Spool``, under ``spill_dir``; about the
+    pool file's size, unnamed, gone when the read ends), which the second pass
+    (``pool.jsonl.read_parsed``: ids, paths, images) reads back instead of the pool file: no line
+    is decoded twice. ``source.image`` paths resolve against the pool file's folder,
     like the item's own image path. ``report`` is filled at the end. Both passes remember the ids
     seen in scratch files under ``spill_dir`` (e.g. the build's work dir; None: the system temp
     dir) once there are many; the second none at all when the first found every id unique.
