@@ -7,7 +7,9 @@ with ``workers=1`` in a fresh interpreter per run, from each ``--source`` tree i
 checkout by default; point one at an older checkout to compare), alternating the trees run after
 run so that a change in the machine's load falls on both alike. Each run reports the CPU seconds
 of the loop (``time.process_time``: the machine is shared, wall time is noise) and the records it
-yielded, which must be the same for every tree (count of admitted and dropped).
+yielded, which must be the same for every tree (count of admitted and dropped, the report); then
+the CPU seconds of the image checks alone (``images.check_image`` once per image file, which no
+tree here changes), so that the rest, the per-line Python work, can be read off.
 
     .venv/bin/python benchmarks/bench_clean_lines.py --items 50000 200000
     git archive a838389 | tar -x -C /tmp/before && \\
@@ -42,8 +44,19 @@ for record in clean_lines(pool, report, spill_dir=spill, workers=1):
     else:
         dropped += 1
 cpu, wall = time.process_time() - t0, time.perf_counter() - w0
-print(json.dumps({"cpu_s": cpu, "wall_s": wall, "admitted": admitted, "dropped": dropped,
-                  "report": report}))
+# The image checks alone (read, decode, sha256, containment; images.py, the same in every tree):
+# once per distinct image, as clean_lines does with this pool.
+import os
+from orandcar_builder.images import ImagePolicy, check_image
+folder = os.path.join(os.path.dirname(os.path.abspath(pool)), "img")
+paths = [os.path.join(folder, name) for name in os.listdir(folder)]
+root, policy = os.path.realpath(os.path.dirname(os.path.abspath(pool))), ImagePolicy()
+t1 = time.process_time()
+for path in paths:
+    check_image(path, root, policy)
+images = time.process_time() - t1
+print(json.dumps({"cpu_s": cpu, "wall_s": wall, "images_cpu_s": images, "admitted": admitted,
+                  "dropped": dropped, "report": report}))
 """
 
 
@@ -90,14 +103,19 @@ def main(argv=None) -> None:
             raise SystemExit(f"{n} items: the trees yield different records or reports")
         for source in sources:
             cpu = [r["cpu_s"] for r in runs[source]]
+            images = min(r["images_cpu_s"] for r in runs[source])
             row = {"items": n, "source": str(source), "cpu_s_min": round(min(cpu), 2),
                    "cpu_s_median": round(statistics.median(cpu), 2),
                    "us_per_line": round(min(cpu) / n * 1e6, 1),
+                   "image_checks_cpu_s_min": round(images, 2),
+                   "us_per_line_besides_image_checks": round((min(cpu) - images) / n * 1e6, 1),
                    "wall_s_min": round(min(r["wall_s"] for r in runs[source]), 2),
                    "admitted": runs[source][0]["admitted"], "dropped": runs[source][0]["dropped"]}
             figures.append(row)
             print(f"{n:>8} items  {source}: CPU min {row['cpu_s_min']} s, median {row['cpu_s_median']} s "
-                  f"({row['us_per_line']} us/line), wall min {row['wall_s_min']} s", flush=True)
+                  f"({row['us_per_line']} us/line; the image checks alone {row['image_checks_cpu_s_min']} s, "
+                  f"the rest {row['us_per_line_besides_image_checks']} us/line), wall min {row['wall_s_min']} s",
+                  flush=True)
     print(json.dumps(figures))
 
 
