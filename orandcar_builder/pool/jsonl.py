@@ -8,6 +8,11 @@ order mark before the first line is skipped; an object that repeats a key is a b
 (``duplicate_key``: which value was meant cannot be known), and so is one nested too deep or
 holding too long a number (``files.JsonLimitError``: ``json_too_deep``, ``json_number_too_long``).
 
+Reading is two steps: ``parsed_lines`` turns ``decode_json_lines``' values into checked fields
+(``checked_fields``) or drops, and ``read_parsed`` does what depends on order and on the files
+(repeated ids, paths, image checks). ``read_pool`` is the two in a row; ``clean.pool_file``
+keeps the first step's lines from its purity pass and gives them to the second.
+
 ``import_jsonl`` is the ``jsonl`` importer: it checks a native pool line by line, reports bad
 lines, and writes the good ones in canonical form with paths relative to the new pool file.
 """
