@@ -27,6 +27,8 @@ def option_block(options: Sequence[str]) -> str:
 def has_lettered_block(question: str) -> bool:
     """True when the question already lists options on their own lines: a line lettered A
     followed by a line lettered B (``A.``, ``(A)``, ``A)`` or ``A:``), anywhere in the text."""
+    if _LETTERED_LINE.search(question) is None:  # most questions have no lettered line at all
+        return False
     letters = [m.group(1) for m in _LETTERED_LINE.finditer(question)]
     return any(a == "A" and b == "B" for a, b in zip(letters, letters[1:]))
 

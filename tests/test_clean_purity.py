@@ -142,3 +142,24 @@ def test_false_alarms_on_benchmark_items_are_reported_not_acted_on(image):
     report: dict = {}
     assert all(isinstance(r, Admitted) for r in clean(items, report))
     assert report["purity"]["families"]["scene_text"]["benchmark_off_task"] == 1
+
+
+def test_one_alternation_per_pattern_list_answers_as_the_patterns_one_by_one():
+    """is_on_task searches each signature's pattern list as one regex (purity._compiled): it must
+    match exactly where one of the patterns, searched alone, does (a pattern with a top-level
+    flag or a numbered backreference would break that)."""
+    import re
+
+    from orandcar_builder.clean.purity import is_on_task
+
+    questions = [q for qs in (*ON_TASK.values(), *OFF_TASK.values()) for q in qs] + [
+        "", "?", "A) x\nB) y", "(c) x", "How many? 3 + 4 = 7", "Describe", "DESCRIBE THE SCENE", "in  detail",
+        "tell me more", "what's going on", "List the words.\nLine two ends with a question?", "√2 × π",
+        "\\frac{1}{2}", "pick one", "which one of the following", "Options : a", "according to the map"]
+    for family, signature in TASK_SIGNATURES.items():
+        def one_by_one(q, patterns):
+            return any(re.search(p, q, re.IGNORECASE | re.MULTILINE) for p in patterns)
+
+        for q in questions:
+            expected = one_by_one(q, signature.requires) and not one_by_one(q, signature.excludes)
+            assert is_on_task(q, signature) == expected, (family, q)

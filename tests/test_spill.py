@@ -147,3 +147,29 @@ def test_default_threshold_is_read_when_made(monkeypatch):
         for key in "abc":
             seen.add(key)
         assert seen.spilled
+
+
+@pytest.mark.parametrize("count", [0, 1, 5, 6, 7, 23])
+def test_spool_gives_back_its_records_in_order_once(tmp_path, monkeypatch, count):
+    monkeypatch.setattr(spill, "SPOOL_BATCH", 3)  # several blocks, and a tail still in memory
+    records = [(f"pool.jsonl:{i}", TRICKY[i % len(TRICKY)], ("a", None), {"origin": "x"} if i % 2 else None, i)
+               for i in range(count)] + [("w", "reason", "detail", None)]
+    with spill.Spool(tmp_path) as spool:
+        for record in records:
+            spool.append(record)
+        assert len(spool) == len(records)
+        assert list(spool.replay()) == records
+        with pytest.raises(ValueError):
+            list(spool.replay())
+    assert list(tmp_path.iterdir()) == []  # an unnamed file: nothing left behind
+
+
+def test_spool_refuses_records_once_read_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(spill, "SPOOL_BATCH", 2)
+    with spill.Spool(tmp_path) as spool:
+        spool.append((1,))
+        replay = spool.replay()
+        assert next(replay) == (1,)
+        with pytest.raises(ValueError):
+            for i in range(3):
+                spool.append((i,))

@@ -300,10 +300,19 @@ def parse_lettered_block(question: str) -> Optional[tuple[str, ...]]:
     return tuple(found) if len(found) >= 2 else None
 
 
+def untouched(question: str, options: Optional[Sequence[str]]) -> bool:
+    """True when ``normalise_choices`` leaves the item as it is without looking further: no options
+    and no prose shape (``_MAYBE_OPTIONS``; a lettered block's lines "A." have one too). Most
+    questions, decided by one regex search."""
+    return not options and not _MAYBE_OPTIONS.search(question)
+
+
 def normalise_choices(question: str, reference: Union[str, tuple[str, ...]], options: Optional[Sequence[str]]) -> ChoiceResult:
     """Normalise one QA item's multiple-choice form; see the module docstring for the rules."""
     references = [reference] if isinstance(reference, str) else list(reference)
     unchanged = ChoiceResult(question, reference, tuple(options) if options else None)
+    if untouched(question, options):
+        return unchanged
     if has_lettered_block(question):
         # The question is left byte for byte; only a reference given as an option's text (or a
         # missing options list) is completed from the block, so the choice rule can decide it.

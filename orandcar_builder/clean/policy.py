@@ -22,11 +22,11 @@ action, provenance counts, the purity shares per family, and the number of merge
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections import Counter, deque
 from dataclasses import replace
+from hashlib import blake2b
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Union
 
@@ -42,13 +42,18 @@ DROP_REASONS = (provenance.UNRESOLVED, provenance.MISMATCH, purity.REASON, choic
 ACTIONS = (provenance.UNCHECKED, choices.ACTION_NORMALISED, choices.ACTION_REFERENCE_LETTERED)
 
 
+# json.dumps(..., ensure_ascii=False) with one encoder made once (dumps makes one per call).
+_KEY_TEXT = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def qa_key(item: PoolItem) -> bytes:
     """What makes two QA items exact duplicates: image sha256, question, references (16-byte digest)."""
-    text = json.dumps([item.image.sha256, item.question, item.references], ensure_ascii=False)
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+    reference = item.reference
+    text = _KEY_TEXT([item.image.sha256, item.question, [reference] if isinstance(reference, str) else list(reference)])
+    return blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
-class _Cleaner:
+class Cleaner:
     """The per-item decisions, once purity has been measured over the whole pool."""
 
     def __init__(self, meter: purity.PurityMeter, base_dir: Optional[Path], spill_dir=None):
@@ -73,6 +78,8 @@ class _Cleaner:
         if self.meter.drops(item.family, item.source.origin):
             self.meter.families[item.family].dropped += 1
             return self._drop(item, purity.REASON, self.meter.detail(item.family))
+        if choices.untouched(item.question, item.options):  # the common case, without a ChoiceResult
+            return self._admit(item, order, actions)
         choice = choices.normalise_choices(item.question, item.reference, item.options)
         if choice.problem is not None:
             if item.options is None and item.family != choices.MC_FAMILY:
@@ -84,14 +91,19 @@ class _Cleaner:
         if choice.action is not None:
             actions.append(choice.action)
             item = replace(item, question=choice.question, reference=choice.reference, options=choice.options)
+        return self._admit(item, order, actions)
+
+    def _admit(self, item: PoolItem, order: int, actions: list[str]) -> Union[Admitted, Dropped]:
+        """The last rule, exact duplicates: admit ``item`` unless an admitted one has its qa_key."""
         earlier = self.kept.first_seen(qa_key(item).hex(), item.id)
         if earlier is not None:
             return self._drop(item, DUPLICATE, f"same image, question and reference as {earlier!r}; merged into it")
-        self.actions.update(actions)
+        if actions:
+            self.actions.update(actions)
         self.admitted += 1
         return Admitted(item=item, order=order, policy=POLICY_ID, actions=tuple(actions))
 
-    def __enter__(self) -> "_Cleaner":
+    def __enter__(self) -> "Cleaner":
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -140,7 +152,7 @@ def clean(
     if meter is not None:
         # The purity shares were measured beforehand (purity.measure_pool_file, a first pass over
         # the pool file): each item is decided as it comes, and none is held.
-        with _Cleaner(meter, Path(base_dir) if base_dir is not None else None, spill_dir) as cleaner:
+        with Cleaner(meter, Path(base_dir) if base_dir is not None else None, spill_dir) as cleaner:
             total = 0
             for item in items:
                 yield cleaner.screen(item, total)
@@ -153,7 +165,7 @@ def clean(
         meter.measure(item.family, item.question, item.options, item.source.origin)
         pending.append(item)
     total = len(pending)
-    with _Cleaner(meter, Path(base_dir) if base_dir is not None else None, spill_dir) as cleaner:
+    with Cleaner(meter, Path(base_dir) if base_dir is not None else None, spill_dir) as cleaner:
         order = 0
         while pending:
             yield cleaner.screen(pending.popleft(), order)  # popped: a screened item is not held twice

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import Counter
+from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
@@ -23,12 +24,13 @@ from ..errors import OrandCarError
 from ..families import Families
 from ..files import JsonLinesFile, replaced_on_success, within
 from ..images import ImagePolicy
-from ..pool.jsonl import SOURCE_FIELDS, encode_pool_line, read_pool
+from ..pool.jsonl import SOURCE_FIELDS, ParsedLine, decode_json_lines, encode_pool_line, parsed_lines, read_parsed
 from ..pool.seal import sealed_roots, write_seal
-from ..records import Admitted, Dropped, PoolItem
+from ..records import Admitted, Dropped
+from ..spill import Spool
 from ..workdir import WorkDir
-from .policy import DROP_REASONS, clean
-from .purity import measure_pool_file
+from .policy import DROP_REASONS, POLICY_ID, Cleaner
+from .purity import measure_lines
 
 
 def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[int] = None,
@@ -38,34 +40,57 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     """Every line of the pool file as one Admitted or Dropped record, in line order: what
     read_pool drops (bad lines, images, repeated ids) and cleaning's verdict on the rest.
 
-    Purity shares come from a first, image-free pass over the file (purity.measure_pool_file), so
-    the items then stream through cleaning and none is held. ``source.image`` paths resolve against
-    the pool file's folder, like the item's own image path. ``report`` is filled at the end. Both
-    passes remember the ids seen in scratch files under ``spill_dir`` (e.g. the build's work dir;
-    None: the system temp dir) once there are many. ``images`` bounds and confines the image files
-    (``pool.jsonl.read_pool``); ``workers`` > 1 checks them on that many processes, with the same
-    records. ``families``: the registry whose families are admitted (a build's, a recipe's
-    included; None: the code's).
+    Purity shares come from a first, image-free pass over the file (purity.measure_lines), so the
+    items then stream through cleaning and none is held. That pass decodes and checks every line
+    once and keeps the result in a scratch file (``spill.Spool``, under ``spill_dir``; about the
+    pool file's size, unnamed, gone when the read ends), which the second pass
+    (``pool.jsonl.read_parsed``: ids, paths, images) reads back instead of the pool file: no line
+    is decoded twice. ``source.image`` paths resolve against the pool file's folder,
+    like the item's own image path. ``report`` is filled at the end. Both passes remember the ids
+    seen in scratch files under ``spill_dir`` (e.g. the build's work dir; None: the system temp
+    dir) once there are many; the second none at all when the first found every id unique.
+    ``images`` bounds and confines the image files (``pool.jsonl.read_pool``); ``workers`` > 1
+    checks them on that many processes, with the same records. ``families``: the registry whose
+    families are admitted (a build's, a recipe's included; None: the code's).
     ``named(path)`` hears of every file the lines name (``read_pool``).
     """
     pool = Path(pool)
-    read_drops: list[Dropped] = []
+    report = report if report is not None else {}
+    report.setdefault("policy", POLICY_ID)
+    with Spool(spill_dir) as spool:
+        # The lines read_pool would read: --limit applied (a negative limit is refused below).
+        lines = islice(decode_json_lines(pool), limit if limit is None or limit >= 0 else 0)
+        meter, repeats = measure_lines(parsed_lines(lines, families), spill_dir=spill_dir, keep=_spooled(spool))
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be 0 or more, not {limit}")
+        records = read_parsed(pool, _unspooled(spool.replay()), spill_dir=spill_dir, images=images, workers=workers,
+                              named=named, unique_ids=repeats == 0)
+        with Cleaner(meter, pool.parent, spill_dir) as cleaner:
+            screen = cleaner.screen
+            order = 0
+            for record in records:
+                if record.__class__ is Dropped:
+                    yield record
+                else:
+                    yield screen(record, order)
+                    order += 1
+            cleaner.fill(report, order)
 
-    def items() -> Iterator[PoolItem]:
-        for record in read_pool(pool, limit=limit, spill_dir=spill_dir, images=images, workers=workers,
-                                families=families, named=named):
-            if isinstance(record, Dropped):
-                read_drops.append(record)
-            else:
-                yield record
 
-    meter = measure_pool_file(pool, limit=limit, spill_dir=spill_dir, families=families)
-    for record in clean(items(), report, base_dir=pool.parent, meter=meter, spill_dir=spill_dir):
-        # read_pool's drops that came before this item, then the item's verdict.
-        yield from read_drops
-        read_drops.clear()
-        yield record
-    yield from read_drops
+def _spooled(spool: Spool) -> Callable[[ParsedLine], None]:
+    """Keep a parsed line in ``spool``: a tuple as it is, a Dropped as its four fields."""
+    append = spool.append
+
+    def keep(line: ParsedLine) -> None:
+        append((line.where, line.reason, line.detail, line.id) if line.__class__ is Dropped else line)
+
+    return keep
+
+
+def _unspooled(lines: Iterator[tuple]) -> Iterator[ParsedLine]:
+    """The parsed lines ``_spooled`` kept: a four-tuple is a Dropped again."""
+    for line in lines:
+        yield Dropped(*line) if len(line) == 4 else line
 
 
 def _rebased(path: str, old_base: str, new_base: str) -> str:

@@ -61,14 +61,20 @@ class SourceImageHashes:
             return exc
 
 
+# The answers that name nothing about the item (frozen values, shared).
+_NOTHING_RECORDED = ProvenanceResult(None, "source records no image", checked=False)
+_NO_BASE = ProvenanceResult(None, "no base directory to resolve source.image against", checked=False)
+_SAME = ProvenanceResult(None)
+
+
 def check_provenance(item: PoolItem, hashes: SourceImageHashes) -> ProvenanceResult:
     """Compare what ``item.source`` records about its image with ``item.image``."""
     source, attached = item.source, item.image
     if source.image is None and source.image_sha256 is None:
-        return ProvenanceResult(None, "source records no image", checked=False)
+        return _NOTHING_RECORDED
     path = hashes.path(source.image) if source.image is not None else None
     if source.image_sha256 is None and path is None:
-        return ProvenanceResult(None, "no base directory to resolve source.image against", checked=False)
+        return _NO_BASE
     if source.image_sha256 is not None:
         recorded = source.image_sha256.strip().lower()
         if not _SHA256.match(recorded):
@@ -77,7 +83,7 @@ def check_provenance(item: PoolItem, hashes: SourceImageHashes) -> ProvenanceRes
             return ProvenanceResult(MISMATCH, f"source.image_sha256 {recorded[:12]}... differs from the attached image's {attached.sha256[:12]}...")
     if path is not None:
         if path == os.path.abspath(attached.path):
-            return ProvenanceResult(None)  # the same file: read_pool hashed it when it attached it
+            return _SAME  # the same file: read_pool hashed it when it attached it
         digest = hashes.digest(path)
         if isinstance(digest, FileNotFoundError):
             return ProvenanceResult(UNRESOLVED, f"source.image {source.image!r} not found")
@@ -85,4 +91,4 @@ def check_provenance(item: PoolItem, hashes: SourceImageHashes) -> ProvenanceRes
             return ProvenanceResult(UNRESOLVED, f"source.image {source.image!r} cannot be read ({digest.strerror or digest})")
         if digest != attached.sha256:
             return ProvenanceResult(MISMATCH, f"source.image {source.image!r} holds other bytes than the attached image {attached.name!r}")
-    return ProvenanceResult(None)
+    return _SAME

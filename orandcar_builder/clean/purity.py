@@ -98,8 +98,12 @@ TASK_SIGNATURES: dict[str, TaskSignature] = {
 
 
 @lru_cache(maxsize=None)
-def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern, ...]:
-    return tuple(re.compile(p, re.IGNORECASE | re.MULTILINE) for p in patterns)
+def _compiled(patterns: tuple[str, ...]) -> Optional[re.Pattern]:
+    """The patterns as one alternation: it matches somewhere exactly when one of them does (none
+    refers to a group by number), in one scan of the text. None for no patterns."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE | re.MULTILINE)
 
 
 def posed_question(question: str, options: Optional[Sequence[str]] = None) -> str:
@@ -109,11 +113,24 @@ def posed_question(question: str, options: Optional[Sequence[str]] = None) -> st
     return question
 
 
+# id(signature) -> (signature, its requires, its excludes): looked up per question without hashing
+# the pattern tuples; the entry holds the signature, so its id is not reused while it is there.
+_SIGNATURES: dict[int, tuple] = {}
+
+
+def _patterns(signature: TaskSignature) -> tuple:
+    entry = _SIGNATURES.get(id(signature))
+    if entry is None or entry[0] is not signature:
+        entry = _SIGNATURES[id(signature)] = (signature, _compiled(signature.requires), _compiled(signature.excludes))
+    return entry
+
+
 def is_on_task(question: str, signature: TaskSignature) -> bool:
     """The criterion: some ``requires`` pattern matches and no ``excludes`` pattern does."""
-    if not any(p.search(question) for p in _compiled(signature.requires)):
+    _, requires, excludes = _patterns(signature)
+    if requires is None or requires.search(question) is None:
         return False
-    return not any(p.search(question) for p in _compiled(signature.excludes))
+    return excludes is None or excludes.search(question) is None
 
 
 def off_task(family: str, question: str, options: Optional[Sequence[str]] = None) -> Optional[bool]:
@@ -200,21 +217,37 @@ def measure_pool_file(path, *, limit: Optional[int] = None, spill_dir=None, fami
     does not grow with the pool. ``families``: the registry whose families read_pool admits (None:
     the code's).
     """
-    from ..pool.jsonl import PoolLineError, decode_json_lines, parse_pool_line
+    from itertools import islice
+
+    from ..pool.jsonl import decode_json_lines, parsed_lines
+
+    if limit is not None and limit < 0:
+        limit = 0  # no line is measured (read_pool refuses such a limit)
+    return measure_lines(parsed_lines(islice(decode_json_lines(path), limit), families), spill_dir=spill_dir)[0]
+
+
+def measure_lines(lines, *, spill_dir=None, keep=None) -> tuple[PurityMeter, int]:
+    """``measure_pool_file`` over parsed pool lines (``pool.jsonl.parsed_lines``): the meter, and
+    how many of the lines that parsed repeat an earlier one's id (0: every id is unique). Each
+    line is also given to ``keep`` when given (``clean_lines`` keeps them for its second pass)."""
     from ..records import Dropped
     from ..spill import SpillSet
 
     meter = PurityMeter()
+    measure = meter.measure
+    repeats = 0
     with SpillSet(spill_dir) as seen:
-        for lineno, (_, obj) in enumerate(decode_json_lines(path), 1):
-            if limit is not None and lineno > limit:
-                break
-            if isinstance(obj, Dropped):
+        add = seen.add
+        for line in lines:
+            if keep is not None:
+                keep(line)
+            if line.__class__ is Dropped:
                 continue
-            try:
-                fields = parse_pool_line(obj, families)
-            except PoolLineError:
-                continue
-            if seen.add(fields["id"]):
-                meter.measure(fields["family"], fields["question"], fields["options"], fields["source"].origin)
-    return meter
+            # (where, id, image, question, answer, family, options, source): pool.jsonl.FIELDS
+            if add(line[1]):
+                source = line[7]
+                measure(line[5], line[3], line[6],
+                        source.get("origin", BENCHMARK_ORIGIN) if source is not None else BENCHMARK_ORIGIN)
+            else:
+                repeats += 1
+    return meter, repeats

@@ -8,6 +8,11 @@ order mark before the first line is skipped; an object that repeats a key is a b
 (``duplicate_key``: which value was meant cannot be known), and so is one nested too deep or
 holding too long a number (``files.JsonLimitError``: ``json_too_deep``, ``json_number_too_long``).
 
+Reading is two steps: ``parsed_lines`` turns ``decode_json_lines``' values into checked fields
+(``checked_fields``) or drops, and ``read_parsed`` does what depends on order and on the files
+(repeated ids, paths, image checks). ``read_pool`` is the two in a row; ``clean.pool_file``
+keeps the first step's lines from its purity pass and gives them to the second.
+
 ``import_jsonl`` is the ``jsonl`` importer: it checks a native pool line by line, reports bad
 lines, and writes the good ones in canonical form with paths relative to the new pool file.
 """
@@ -19,6 +24,7 @@ import os
 import re
 from collections import OrderedDict
 from dataclasses import replace
+from functools import lru_cache
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Union
@@ -59,6 +65,61 @@ def parse_pool_line(obj: object, families: Optional[Families] = None) -> dict:
     """Check one decoded line's shape and types; returns the normalised fields (no image I/O).
     Its family must be one of ``families`` (a build passes its registry, a recipe's included;
     None: the code's, ``families.DEFAULT_FAMILIES``)."""
+    item_id, image, question, answer, family, options, source = checked_fields(obj, families)
+    return {
+        "id": item_id,
+        "image": image,
+        "question": question,
+        "answer": answer,
+        "family": family,
+        "options": options,
+        "source": Source(**source) if source else Source(),
+    }
+
+
+# What ``checked_fields`` returns, in order; ``source`` is a dict of the values it records (no None), or None.
+FIELDS = ("id", "image", "question", "answer", "family", "options", "source")
+_REQUIRED = frozenset(REQUIRED_FIELDS)
+_SOURCE_KEYS = frozenset(SOURCE_FIELDS)
+
+
+_PLAIN = frozenset((str,))  # the types of a decoded JSON string (an importer's str subclass takes the long way)
+_PLAIN_OR_NONE = frozenset((str, type(None)))
+
+
+def checked_fields(obj: object, families: Optional[Families] = None) -> tuple:
+    """``parse_pool_line``'s check as a tuple in ``FIELDS`` order (its ``source`` a dict of the
+    values recorded, None when none is): PoolLineError for a bad line.
+
+    The common line (a dict of plain strs, nothing wrong) is decided by one pass of cheap tests;
+    any other goes through ``_checked_fields``, the check spelled out rule by rule, which names
+    the first problem. The first accepts only what the second accepts, with the same fields
+    (a blank text is one that ``str.strip`` empties: empty, or all ``isspace``)."""
+    registry = families if families is not None else code_families.DEFAULT_FAMILIES
+    if type(obj) is dict and obj.keys() >= _REQUIRED:
+        item_id, image, question, family = obj["id"], obj["image"], obj["question"], obj["family"]
+        answer, options, source = obj["answer"], obj.get("options"), obj.get("source") or None
+        if (type(item_id) is str and type(image) is str and type(question) is str and type(family) is str
+                and item_id and image and question and family
+                and not (item_id.isspace() or image.isspace() or question.isspace() or family.isspace())
+                and (type(answer) is str and answer and not answer.isspace()
+                     or type(answer) is list and answer and all(map(_PLAIN.__contains__, map(type, answer)))
+                     and all(answer) and not any(map(str.isspace, answer)))
+                and (options is None
+                     or type(options) is list and 2 <= len(options) <= len(OPTION_LETTERS)
+                     and all(map(_PLAIN.__contains__, map(type, options))))
+                and (source is None
+                     or type(source) is dict and source.keys() <= _SOURCE_KEYS
+                     and all(map(_PLAIN_OR_NONE.__contains__, map(type, source.values()))))
+                and family in registry):
+            if source is not None:
+                source = {k: v for k, v in source.items() if v is not None} or None
+            return (item_id, image, question, answer if type(answer) is str else tuple(answer), family,
+                    None if options is None else tuple(options), source)
+    return _checked_fields(obj, registry)
+
+
+def _checked_fields(obj: object, registry: Families) -> tuple:
     if not isinstance(obj, dict):
         raise PoolLineError("malformed_line", f"a pool line must be a JSON object, got {type(obj).__name__}")
     missing = [k for k in REQUIRED_FIELDS if k not in obj]
@@ -97,18 +158,10 @@ def parse_pool_line(obj: object, families: Optional[Families] = None) -> dict:
         if value is not None and not isinstance(value, str):
             raise PoolLineError("bad_field", f"source.{key} must be a string or null")
     try:
-        (families if families is not None else code_families.DEFAULT_FAMILIES)[family]
+        registry[family]
     except UnknownNameError as exc:
         raise PoolLineError("unknown_family", str(exc)) from None
-    return {
-        "id": item_id,
-        "image": image,
-        "question": question,
-        "answer": answer,
-        "family": family,
-        "options": options,
-        "source": Source(**{k: v for k, v in source.items() if v is not None}),
-    }
+    return item_id, image, question, answer, family, options, {k: v for k, v in source.items() if v is not None} or None
 
 
 # A JSON escape of a UTF-16 surrogate; only such an escape can put a lone surrogate into a str
@@ -150,12 +203,13 @@ def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]
     for a blank, non-UTF-8 or malformed line, one whose object repeats a key, or one past the JSON
     bounds (``files.MAX_JSON_DEPTH``, ``files.MAX_JSON_INT_DIGITS``). ``where`` is
     ``"name:line"``. A UTF-8 byte order mark at the start of the file is skipped."""
+    name = path.name
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
-            where = f"{path.name}:{lineno}"
+            where = f"{name}:{lineno}"
             if lineno == 1 and raw.startswith(_BOM):
                 raw = raw[len(_BOM):]
-            if not raw.strip():
+            if not raw or raw.isspace():  # ``not raw.strip()``: the same ASCII whitespace, no copy
                 yield where, Dropped(where, "blank_line", "blank line")
                 continue
             try:
@@ -175,7 +229,7 @@ def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]
                 yield where, Dropped(where, "duplicate_key", f"key {exc.args[0]!r} appears twice in one object; "
                                                              "which value was meant cannot be known")
                 continue
-            if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
+            if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
                 yield where, Dropped(where, "not_utf8", "holds a lone surrogate escape (\\uD800-\\uDFFF without its "
                                                        "pair): not Unicode text, it cannot be stored")
                 continue
@@ -184,6 +238,25 @@ def decode_json_lines(path: Path) -> Iterator[tuple[str, Union[object, Dropped]]
 
 def _line_id(obj: object) -> Optional[str]:
     return obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
+
+
+# A parsed line (``parsed_lines``): a Dropped, or a tuple (where, *FIELDS) of a line whose fields
+# passed ``checked_fields``.
+ParsedLine = Union[Dropped, tuple]
+
+
+def parsed_lines(lines: Iterable[tuple[str, object]], families: Optional[Families] = None) -> Iterator[ParsedLine]:
+    """``decode_json_lines``' ``(where, value)`` pairs as parsed lines, in order: its Dropped as
+    they are, a line that fails ``checked_fields`` as a Dropped (with the line's id when it has a
+    str one), every other as the tuple ``(where, *FIELDS)``."""
+    for where, obj in lines:
+        if obj.__class__ is Dropped:
+            yield obj
+            continue
+        try:
+            yield (where, *checked_fields(obj, families))
+        except PoolLineError as exc:
+            yield Dropped(where, exc.reason, exc.detail, _line_id(obj))
 
 
 def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
@@ -215,15 +288,32 @@ def read_pool(path: Union[str, os.PathLike], *, limit: Optional[int] = None,
     (``pipeline.reuse`` records their identity).
     """
     path = Path(path)
-    base = os.path.abspath(path.parent)
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more, not {limit}")
+    lines = parsed_lines(islice(decode_json_lines(path), limit), families)
+    yield from read_parsed(path, lines, spill_dir=spill_dir, images=images, workers=workers, named=named)
+
+
+def read_parsed(path: Union[str, os.PathLike], lines: Iterable[ParsedLine], *,
+                spill_dir: Optional[Union[str, os.PathLike]] = None,
+                images: Optional[ImagePolicy] = None, workers: int = 1,
+                named: Optional[Callable[[str], None]] = None,
+                unique_ids: bool = False) -> Iterator[Union[PoolItem, Dropped]]:
+    """``read_pool``'s records from the pool file ``path``'s lines as ``parsed_lines`` gave them
+    (e.g. kept from an earlier pass, so that no line is decoded twice): the repeated ids, the
+    paths and the image checks. ``unique_ids``: the caller knows that no two of the parsed
+    lines share an id, so none is remembered (the records are the same: every id is new)."""
+    path = Path(path)
+    base = os.path.abspath(path.parent)
     from .prefetch import check_workers
 
     workers = check_workers(workers)
+    policy = _with_seal(images or ImagePolicy(), path)
+    if unique_ids:
+        yield from _read_pool(lines, base, None, policy, workers, named)
+        return
     with SpillSet(spill_dir) as seen_ids:
-        yield from _read_pool(path, base, limit, seen_ids, _with_seal(images or ImagePolicy(), path), workers,
-                              families, named)
+        yield from _read_pool(lines, base, seen_ids, policy, workers, named)
 
 
 def _with_seal(policy: ImagePolicy, pool: Path) -> ImagePolicy:
@@ -235,9 +325,8 @@ def _outside(recorded: str, base: str, root: str, policy: ImagePolicy) -> bool:
     return not policy.allows(os.path.abspath(os.path.join(base, recorded)), root)
 
 
-def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
+def _read_pool(lines: Iterable[ParsedLine], base: str, seen_ids: Optional[SpillSet],
                policy: ImagePolicy, workers: int = 1,
-               families: Optional[Families] = None,
                named: Optional[Callable[[str], None]] = None) -> Iterator[Union[PoolItem, Dropped]]:
     root = os.path.realpath(base)  # the folder the pool's paths must stay in, links resolved
     # One hash and decode check per image file while its QA items come close together; bounded, so
@@ -248,72 +337,82 @@ def _read_pool(path: Path, base: str, limit: Optional[int], seen_ids: SpillSet,
     # prefetcher); lru_cache has neither a peek nor a per-call filler. cachetools.LRUCache would
     # serve, as a new dependency for these six lines; not worth it.
     images: OrderedDict[str, ImageRef | ImageError] = OrderedDict()
-    lines = islice(decode_json_lines(path), limit)
     here = lambda image_path: check_image(image_path, root, policy)  # noqa: E731
+    path_of = image_paths(base)
     if workers == 1:
-        yield from _read_lines(lines, base, root, seen_ids, policy, images, here, families, named)
+        yield from _read_lines(lines, base, root, seen_ids, policy, images, here, path_of, named)
         return
     from . import prefetch
 
     # The first lines are checked here: a small pool never waits for workers to start, and the
     # first items of a large one reach the engine while they start.
-    yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here, families, named)
-    with prefetch.ImagePrefetch(workers, base, root, policy, images.__contains__) as ahead:
-        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result, families, named)
+    lines = iter(lines)
+    yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here, path_of,
+                           named)
+    with prefetch.ImagePrefetch(workers, base, root, policy, images.__contains__, path_of=path_of) as ahead:
+        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result, path_of, named)
 
 
-def _read_lines(lines: Iterable[tuple], base: str, root: str, seen_ids: SpillSet, policy: ImagePolicy,
-                images: "OrderedDict[str, ImageRef | ImageError]",
-                check: Callable[[str], "ImageRef | ImageError"],
-                families: Optional[Families] = None,
+def image_paths(base: str) -> Callable[[str], str]:
+    """The absolute path of a recorded image path (relative to ``base``, or absolute), as the
+    readers form it: no syscall, the pool's file name kept; the last IMAGE_CHECK_CACHE answers are
+    remembered (a file's QA items usually come together)."""
+    return lru_cache(maxsize=IMAGE_CHECK_CACHE)(lambda recorded: os.path.abspath(os.path.join(base, recorded)))
+
+
+_NO_SOURCE = Source()  # frozen: one value serves every item whose source records nothing
+
+
+def _read_lines(lines: Iterable[ParsedLine], base: str, root: str, seen_ids: Optional[SpillSet],
+                policy: ImagePolicy, images: "OrderedDict[str, ImageRef | ImageError]",
+                check: Callable[[str], "ImageRef | ImageError"], path_of: Callable[[str], str],
                 named: Optional[Callable[[str], None]] = None) -> Iterator[Union[PoolItem, Dropped]]:
-    """The records of ``lines`` in order; ``check(path)`` is an image file's admission check;
-    ``named(path)`` hears of each file a line names (``read_pool``)."""
-    for where, obj in lines:
-        if isinstance(obj, Dropped):
-            yield obj
+    """The records of the parsed ``lines`` in order; ``check(path)`` is an image file's admission
+    check, ``path_of(recorded)`` its absolute path (``image_paths``); ``named(path)`` hears of
+    each file a line names (``read_pool``); ``seen_ids`` None: the ids are known to be unique."""
+    for line in lines:
+        if line.__class__ is Dropped:
+            yield line
             continue
-        item_id = _line_id(obj)
-        try:
-            fields = parse_pool_line(obj, families)
-        except PoolLineError as exc:
-            yield Dropped(where, exc.reason, exc.detail, item_id)
-            continue
+        where, item_id, image, question, answer, family, options, source = line
         # The id is claimed here and given back if the item's image fails, so that one SpillSet
         # call decides the common case (an id counts as used once its item is yielded).
-        if not seen_ids.add(item_id):
+        if seen_ids is not None and not seen_ids.add(item_id):
             yield Dropped(where, "duplicate_id", f"id {item_id!r} already used earlier in the pool", item_id)
             continue
-        source_image = fields["source"].image
-        if source_image is not None and named is not None:
-            named(os.path.abspath(os.path.join(base, source_image)))
-        if source_image is not None and _outside(source_image, base, root, policy):
-            seen_ids.discard(item_id)
-            yield Dropped(where, SOURCE_OUTSIDE_POOL, f"source.image {source_image!r} lies outside the pool file's "
-                                                      f"folder (allow it with --allow-outside-paths)", item_id)
-            continue
-        image_path = os.path.abspath(os.path.join(base, fields["image"]))  # no syscall; keeps the pool's file name
+        source_image = source.get("image") if source is not None else None
+        if source_image is not None:
+            if named is not None:
+                named(os.path.abspath(os.path.join(base, source_image)))
+            if _outside(source_image, base, root, policy):
+                if seen_ids is not None:
+                    seen_ids.discard(item_id)
+                yield Dropped(where, SOURCE_OUTSIDE_POOL, f"source.image {source_image!r} lies outside the pool "
+                                                          f"file's folder (allow it with --allow-outside-paths)", item_id)
+                continue
+        image_path = path_of(image)
         if named is not None:
             named(image_path)
-        if image_path in images:
+        ref = images.get(image_path)
+        if ref is not None:
             images.move_to_end(image_path)
         else:
-            images[image_path] = check(image_path)
+            ref = images[image_path] = check(image_path)
             if len(images) > IMAGE_CHECK_CACHE:
                 images.popitem(last=False)
-        ref = images[image_path]
         if isinstance(ref, ImageError):
-            seen_ids.discard(item_id)
-            yield Dropped(where, ref.reason, f"image {fields['image']!r}: {ref}", item_id)
+            if seen_ids is not None:
+                seen_ids.discard(item_id)
+            yield Dropped(where, ref.reason, f"image {image!r}: {ref}", item_id)
             continue
         yield PoolItem(
-            id=fields["id"],
+            id=item_id,
             image=ref,
-            question=fields["question"],
-            reference=fields["answer"],
-            family=fields["family"],
-            options=fields["options"],
-            source=fields["source"],
+            question=question,
+            reference=answer,
+            family=family,
+            options=options,
+            source=Source(**source) if source is not None else _NO_SOURCE,
             where=where,
         )
 

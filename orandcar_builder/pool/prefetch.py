@@ -64,11 +64,15 @@ def check_workers(workers: object) -> int:
     return workers
 
 
-def image_path_of(obj: object, base: str) -> Optional[str]:
-    """The absolute image path a decoded pool line names, as ``read_pool`` forms it; None when the
-    line names none (it will be dropped before any image check)."""
-    if isinstance(obj, dict):
-        image = obj.get("image")
+def image_path_of(line: object, base: str, path_of: Optional[Callable[[str], str]] = None) -> Optional[str]:
+    """The absolute image path a pool line names, as ``read_pool`` forms it: ``line`` is a parsed
+    line (``jsonl.parsed_lines``: a tuple ``(where, id, image, ...)``, or a Dropped, which names
+    none) or a decoded one (a dict); None when it names none (it will be dropped before any
+    image check). ``path_of``: the reader's own recorded -> absolute path function, if any."""
+    if type(line) is tuple:
+        return path_of(line[2]) if path_of is not None else os.path.abspath(os.path.join(base, line[2]))
+    if isinstance(line, dict):
+        image = line.get("image")
         if isinstance(image, str) and image.strip():
             return os.path.abspath(os.path.join(base, image))
     return None
@@ -82,9 +86,10 @@ class ImagePrefetch:
     """
 
     def __init__(self, workers: int, base: str, root: str, policy: ImagePolicy,
-                 known: Callable[[str], bool], *, chunk: Optional[int] = None, depth: Optional[int] = None):
+                 known: Callable[[str], bool], *, chunk: Optional[int] = None, depth: Optional[int] = None,
+                 path_of: Optional[Callable[[str], str]] = None):
         self.workers = check_workers(workers)
-        self.base, self.root, self.policy, self.known = base, root, policy, known
+        self.base, self.root, self.policy, self.known, self.path_of = base, root, policy, known, path_of
         self.chunk = chunk or CHUNK_LINES
         self.max_chunk = self.chunk if chunk else self.chunk * CHUNK_GROWTH
         self.depth = depth or TASKS_PER_WORKER * self.workers
@@ -111,8 +116,8 @@ class ImagePrefetch:
         return check_image(path, self.root, self.policy)
 
     def lines(self, lines: Iterable[tuple]) -> Iterator[tuple]:
-        """``lines`` (``(where, decoded line)``) in their order, each once the checks of its chunk
-        are back."""
+        """``lines`` (parsed lines, ``jsonl.parsed_lines``) in their order, each once the checks of
+        its chunk are back."""
         source = iter(lines)
         window: deque[tuple[int, list, Optional[Future], list[str], list[str]]] = deque()
 
@@ -124,8 +129,8 @@ class ImagePrefetch:
             index, self._next = self._next, self._next + 1
             named: list[str] = []
             send: list[str] = []
-            for _, obj in chunk:
-                path = image_path_of(obj, self.base)
+            for line in chunk:
+                path = image_path_of(line, self.base, self.path_of)
                 if path is None:
                     continue
                 if path in self.pending:
