@@ -263,7 +263,7 @@ def run_admission(connection, task: AdmitTask, parent: int) -> None:
     ignore_sigint()
     exit_with_parent(parent)
     signal.signal(signal.SIGTERM, _exit_on_term)
-    gc.freeze()  # the modules' objects: not traversed by each collection the admission starts (``heap``)
+    gc.freeze()  # the modules' objects: not traversed by each collection the admission starts (``heap.py``)
     sender = _Sender(connection)
     try:
         _admit_and_send(task, sender)

@@ -18,11 +18,11 @@ from ..cache import CacheFullError, storage_problem
 from ..dataset.output import OutputLock, StagedOutput, WorkLock, check_paths
 from ..executors import executor_for
 from ..figures import BuildFigures
+from ..heap import objects_before_frozen
 from ..images import ImageError
 from ..workdir import WorkDir
 from .config import BuildConfig, BuildError, BuildObjects
 from .failure import BuildFailed, failed_build
-from .heap import frozen_heap
 from .report import build_figures, manifest, recipe_ran, without_secrets, write_json
 from .reuse import forget as forget_admission
 from .stages import Admission, open_cache, open_engines, stages_for
@@ -157,7 +157,7 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     try:
         engines = open_engines(config, objects)
         cache = open_cache(context)
-        with frozen_heap():  # the engine's and the modules' objects: not traversed by each collection
+        with objects_before_frozen():  # the engine's objects (the replay recordings) and the modules'
             admitted = plan.admit.run(context, admission) if plan.admit is not None else None
             generated = plan.generate.run(context, engines.engine, cache, admission)
             judged = plan.judge.run(context, engines.judge, cache) if plan.judge is not None else None
