@@ -4,21 +4,25 @@ tally (the runner makes the build's figures from them: ``report.build_figures``)
 
 from __future__ import annotations
 
-from typing import Iterator
-
-from ...dataset.writer import write_dataset
+from ...dataset.writer import DatasetWriter
 from ...parquetio import open_parquet
 from ...route import RoutePlan
-from ...vocab import ACCEPTED, CONFIG_ROUTE, CONFIGS, FAILED, REJECTED
+from ...vocab import ACCEPTED, ACCEPTED_CONFIGS, CONFIG_REJECTED, CONFIG_ROUTE, CONFIGS, FAILED, REJECTED
 from ..progress import stage_bar
 from ..report import tally
 from ..work import BuildContext, StageStats, Timer, WriteResult
 
 
-def _rows(plans, bar) -> Iterator[dict]:
-    for plan in plans:
-        yield plan.to_row(plan.image.read())
-        bar.update(len(plan.qa))
+def write_rows(writer: DatasetWriter, plan: RoutePlan, bar) -> None:
+    """Every config's rows into ``writer``: the accepted items are read once for ``RS_think`` and
+    ``RS_nothink`` (one image row of each at a time, the image's bytes read once for both), then
+    the rejected ones."""
+    for configs in (ACCEPTED_CONFIGS, (CONFIG_REJECTED,)):
+        for plans in plan.rows_of(configs):
+            data = plans[0].image.read()
+            for config, row_plan in zip(configs, plans):
+                writer.write(config, row_plan.to_row(data))
+                bar.update(len(row_plan.qa))
 
 
 def qa_in_rows(decisions) -> int:
@@ -38,10 +42,10 @@ class WriteStage:
         config, decisions = context.config, context.work.decisions
         with Timer() as timer:
             total = qa_in_rows(decisions) if config.progress else None
-            with RoutePlan(decisions) as plan, stage_bar("write", total, config.progress) as bar:
-                summary = write_dataset(context.out, {config_name: _rows(plan.rows(config_name), bar)
-                                                      for config_name in CONFIGS},
-                                        max_shard_bytes=config.max_shard_bytes)
+            with RoutePlan(decisions) as plan, stage_bar("write", total, config.progress) as bar, \
+                    DatasetWriter(context.out, max_shard_bytes=config.max_shard_bytes) as writer:
+                write_rows(writer, plan, bar)
+            summary = writer.summary()
             counts = tally(decisions, config.families)
         counters = {"rows": {name: s["rows"] for name, s in summary.items()},
                     "accepted": counts.routes[ACCEPTED], "rejected": counts.routes[REJECTED],
