@@ -51,7 +51,10 @@ CONVERT_BYTES = 1024 * 1024
 
 
 def _row_bytes(row: dict) -> int:
-    qa_text = sum(len(str(v)) for qa in row["qa"] for v in qa.values())
+    qa_text = 0
+    for qa in row["qa"]:  # len(str(v)) of every value; a plain str is its own str (the common case, asked first)
+        for value in qa.values():
+            qa_text += len(value) if value.__class__ is str else len(str(value))
     return len(row["image"]["bytes"]) + qa_text + 256
 
 
@@ -215,10 +218,15 @@ class DatasetWriter:
         self.writers[config].write(row)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        with self._stack:
-            if exc_type is None:
+        if exc_type is None:
+            try:
                 for writer in self.writers.values():
                     writer.finalize()
+            except BaseException as error:  # the writers remove their temporary shards
+                if not self._stack.__exit__(type(error), error, error.__traceback__):
+                    raise
+                return
+        self._stack.__exit__(exc_type, exc, tb)  # with the block's error, each writer removes its shards
 
     def summary(self) -> dict[str, dict]:
         return {config: _summary(writer) for config, writer in self.writers.items()}

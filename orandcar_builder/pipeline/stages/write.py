@@ -4,6 +4,10 @@ tally (the runner makes the build's figures from them: ``report.build_figures``)
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
+from typing import Iterator
+
 from ...dataset.writer import DatasetWriter
 from ...parquetio import open_parquet
 from ...route import RoutePlan
@@ -11,6 +15,23 @@ from ...vocab import ACCEPTED, ACCEPTED_CONFIGS, CONFIG_REJECTED, CONFIG_ROUTE, 
 from ..progress import stage_bar
 from ..report import tally
 from ..work import BuildContext, StageStats, Timer, WriteResult
+
+
+@contextmanager
+def objects_before_frozen() -> Iterator[None]:
+    """Keep the cyclic garbage collector off the objects alive before the block (``gc.freeze``):
+    the rows made here are freed by their reference counts, but the allocations they make start
+    full collections, and each traverses every object the build holds (hundreds of thousands at
+    200k items: some 2.5 s of the write at 200k). Objects made in the block are still collected.
+    Where something else froze the heap already, it is left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def write_rows(writer: DatasetWriter, plan: RoutePlan, bar) -> None:
@@ -40,7 +61,7 @@ class WriteStage:
 
     def run(self, context: BuildContext) -> WriteResult:
         config, decisions = context.config, context.work.decisions
-        with Timer() as timer:
+        with Timer() as timer, objects_before_frozen():
             total = qa_in_rows(decisions) if config.progress else None
             with RoutePlan(decisions) as plan, stage_bar("write", total, config.progress) as bar, \
                     DatasetWriter(context.out, max_shard_bytes=config.max_shard_bytes) as writer:
