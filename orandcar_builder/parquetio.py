@@ -19,12 +19,14 @@ dictionary page per column, not a row group). Only where that bound still exceed
 the column read whole in dictionary form (the dictionary and the indices: no more than the
 footer's figures) and the decoded size counted exactly, one leaf column at a time; the reader
 builds one dictionary for the whole chunk then, which costs memory in the row group's size. A
-shard is refused before its rows are read. The answer for a file named by its path is kept for as
-long as the file stays the same, so the readers of one build (card, validate, review) pay for it once.
+shard is refused before its rows are read. A dictionary page's longest entry is kept by the page's
+content (its compressed bytes' digest), so the readers of one build's shards (card, validate,
+review) walk each page once: the page is still read and its digest taken on every check.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from collections import OrderedDict
@@ -166,6 +168,12 @@ class _Thrift:
         raise ValueError(f"page header field of thrift type {kind}")
 
 
+# The longest entry of dictionary pages already walked, by (codec, sizes, entries, digest of the
+# page's stored bytes); the oldest are forgotten first.
+LONGEST_KEPT = 1024
+_LONGEST: "OrderedDict[tuple, Optional[int]]" = OrderedDict()
+
+
 def _longest_entry(source, chunk) -> Optional[int]:
     """Bytes of the longest entry of the dictionary page of the column chunk ``chunk`` (its
     metadata): every dictionary-encoded value of the chunk is one of them. The page is read alone
@@ -191,11 +199,19 @@ def _longest_entry(source, chunk) -> Optional[int]:
         data = handle.read(compressed)
         if len(data) != compressed:
             return None
+        key = (chunk.compression, uncompressed, dictionary.get(1), hashlib.blake2b(data, digest_size=20).digest())
+        if key in _LONGEST:
+            _LONGEST.move_to_end(key)
+            return _LONGEST[key]
         if chunk.compression == "LZ4":  # Hadoop's framing, or a raw block (what Arrow writes)
             data = _unframe_hadoop(data, uncompressed) or data
         if codec:
             data = pa.Codec(codec).decompress(data, decompressed_size=uncompressed).to_pybytes()
-        return _longest_plain(data, dictionary.get(1))
+        longest = _longest_plain(data, dictionary.get(1))
+        _LONGEST[key] = longest
+        while len(_LONGEST) > LONGEST_KEPT:
+            _LONGEST.popitem(last=False)
+        return longest
     except (ValueError, OSError, pa.ArrowException):
         return None
     finally:
@@ -246,61 +262,9 @@ def check_row_groups(source: Union[str, os.PathLike, IO[bytes]], parquet: Option
     """Raise ``ShardTooLargeError`` when a row group of the parquet file ``source`` (``parquet``:
     the file already opened on it) would decode to more than ``limit`` bytes in ``columns`` (the
     top-level columns read; None: all; ``limit`` None: ``MAX_ROW_GROUP_BYTES``). See the module
-    docstring for how it is known.
-
-    A file named by its path is checked once per process while it stays the same file (its
-    inode, size, modification and change times, and footer are unchanged): the card's examples,
-    validate and the review page ask about the same shards, and get the answer (the same error
-    for a refused one) without reading their dictionary pages again."""
+    docstring for how it is known."""
     limit = MAX_ROW_GROUP_BYTES if limit is None else limit
-    columns = None if columns is None else tuple(columns)
     parquet = parquet if parquet is not None else open_parquet(source)
-    key = _identity(source, parquet, columns, limit)
-    if key is not None and key in _CHECKED:
-        _CHECKED.move_to_end(key)
-        refused = _CHECKED[key]
-        if refused is not None:
-            raise ShardTooLargeError(refused)
-        return
-    try:
-        _check_row_groups(source, parquet, columns, limit)
-    except ShardTooLargeError as exc:
-        _remember(source, parquet, key, str(exc))
-        raise
-    _remember(source, parquet, key, None)
-
-
-# check_row_groups' answers by file identity (``_identity``): None for a file within the bound,
-# else the error's message. Bounded: the oldest answers are forgotten first.
-CHECKED_FILES = 4096
-_CHECKED: "OrderedDict[tuple, Optional[str]]" = OrderedDict()
-
-
-def _identity(source, parquet: pq.ParquetFile, columns: Optional[Iterable[str]], limit: int) -> Optional[tuple]:
-    """What names the file ``source`` as it is now and the question asked of it; None for a
-    file object (or a file that cannot be looked at), which is always checked."""
-    if not isinstance(source, (str, os.PathLike)):
-        return None
-    try:
-        st = os.stat(source)
-    except OSError:
-        return None
-    meta = parquet.metadata
-    return (os.path.abspath(source), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-            meta.serialized_size, meta.num_rows, meta.num_row_groups,
-            None if columns is None else tuple(sorted(set(columns))), limit)
-
-
-def _remember(source, parquet: pq.ParquetFile, key: Optional[tuple], refused: Optional[str]) -> None:
-    """Keep the answer for ``key``, unless the file changed while it was being checked."""
-    if key is None or _identity(source, parquet, key[-2], key[-1]) != key:
-        return
-    _CHECKED[key] = refused
-    while len(_CHECKED) > CHECKED_FILES:
-        _CHECKED.popitem(last=False)
-
-
-def _check_row_groups(source, parquet: pq.ParquetFile, columns: Optional[Iterable[str]], limit: int) -> None:
     meta = parquet.metadata
     wanted = None if columns is None else set(columns)
     for group in range(meta.num_row_groups):
@@ -334,8 +298,6 @@ def _check_row_groups(source, parquet: pq.ParquetFile, columns: Optional[Iterabl
             raise ShardTooLargeError(f"row group {group} decodes to {measured:,} bytes (its text is dictionary-"
                                      f"encoded: repeated values stored once), more than the {limit:,} a row "
                                      "group may hold")
-
-
 
 
 def row_group_nbytes(parquet: pq.ParquetFile, group: int) -> int:
