@@ -194,11 +194,14 @@ class DatasetWriter:
     """The three configs' writers open at once, so that rows of several configs made together
     (``RS_think`` and ``RS_nothink`` from the same accepted items) are written as they are made;
     each config's shards depend on its own rows only, so writing them interleaved gives the bytes
-    of writing them one config after the other. A context manager: on an error every config's
+    of writing them one config after the other (or in another process: ``configs``, the ones
+    this writer writes, all by default). A context manager: on an error every config's
     temporary shards are removed; ``summary()`` after the block (see ``write_dataset``)."""
 
-    def __init__(self, folder: Path, *, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES):
+    def __init__(self, folder: Path, *, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+                 configs: tuple[str, ...] = CONFIGS):
         self.folder = Path(folder)
+        self.configs = configs
         self.max_shard_bytes = max_shard_bytes
         self._stack = ExitStack()
         self.writers: dict[str, ConfigWriter] = {}
@@ -206,7 +209,7 @@ class DatasetWriter:
     def __enter__(self) -> "DatasetWriter":
         self.folder.mkdir(parents=True, exist_ok=True)
         with ExitStack() as stack:
-            for config in CONFIGS:
+            for config in self.configs:
                 target = self.folder / config
                 if target.exists():
                     shutil.rmtree(target)

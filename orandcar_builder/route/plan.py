@@ -76,8 +76,8 @@ class RoutePlan:
 
     Rows group each config's decisions by image, groups ordered by the image's first appearance
     in the pool (any route), items within a group in pool order. The plan is a distribution sort
-    on disk, in a temporary folder beside the decisions file (removed by ``close()``; use the plan
-    as a context manager), so memory is bounded by BUCKET_ROWS, not by the pool (but for the
+    on disk, in a temporary folder beside the decisions file or in ``scratch`` (removed by
+    ``close()``; use the plan as a context manager), so memory is bounded by BUCKET_ROWS, not by the pool (but for the
     decisions file's footer, which pyarrow holds whole while the file is open: about 70 kB per
     row group, 17 bytes per decision with the work files' 4096-row groups):
 
@@ -92,7 +92,8 @@ class RoutePlan:
        reading the other columns of the needed decisions by row group.
     """
 
-    def __init__(self, decisions: Path, *, window: int = WINDOW, bucket_rows: int = BUCKET_ROWS):
+    def __init__(self, decisions: Path, *, window: int = WINDOW, bucket_rows: int = BUCKET_ROWS,
+                 scratch: Optional[Path] = None):
         self.path = Path(decisions)
         self.window = window
         self._file = open_parquet(self.path)
@@ -105,7 +106,7 @@ class RoutePlan:
         # The last CACHED_ROW_GROUPS row groups read, per plan (an lru_cache of this instance's method).
         self._row_group = functools.lru_cache(maxsize=CACHED_ROW_GROUPS)(self._read_row_group)
         self._folder: Optional[tempfile.TemporaryDirectory] = tempfile.TemporaryDirectory(
-            prefix=".route-", dir=self.path.parent)
+            prefix=".route-", dir=scratch if scratch is not None else self.path.parent)
         self._dir = Path(self._folder.name)
         try:
             self._bucket_by_image()
