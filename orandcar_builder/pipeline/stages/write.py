@@ -2,8 +2,8 @@
 the three configs' shards in the dataset folder; returns the writer's summary and the decisions'
 tally (the runner makes the build's figures from them: ``report.build_figures``).
 
-On two cores or more, a large build writes ``RS_think`` in a process of its own (``writeproc``)
-while this one writes ``RS_nothink`` and ``rejected``: each config's bytes depend only on its own
+On two cores or more, a large build writes ``rejected`` in a process of its own (``writeproc``)
+while this one writes ``RS_think`` and ``RS_nothink``: each config's bytes depend only on its own
 rows, which each process plans from the same decisions file, so the split changes no byte."""
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ from ..work import BuildContext, StageStats, Timer, WriteResult
 from ..writeproc import ApartWriter
 
 # The configs written by a process of their own (``writeproc``) on a machine of two cores or more,
-# where the decisions are at least APART_MIN_DECISIONS (below, its start costs more than it saves).
-APART_CONFIGS = (CONFIG_THINK,)
-APART_MIN_DECISIONS = 20_000
+# where the decisions are at least APART_MIN_DECISIONS: below, the process's start (some 1.3 s of
+# CPU: the interpreter, pyarrow, datasets) costs more than it saves. ``rejected`` is about a sixth
+# of the rows' work; RS_think and RS_nothink stay together, read in one pass (their split was
+# slower: RS_think alone costs about what both cost together, and the start comes on top).
+APART_CONFIGS = (CONFIG_REJECTED,)
+APART_MIN_DECISIONS = 50_000
 
 
 @contextmanager
@@ -73,8 +76,8 @@ def write_configs(decisions: Path, out: Path, configs: tuple[str, ...], *, max_s
 
 
 def apart_configs(decisions: Path) -> tuple[str, ...]:
-    """The configs a process of their own writes (``writeproc``): RS_think, about half the rows'
-    work, where the build has two cores and enough decisions to pay for the process's start."""
+    """The configs a process of their own writes (``writeproc``, APART_CONFIGS), where the build
+    has two cores and enough decisions to pay for the process's start; none elsewhere."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
