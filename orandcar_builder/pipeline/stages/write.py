@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 from ...dataset.writer import DatasetWriter
 from ...parquetio import open_parquet
 from ...route import RoutePlan
-from ...vocab import ACCEPTED, ACCEPTED_CONFIGS, CONFIG_REJECTED, CONFIG_ROUTE, CONFIG_THINK, CONFIGS, FAILED, REJECTED
+from ...vocab import ACCEPTED, ACCEPTED_CONFIGS, CONFIG_REJECTED, CONFIG_ROUTE, CONFIGS, FAILED, REJECTED
 from ..progress import stage_bar
 from ..report import tally
 from ..work import BuildContext, StageStats, Timer, WriteResult
