@@ -77,9 +77,9 @@ class RoutePlan:
     Rows group each config's decisions by image, groups ordered by the image's first appearance
     in the pool (any route), items within a group in pool order. The plan is a distribution sort
     on disk, in a temporary folder beside the decisions file or in ``scratch`` (removed by
-    ``close()``; use the plan as a context manager), so memory is bounded by BUCKET_ROWS, not by the pool (but for the
-    decisions file's footer, which pyarrow holds whole while the file is open: about 70 kB per
-    row group, 17 bytes per decision with the work files' 4096-row groups):
+    ``close()``; use the plan as a context manager), so memory is bounded by BUCKET_ROWS, not by
+    the pool (but for the decisions file's footer, which pyarrow holds whole while the file is
+    open: about 70 kB per row group, 17 bytes per decision with the work files' 4096-row groups):
 
     1. the ``image_sha256``, ``order`` and ``route`` columns are read in batches and each
        decision (sha, row, route) is appended to one of B bucket files by a hash of its image, so
@@ -89,7 +89,8 @@ class RoutePlan:
        first (first * B // decisions), so the files, read in order and each sorted, give the
        config's whole sequence;
     3. ``rows(config)`` sorts one range file at a time by (first, row) and yields RowPlans,
-       reading the other columns of the needed decisions by row group.
+       reading the other columns of the needed decisions by row group, a column at a time;
+       ``rows_of(configs)`` does it once for configs of one route (RS_think and RS_nothink).
     """
 
     def __init__(self, decisions: Path, *, window: int = WINDOW, bucket_rows: int = BUCKET_ROWS,
