@@ -8,13 +8,13 @@ rows, which each process plans from the same decisions file, so the split change
 
 from __future__ import annotations
 
-import gc
 import os
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from ...dataset.writer import DatasetWriter
+from ...heap import objects_before_frozen
 from ...parquetio import open_parquet
 from ...route import RoutePlan
 from ...vocab import ACCEPTED, ACCEPTED_CONFIGS, CONFIG_REJECTED, CONFIG_ROUTE, CONFIGS, FAILED, REJECTED
@@ -30,23 +30,6 @@ from ..writeproc import ApartWriter
 # slower: RS_think alone costs about what both cost together, and the start comes on top).
 APART_CONFIGS = (CONFIG_REJECTED,)
 APART_MIN_DECISIONS = 50_000
-
-
-@contextmanager
-def objects_before_frozen() -> Iterator[None]:
-    """Keep the cyclic garbage collector off the objects alive before the block (``gc.freeze``):
-    the rows made here are freed by their reference counts, but the allocations they make start
-    full collections, and each traverses every object the build holds (hundreds of thousands at
-    200k items: some 2.5 s of the write at 200k). Objects made in the block are still collected.
-    Where something else froze the heap already, it is left as it is."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def write_rows(writer: DatasetWriter, plan: RoutePlan, bar, configs: tuple[str, ...] = CONFIGS) -> None:
