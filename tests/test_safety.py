@@ -133,7 +133,7 @@ def case_3_failed_rebuild_keeps_the_previous_dataset(tmp_path, built, monkeypatc
     def read_only(*args, **kwargs):
         raise PermissionError(errno.EROFS, "Read-only file system", str(out))
 
-    monkeypatch.setattr("orandcar_builder.pipeline.stages.write.write_dataset", read_only)
+    monkeypatch.setattr("orandcar_builder.pipeline.stages.write.write_configs", read_only)
     assert_user_error(cli(*build_args(pool, replay, out, work)), "cannot write there", "was left as it was")
     assert snapshot(out) == before and validate_folder(out) == []
 
