@@ -8,6 +8,7 @@ work cost where the wall clock says how long it waited.
 
     .venv/bin/python benchmarks/bench_tail.py --items 200000
     PYTHONPATH=/tmp/base .venv/bin/python benchmarks/bench_tail.py --items 50000   # another tree
+    .venv/bin/python benchmarks/bench_tail.py --items 50000 --in-process           # no second process
 
 Prints one line per step (wall s, CPU s, GC s) and the whole build's.
 """
@@ -70,11 +71,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=200_000, help="QA items in the synthetic pool")
     parser.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temp dir, removed)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="write every config in the build's process (no second process for the write stage)")
     args = parser.parse_args(argv)
 
     import orandcar_builder.review as review
     from orandcar_builder.pipeline.stages import card, generate, validate, write
 
+    if args.in_process and hasattr(write, "APART_MIN_DECISIONS"):
+        write.APART_MIN_DECISIONS = 1 << 62
     steps = Steps()
     steps.wrap(generate, "sort_by_order", "order")
     steps.wrap(generate, "side_files", "side files")
