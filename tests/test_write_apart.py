@@ -84,3 +84,21 @@ def test_the_apart_process_reports_a_missing_decisions_file_as_an_os_error(tmp_p
             child.result()
     assert "decisions.parquet" in str(caught.value)
     assert list(tmp_path.iterdir()) == []  # the scratch folder is gone
+
+
+def test_a_build_that_stops_interrupts_the_apart_process_and_leaves_no_partial_file(tmp_path):
+    # The build's process fails while the child still runs (here: at once, while it starts): the
+    # child is interrupted and waited for, its scratch folder removed, and no half-written shard
+    # is left (a child that finished first leaves whole shards, which the staged folder's removal
+    # takes with it).
+    pool, replay = _pool(tmp_path / "pool", items=30)
+    _build(pool, replay, tmp_path / "b")
+    decisions = tmp_path / "b" / "work" / "decisions.parquet"
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="the build stopped"):
+        with ApartWriter(decisions, out, ("rejected",), 1 << 20) as child:
+            process = child.child
+            raise RuntimeError("the build stopped")
+    assert process.returncode is not None  # ended, not left running
+    assert not [p for p in decisions.parent.iterdir() if p.name.startswith((".write-apart-", ".route-"))]
+    assert not [p for p in out.rglob("*.partial")] if out.exists() else True
