@@ -19,13 +19,17 @@ dictionary page per column, not a row group). Only where that bound still exceed
 the column read whole in dictionary form (the dictionary and the indices: no more than the
 footer's figures) and the decoded size counted exactly, one leaf column at a time; the reader
 builds one dictionary for the whole chunk then, which costs memory in the row group's size. A
-shard is refused before its rows are read.
+shard is refused before its rows are read. A dictionary page's longest entry is kept by the page's
+content (its compressed bytes' digest), so the readers of one build's shards (card, validate,
+review) walk each page once: the page is still read and its digest taken on every check.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
+from collections import OrderedDict
 from typing import IO, Iterable, Optional, Union
 
 import pyarrow as pa
@@ -164,6 +168,12 @@ class _Thrift:
         raise ValueError(f"page header field of thrift type {kind}")
 
 
+# The longest entry of dictionary pages already walked, by (codec, sizes, entries, digest of the
+# page's stored bytes); the oldest are forgotten first.
+LONGEST_KEPT = 1024
+_LONGEST: "OrderedDict[tuple, Optional[int]]" = OrderedDict()
+
+
 def _longest_entry(source, chunk) -> Optional[int]:
     """Bytes of the longest entry of the dictionary page of the column chunk ``chunk`` (its
     metadata): every dictionary-encoded value of the chunk is one of them. The page is read alone
@@ -189,11 +199,19 @@ def _longest_entry(source, chunk) -> Optional[int]:
         data = handle.read(compressed)
         if len(data) != compressed:
             return None
+        key = (chunk.compression, uncompressed, dictionary.get(1), hashlib.blake2b(data, digest_size=20).digest())
+        if key in _LONGEST:
+            _LONGEST.move_to_end(key)
+            return _LONGEST[key]
         if chunk.compression == "LZ4":  # Hadoop's framing, or a raw block (what Arrow writes)
             data = _unframe_hadoop(data, uncompressed) or data
         if codec:
             data = pa.Codec(codec).decompress(data, decompressed_size=uncompressed).to_pybytes()
-        return _longest_plain(data, dictionary.get(1))
+        longest = _longest_plain(data, dictionary.get(1))
+        _LONGEST[key] = longest
+        while len(_LONGEST) > LONGEST_KEPT:
+            _LONGEST.popitem(last=False)
+        return longest
     except (ValueError, OSError, pa.ArrowException):
         return None
     finally:
@@ -210,17 +228,22 @@ def _unframe_hadoop(data: bytes, uncompressed: int) -> Optional[bytes]:
     return data[8:] if size == uncompressed and block == len(data) - 8 else None
 
 
+_LENGTH = struct.Struct("<I")
+
+
 def _longest_plain(data: bytes, count) -> Optional[int]:
     """The longest of ``count`` PLAIN byte arrays (a 4-byte length, then the bytes) in ``data``."""
     if not isinstance(count, int) or count < 0:
         return None
-    longest, at = 0, 0
-    for _ in range(count):
-        if at + 4 > len(data):
-            return None
-        (length,) = struct.unpack_from("<I", data, at)
-        at += 4 + length
-        longest = max(longest, length)
+    longest, at, unpack = 0, 0, _LENGTH.unpack_from
+    try:
+        for _ in range(count):  # a length past the end of ``data`` fails the unpack that follows it
+            (length,) = unpack(data, at)
+            at += 4 + length
+            if length > longest:
+                longest = length
+    except struct.error:
+        return None
     return longest if at <= len(data) else None
 
 

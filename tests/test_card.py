@@ -576,3 +576,49 @@ def test_the_sample_card_cites_its_source_datasets(sample_card, sample_build):
     total = report["accepted"] + report["rejected"]
     assert (f"| `orandcar-samples` | `test` | `chart_qa`, `doc_vqa`, `generic`, `math`, `multiple_choice`, "
             f"`scene_text`, `vqa` | {total} | {report['accepted']} | {report['rejected']} |") in section
+
+
+def _nested(draw_text):
+    from hypothesis import strategies as st
+
+    source = st.one_of(st.none(), st.fixed_dictionaries(
+        {"dataset": draw_text, "split": draw_text, "family": draw_text, "id": st.just("1")}))
+    meta = st.one_of(st.none(), st.fixed_dictionaries({"policy": st.just("p"),
+                                                      "sources": st.one_of(st.none(), st.lists(source, max_size=4))}))
+    return st.lists(meta, max_size=30)
+
+
+def test_sources_counted_column_wise_equal_row_by_row(tmp_path_factory):
+    # The section counts batches of the written type column-wise (Arrow); the counts, their order
+    # of first appearance and the splits and families must be those of reading row by row, with
+    # null and empty names, null sources lists and null sources among them, across batches.
+    import pyarrow as pa
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from orandcar_builder.card import sources as sources_module
+
+    text = st.one_of(st.none(), st.sampled_from(["", "org/A", "B", "test", "val", "vqa", "math"]))
+    kind = pa.struct([("policy", pa.string()), ("sources", pa.list_(pa.struct(
+        [("dataset", pa.string()), ("split", pa.string()), ("family", pa.string()), ("id", pa.string())])))])
+
+    @settings(max_examples=40, deadline=None)
+    @given(nothink=_nested(text), rejected=_nested(text), batch=st.integers(1, 7))
+    def check(nothink, rejected, batch):
+        folder = tmp_path_factory.mktemp("sources")
+        for config, rows in (("RS_nothink", nothink), ("rejected", rejected)):
+            (folder / config).mkdir()
+            table = pa.table({"clean_meta": pa.array(rows, kind)})
+            pq.write_table(table, folder / config / "train-00000-of-00001.parquet")
+        original = sources_module.BATCH_ROWS, sources_module._countable
+        try:
+            sources_module.BATCH_ROWS = batch
+            columnar = sources_module.source_counts(folder)
+            sources_module._countable = lambda kind: False
+            row_by_row = sources_module.source_counts(folder)
+        finally:
+            sources_module.BATCH_ROWS, sources_module._countable = original
+        assert list(columnar.items()) == list(row_by_row.items())
+        assert {k: list(v["splits"]) for k, v in columnar.items()} == {k: list(v["splits"]) for k, v in row_by_row.items()}
+
+    check()

@@ -183,3 +183,43 @@ def test_row_groups_are_read_once_while_cached_and_the_cache_is_bounded(tmp_path
     assert info.currsize <= CACHED_ROW_GROUPS and info.misses == 10
     plan.close()
     assert plan._row_group.cache_info().currsize == 0  # a closed plan holds no table
+
+
+@settings(max_examples=30, deadline=None)
+@given(items=st.lists(st.tuples(st.integers(0, 9), routes), max_size=60), row_group=st.integers(1, 11),
+       window=st.integers(1, 7))
+def test_accepted_configs_in_one_pass_equal_each_config_alone(tmp_path_factory, items, row_group, window):
+    # RS_think and RS_nothink are read together (the write stage); each config's plans must be
+    # those of rows(config) alone, the sources and actions shared, the QA entries each config's own.
+    outcomes = [_outcome(i, image, route_to) for i, (image, route_to) in enumerate(items)]
+    path = _write_decisions(tmp_path_factory.mktemp("pair") / "d.parquet", outcomes, row_group)
+    expected = route(outcomes)
+    with RoutePlan(path, window=window, bucket_rows=8) as plan:
+        pairs = list(plan.rows_of(("RS_think", "RS_nothink")))
+        assert _plans(p for p, _ in pairs) == _plans(expected["RS_think"])
+        assert _plans(p for _, p in pairs) == _plans(expected["RS_nothink"])
+        assert all("think" in qa for p, _ in pairs for qa in p.qa)
+        assert not any("think" in qa for _, p in pairs for qa in p.qa)
+        assert _plans(p for (p,) in plan.rows_of(("rejected",))) == _plans(expected["rejected"])
+
+
+def test_configs_of_two_routes_are_not_read_together(tmp_path):
+    with RoutePlan(_write_decisions(tmp_path / "d.parquet", [_outcome(0, 1, ACCEPTED)], 10)) as plan:
+        with pytest.raises(ValueError, match="one route"):
+            list(plan.rows_of(("RS_think", "rejected")))
+
+
+def test_a_missing_text_reads_as_empty_as_in_memory(tmp_path):
+    # A decision written with null texts (think, answer, verifier, wrong_vlm) gives "" where the
+    # in-memory route (records.outcome_from_record) gives "", and a null reason stays null.
+    records = _records([_outcome(0, 1, ACCEPTED), _outcome(1, 1, REJECTED), _outcome(2, 2, ACCEPTED)])
+    for record in records:
+        record.update(think=None, accepted_text=None, verifier=None, wrong_vlm=None, options=None, actions=None)
+    records[1]["reason"] = None
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist(records, schema=pa.schema(list(OUTCOME_FIELDS))), path)
+    expected = route([outcome_from_record(r) for r in records])
+    with RoutePlan(path, window=2) as plan:
+        for config in CONFIGS:
+            assert _plans(plan.rows(config)) == _plans(expected[config])
+    assert expected["rejected"][0].qa[0]["reason"] is None and expected["RS_think"][0].qa[0]["think"] == ""

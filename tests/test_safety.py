@@ -133,7 +133,7 @@ def case_3_failed_rebuild_keeps_the_previous_dataset(tmp_path, built, monkeypatc
     def read_only(*args, **kwargs):
         raise PermissionError(errno.EROFS, "Read-only file system", str(out))
 
-    monkeypatch.setattr("orandcar_builder.pipeline.stages.write.write_dataset", read_only)
+    monkeypatch.setattr("orandcar_builder.pipeline.stages.write.write_configs", read_only)
     assert_user_error(cli(*build_args(pool, replay, out, work)), "cannot write there", "was left as it was")
     assert snapshot(out) == before and validate_folder(out) == []
 
@@ -503,13 +503,13 @@ def test_an_image_changed_mid_build_is_a_clear_error(tmp_path, monkeypatch):
     from orandcar_builder.pipeline.stages import write as building
 
     pool, replay = small_pool(tmp_path / "pool")
-    original = building.write_dataset
+    original = building.write_configs
 
     def change_then_write(*args, **kwargs):
         write_png(tmp_path / "pool" / "images" / "a.png", (1, 2, 3))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(building, "write_dataset", change_then_write)
+    monkeypatch.setattr(building, "write_configs", change_then_write)
     assert_user_error(cli(*build_args(pool, replay, tmp_path / "out", tmp_path / "work")),
                       "a.png", "changed since it was admitted")
     assert not (tmp_path / "out").exists()

@@ -254,3 +254,50 @@ def test_a_dictionary_page_header_that_does_not_parse_is_counted_exactly(tmp_pat
     monkeypatch.setattr(parquetio, "_measured", lambda *args: measured.append(args) or 0)
     check_row_groups(tmp_path / "h.parquet", limit=BOUND)
     assert measured  # no bound from the page: the column is counted
+
+
+def test_a_dictionary_page_is_walked_once_by_its_content(tmp_path, monkeypatch):
+    # The card, validate and the review ask about the same shards: a page already walked is known
+    # by its bytes' digest; a page whose bytes changed (same file, same size) is walked again.
+    values = [f"{i:08d}" for i in range(20_000)]
+    path = tmp_path / "w.parquet"
+    pq.write_table(pa.table({"s": pa.array(values)}), path, compression="none")
+    walked = []
+    walk = parquetio._longest_plain
+    monkeypatch.setattr(parquetio, "_longest_plain", lambda data, count: walked.append(count) or walk(data, count))
+    for _ in range(3):
+        check_row_groups(path, limit=BOUND)
+    assert walked == [20_000]
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    data = bytearray(path.read_bytes())
+    at = data.index(b"00000007", chunk.dictionary_page_offset)  # the 8th entry: a 4-byte length, then its bytes
+    data[at - 4:at + 8] = (4).to_bytes(4, "little") + b"L" * 8  # its length now 4: the walk ends past the page
+    path.write_bytes(bytes(data))
+    assert parquetio._longest_entry(path, chunk) is None and walked == [20_000, 20_000]
+    measured = []
+    monkeypatch.setattr(parquetio, "_measured", lambda *args: measured.append(args) or 0)
+    check_row_groups(path, limit=BOUND)
+    assert measured and walked == [20_000, 20_000]  # no bound from the page now: counted exactly (page known)
+
+
+def test_validate_and_the_card_report_a_refused_shard_alike_in_either_order(sample_copy, bound):
+    # One process asks about the same shard from the card and from validate: each gives the
+    # refusal with the same message, whichever asked first, and again when asked again.
+    from orandcar_builder.card.errors import CardError
+    from orandcar_builder.card.examples import read_row
+
+    shard = hostile(sample_copy, ("qa", "answer"), "d" * (BOUND // 3), {})  # refused from its dictionary page
+
+    def card_says():
+        with pytest.raises(CardError) as caught:
+            read_row([shard], 0)
+        return str(caught.value).removeprefix(f"{shard}: ")
+
+    def validate_says():
+        mine = [p for p in validate_folder(sample_copy) if p.startswith(f"RS_nothink/{shard.name}")]
+        assert len(mine) == 1, mine
+        return mine[0].removeprefix(f"RS_nothink/{shard.name}: ").removesuffix("; its rows are not read")
+
+    first = card_says()
+    assert "dictionary-encoded" in first and f"{BOUND:,}" in first
+    assert validate_says() == first and card_says() == first and validate_says() == first

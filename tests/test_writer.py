@@ -161,3 +161,45 @@ def test_the_summary_counts_what_a_reader_gets_back(tmp_path, rows, max_bytes):
         assert written["bytes"] == sum(s["bytes"] for s in written["shard_sizes"])
         assert written["arrow_bytes"] == sum(s["arrow_bytes"] for s in written["shard_sizes"])
     assert len(summary["rejected"]["shards"]) > 1 or max_bytes == 10**9
+
+
+def test_configs_written_interleaved_have_the_bytes_of_one_after_the_other(tmp_path):
+    # The write stage writes RS_think and RS_nothink rows as it makes them, all three writers
+    # open: each config's shards must be those of writing the configs one after the other.
+    from orandcar_builder.dataset.writer import DatasetWriter
+
+    rows = {config: list(_rows(n, seed)) for config, n, seed in zip(CONFIGS, (250, 170, 90), (1, 2, 3))}
+    for config in ("RS_think", "RS_nothink"):  # rows of their own config's schema
+        for row in rows[config]:
+            row["qa"] = [{"question": qa["question"], "answer": qa["answer"], "org_answer": "o", "verifier": "alnum",
+                          **({"think": "t" * len(qa["answer"])} if config == "RS_think" else {})} for qa in row["qa"]]
+    one_after_other = write_dataset(tmp_path / "a", rows, max_shard_bytes=60_000)
+    with DatasetWriter(tmp_path / "b", max_shard_bytes=60_000) as writer:
+        order = [(config, i) for config in CONFIGS for i in range(len(rows[config]))]
+        random.Random(7).shuffle(order)  # any interleaving that keeps each config's own order
+        for config in CONFIGS:
+            mine = [entry for entry in order if entry[0] == config]
+            for slot, entry in zip(sorted(order.index(e) for e in mine), sorted(mine, key=lambda e: e[1])):
+                order[slot] = entry
+        for config, i in order:
+            writer.write(config, rows[config][i])
+    assert writer.summary() == one_after_other
+    assert sum(len(s["shards"]) for s in one_after_other.values()) > 3  # several shards per config
+    for config in CONFIGS:
+        for rel in one_after_other[config]["shards"]:
+            assert (tmp_path / "b" / rel).read_bytes() == (tmp_path / "a" / rel).read_bytes()
+
+
+def test_a_failing_row_leaves_no_shard_of_any_config(tmp_path):
+    from orandcar_builder.dataset.writer import DatasetWriter
+
+    rows = list(_rows(5))
+    with pytest.raises(pa.ArrowException):  # the bad row's chunk cannot become Arrow
+        with DatasetWriter(tmp_path / "out", max_shard_bytes=10**9) as writer:
+            for row in rows:
+                writer.write("rejected", row)
+            writer.write("RS_nothink", {**rows[0], "qa": [{"question": 3}]})
+            writer.write("RS_nothink", rows[1])
+            for config in CONFIGS:
+                writer.writers[config]._convert()
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]

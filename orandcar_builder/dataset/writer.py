@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
@@ -50,7 +51,10 @@ CONVERT_BYTES = 1024 * 1024
 
 
 def _row_bytes(row: dict) -> int:
-    qa_text = sum(len(str(v)) for qa in row["qa"] for v in qa.values())
+    qa_text = 0
+    for qa in row["qa"]:  # len(str(v)) of every value; a plain str is its own str (the common case, asked first)
+        for value in qa.values():
+            qa_text += len(value) if value.__class__ is str else len(str(value))
     return len(row["image"]["bytes"]) + qa_text + 256
 
 
@@ -186,6 +190,62 @@ class ConfigWriter:
         return final
 
 
+class DatasetWriter:
+    """The three configs' writers open at once, so that rows of several configs made together
+    (``RS_think`` and ``RS_nothink`` from the same accepted items) are written as they are made;
+    each config's shards depend on its own rows only, so writing them interleaved gives the bytes
+    of writing them one config after the other (or in another process: ``configs``, the ones
+    this writer writes, all by default). A context manager: on an error every config's
+    temporary shards are removed; ``summary()`` after the block (see ``write_dataset``)."""
+
+    def __init__(self, folder: Path, *, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+                 configs: tuple[str, ...] = CONFIGS):
+        self.folder = Path(folder)
+        self.configs = configs
+        self.max_shard_bytes = max_shard_bytes
+        self._stack = ExitStack()
+        self.writers: dict[str, ConfigWriter] = {}
+
+    def __enter__(self) -> "DatasetWriter":
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with ExitStack() as stack:
+            for config in self.configs:
+                target = self.folder / config
+                if target.exists():
+                    shutil.rmtree(target)
+                self.writers[config] = stack.enter_context(ConfigWriter(self.folder, config, self.max_shard_bytes))
+            self._stack = stack.pop_all()
+        return self
+
+    def write(self, config: str, row: dict) -> None:
+        self.writers[config].write(row)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            try:
+                for writer in self.writers.values():
+                    writer.finalize()
+            except BaseException as error:  # the writers remove their temporary shards
+                if not self._stack.__exit__(type(error), error, error.__traceback__):
+                    raise
+                return
+        self._stack.__exit__(exc_type, exc, tb)  # with the block's error, each writer removes its shards
+
+    def summary(self) -> dict[str, dict]:
+        return {config: _summary(writer) for config, writer in self.writers.items()}
+
+
+def _summary(writer: ConfigWriter) -> dict:
+    return {
+        "rows": writer.rows,
+        "qa": writer.qa,
+        "shards": [shard.path for shard in writer.shards],
+        "bytes": sum(shard.bytes for shard in writer.shards),
+        "arrow_bytes": sum(shard.arrow_bytes for shard in writer.shards),
+        "shard_sizes": [asdict(shard) for shard in writer.shards],
+    }
+
+
 def write_dataset(folder: Path, rows_by_config: dict[str, Iterable[dict]], *,
                   max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> dict[str, dict]:
     """Write every config's rows into ``folder`` (its config subfolders are replaced).
@@ -194,23 +254,8 @@ def write_dataset(folder: Path, rows_by_config: dict[str, Iterable[dict]], *,
     "shards": [relative paths], "bytes": file bytes, "arrow_bytes": Arrow bytes, "shard_sizes":
     [{"path", "rows", "bytes", "arrow_bytes"} per shard]}}``.
     """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    summary = {}
-    for config in CONFIGS:
-        target = folder / config
-        if target.exists():
-            shutil.rmtree(target)
-        with ConfigWriter(folder, config, max_shard_bytes) as writer:
+    with DatasetWriter(folder, max_shard_bytes=max_shard_bytes) as writer:
+        for config in CONFIGS:
             for row in rows_by_config.get(config, ()):
-                writer.write(row)
-            writer.finalize()
-        summary[config] = {
-            "rows": writer.rows,
-            "qa": writer.qa,
-            "shards": [shard.path for shard in writer.shards],
-            "bytes": sum(shard.bytes for shard in writer.shards),
-            "arrow_bytes": sum(shard.arrow_bytes for shard in writer.shards),
-            "shard_sizes": [asdict(shard) for shard in writer.shards],
-        }
-    return summary
+                writer.write(config, row)
+    return writer.summary()

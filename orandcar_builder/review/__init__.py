@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from ..heap import objects_before_frozen
 from ..workdir import WorkDir
 from .collect import ReviewError
 from .page import ReviewResult, render_review, write_review
@@ -26,7 +27,8 @@ def review_after_build(out: Path, work: Path) -> Optional[ReviewResult]:
     reason is printed (and the page of an earlier build removed) and ``orandcar report`` can
     write it later."""
     try:
-        return write_review(out, work)
+        with objects_before_frozen():  # the build's objects: see heap.py
+            return write_review(out, work)
     except Exception as exc:  # the build's outputs are complete: never lose them to the page
         WorkDir(work).review.unlink(missing_ok=True)  # a page of an earlier build would mislead
         detail = str(exc) if isinstance(exc, ReviewError) else f"{type(exc).__name__}: {exc}"

@@ -18,10 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..images import ImageRef
 from ..parquetio import open_parquet
-from ..records import OUTCOME_COLUMNS, outcome_from_record
-from ..vocab import ACCEPTED, CONFIG_ROUTE, REJECTED, ROUTES
-from .rows import RowPlan, qa_entries
+from ..records import OUTCOME_COLUMNS
+from ..vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_ROUTE, CONFIG_THINK, REJECTED, ROUTES
+from .rows import RowPlan
 
 # QA items read back per window; about one row group of work/decisions.parquet.
 WINDOW = 2048
@@ -75,10 +76,10 @@ class RoutePlan:
 
     Rows group each config's decisions by image, groups ordered by the image's first appearance
     in the pool (any route), items within a group in pool order. The plan is a distribution sort
-    on disk, in a temporary folder beside the decisions file (removed by ``close()``; use the plan
-    as a context manager), so memory is bounded by BUCKET_ROWS, not by the pool (but for the
-    decisions file's footer, which pyarrow holds whole while the file is open: about 70 kB per
-    row group, 17 bytes per decision with the work files' 4096-row groups):
+    on disk, in a temporary folder beside the decisions file or in ``scratch`` (removed by
+    ``close()``; use the plan as a context manager), so memory is bounded by BUCKET_ROWS, not by
+    the pool (but for the decisions file's footer, which pyarrow holds whole while the file is
+    open: about 70 kB per row group, 17 bytes per decision with the work files' 4096-row groups):
 
     1. the ``image_sha256``, ``order`` and ``route`` columns are read in batches and each
        decision (sha, row, route) is appended to one of B bucket files by a hash of its image, so
@@ -88,10 +89,12 @@ class RoutePlan:
        first (first * B // decisions), so the files, read in order and each sorted, give the
        config's whole sequence;
     3. ``rows(config)`` sorts one range file at a time by (first, row) and yields RowPlans,
-       reading the other columns of the needed decisions by row group.
+       reading the other columns of the needed decisions by row group, a column at a time;
+       ``rows_of(configs)`` does it once for configs of one route (RS_think and RS_nothink).
     """
 
-    def __init__(self, decisions: Path, *, window: int = WINDOW, bucket_rows: int = BUCKET_ROWS):
+    def __init__(self, decisions: Path, *, window: int = WINDOW, bucket_rows: int = BUCKET_ROWS,
+                 scratch: Optional[Path] = None):
         self.path = Path(decisions)
         self.window = window
         self._file = open_parquet(self.path)
@@ -104,7 +107,7 @@ class RoutePlan:
         # The last CACHED_ROW_GROUPS row groups read, per plan (an lru_cache of this instance's method).
         self._row_group = functools.lru_cache(maxsize=CACHED_ROW_GROUPS)(self._read_row_group)
         self._folder: Optional[tempfile.TemporaryDirectory] = tempfile.TemporaryDirectory(
-            prefix=".route-", dir=self.path.parent)
+            prefix=".route-", dir=scratch if scratch is not None else self.path.parent)
         self._dir = Path(self._folder.name)
         try:
             self._bucket_by_image()
@@ -223,33 +226,103 @@ class RoutePlan:
 
     def rows(self, config: str) -> Iterator[RowPlan]:
         """``config``'s RowPlans in order, one per image."""
-        plan: Optional[RowPlan] = None
-        image = -1
-        for placed in self._sequence(config):
-            for start in range(0, len(placed), self.window):
-                window = placed[start:start + self.window]
-                records = self._read(window["row"])
-                for first, index in window.tolist():
-                    outcome = outcome_from_record(records[index])
-                    qa = qa_entries(outcome)[config]
-                    if first != image:
-                        if plan is not None:
-                            yield plan
-                        plan, image = RowPlan(image=outcome.image, policy=outcome.policy), first
-                    plan.add(outcome, qa)
-        if plan is not None:
+        for (plan,) in self.rows_of((config,)):
             yield plan
 
-    def _read(self, indices: np.ndarray) -> dict[int, dict]:
-        """The records at ``indices`` (file row numbers), converted to Python only for those rows."""
+    def rows_of(self, configs: tuple[str, ...]) -> Iterator[tuple[RowPlan, ...]]:
+        """The RowPlans of several configs of one route at once (``RS_think`` and ``RS_nothink``
+        both take the accepted items): one tuple per image, its configs' plans in ``configs``'
+        order, which share their sources and actions. Each decision is read once for all of them."""
+        routes = {CONFIG_ROUTE[config] for config in configs}
+        if len(routes) != 1:
+            raise ValueError(f"configs {configs} do not take the items of one route")
+        builders = tuple(_QA_BUILDERS[config] for config in configs)
+        columns = _READ_COLUMNS[routes.pop()]
+        group: Optional[_Group] = None
+        image = -1
+        for placed in self._sequence(configs[0]):
+            for start in range(0, len(placed), self.window):
+                window = placed[start:start + self.window]
+                values = self._read(window["row"], columns)
+                for k, first in enumerate(window["first"].tolist()):
+                    record = {name: values[name][k] for name in columns}
+                    if first != image:
+                        if group is not None:
+                            yield group.plans()
+                        group, image = _Group(record, len(configs)), first
+                    group.add(record, [build(record) for build in builders])
+        if group is not None:
+            yield group.plans()
+
+    def _read(self, indices: np.ndarray, columns: tuple[str, ...]) -> dict[str, list]:
+        """``columns`` of the records at ``indices`` (file row numbers), in that order, as Python
+        lists (a column at a time: no dict per record)."""
         groups = np.searchsorted(self._group_starts, indices, side="right") - 1
-        records: dict[int, dict] = {}
+        by_group = np.argsort(groups, kind="stable")
+        parts = []
         for group in np.unique(groups):
-            wanted = indices[groups == group]
-            table = self._row_group(int(group))
-            rows = table.take(pa.array(wanted - self._group_starts[group])).to_pylist()
-            records.update(zip(wanted.tolist(), rows))
-        return records
+            wanted = indices[by_group][groups[by_group] == group]
+            table = self._row_group(int(group)).select(list(columns))
+            parts.append(table.take(pa.array(wanted - self._group_starts[group])))
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        if len(parts) > 1:  # back from row group order to the order asked
+            restore = np.empty(len(indices), dtype=np.int64)
+            restore[by_group] = np.arange(len(indices))
+            table = table.take(pa.array(restore))
+        return {name: table.column(name).to_pylist() for name in columns}
 
     def _read_row_group(self, group: int) -> pa.Table:
         return self._file.read_row_group(group, columns=list(OUTCOME_COLUMNS), use_threads=False)
+
+
+# The decision columns each route's rows are made of (``rows.qa_entries`` and ``RowPlan.add``).
+_COMMON_COLUMNS = ("id", "image", "image_sha256", "policy", "question", "references", "options", "family",
+                   "source", "actions")
+_READ_COLUMNS = {ACCEPTED: _COMMON_COLUMNS + ("think", "accepted_text", "verifier"),
+                 REJECTED: _COMMON_COLUMNS + ("wrong_vlm", "reason")}
+
+
+# A config's QA entry from a decision record, as ``rows.qa_entries`` makes it from its Outcome
+# (``records.outcome_from_record``: a missing text is "").
+def _think_qa(r: dict) -> dict:
+    return {"question": r["question"], "think": r["think"] or "", "answer": r["accepted_text"] or "",
+            "org_answer": r["references"][0], "verifier": r["verifier"] or ""}
+
+
+def _nothink_qa(r: dict) -> dict:
+    return {"question": r["question"], "answer": r["accepted_text"] or "", "org_answer": r["references"][0],
+            "verifier": r["verifier"] or ""}
+
+
+def _rejected_qa(r: dict) -> dict:
+    return {"question": r["question"], "answer": r["references"][0], "wrong_vlm": r["wrong_vlm"] or "",
+            "reason": r["reason"]}
+
+
+_QA_BUILDERS = {CONFIG_THINK: _think_qa, CONFIG_NOTHINK: _nothink_qa, CONFIG_REJECTED: _rejected_qa}
+
+
+class _Group:
+    """One image's row in each of several configs, filled from decision records in pool order
+    (what ``RowPlan.add`` does with Outcomes, the sources and actions shared by the configs)."""
+
+    def __init__(self, record: dict, configs: int):
+        self.image = ImageRef(path=record["image"], sha256=record["image_sha256"])
+        self.policy = record["policy"]
+        self.qa: list[list[dict]] = [[] for _ in range(configs)]
+        self.sources: list[dict] = []
+        self.actions: list[str] = []
+
+    def add(self, record: dict, entries: list[dict]) -> None:
+        item_id = record["id"]
+        if record["policy"] != self.policy:
+            raise ValueError(f"item {item_id}: cleaning policy differs within one image row")
+        for qa, entry in zip(self.qa, entries):
+            qa.append(entry)
+        self.sources.append({**record["source"], "family": record["family"],
+                             "references": list(record["references"]), "options": list(record["options"] or ())})
+        self.actions.extend(f"{action}:{item_id}" for action in record["actions"] or ())
+
+    def plans(self) -> tuple[RowPlan, ...]:
+        return tuple(RowPlan(image=self.image, qa=qa, sources=self.sources, actions=self.actions, policy=self.policy)
+                     for qa in self.qa)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ...figures import BuildFigures
+from ...heap import objects_before_frozen
 from ...recipe import Recipe
 from ..work import BuildContext, CardResult, StageStats, Timer
 
@@ -14,7 +15,7 @@ class CardStage:
     def run(self, context: BuildContext, figures: BuildFigures, ran: Recipe) -> CardResult:
         from ...card import CardOptions, write_card
 
-        with Timer() as timer:
+        with Timer() as timer, objects_before_frozen():
             card_options = CardOptions.from_mapping(ran.card_options(), source=ran.source)
             write_card(context.out, figures, **({"repo_id": ran.repo} if ran.repo else {}), options=card_options)
         return CardResult(StageStats(self.name, {"card": timer.seconds}))

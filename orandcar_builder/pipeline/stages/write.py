@@ -1,24 +1,73 @@
 """write: work/decisions.parquet -> route (``route.RoutePlan``: rows grouped by image, on disk) ->
 the three configs' shards in the dataset folder; returns the writer's summary and the decisions'
-tally (the runner makes the build's figures from them: ``report.build_figures``)."""
+tally (the runner makes the build's figures from them: ``report.build_figures``).
+
+On two cores or more, a large build writes ``rejected`` in a process of its own (``writeproc``)
+while this one writes ``RS_think`` and ``RS_nothink``: each config's bytes depend only on its own
+rows, which each process plans from the same decisions file, so the split changes no byte."""
 
 from __future__ import annotations
 
-from typing import Iterator
+import os
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Optional
 
-from ...dataset.writer import write_dataset
+from ...dataset.writer import DatasetWriter
+from ...heap import objects_before_frozen
 from ...parquetio import open_parquet
 from ...route import RoutePlan
-from ...vocab import ACCEPTED, CONFIG_ROUTE, CONFIGS, FAILED, REJECTED
+from ...vocab import ACCEPTED, ACCEPTED_CONFIGS, CONFIG_REJECTED, CONFIG_ROUTE, CONFIGS, FAILED, REJECTED
 from ..progress import stage_bar
 from ..report import tally
 from ..work import BuildContext, StageStats, Timer, WriteResult
+from ..writeproc import ApartWriter
+
+# The configs written by a process of their own (``writeproc``) on a machine of two cores or more,
+# where the decisions are at least APART_MIN_DECISIONS: below, the process's start (some 1.3 s of
+# CPU: the interpreter, pyarrow, datasets) costs more than it saves. ``rejected`` is about a sixth
+# of the rows' work; RS_think and RS_nothink stay together, read in one pass (their split was
+# slower: RS_think alone costs about what both cost together, and the start comes on top).
+APART_CONFIGS = (CONFIG_REJECTED,)
+APART_MIN_DECISIONS = 50_000
 
 
-def _rows(plans, bar) -> Iterator[dict]:
-    for plan in plans:
-        yield plan.to_row(plan.image.read())
-        bar.update(len(plan.qa))
+def write_rows(writer: DatasetWriter, plan: RoutePlan, bar, configs: tuple[str, ...] = CONFIGS) -> None:
+    """``configs``' rows into ``writer``: the accepted items are read once for ``RS_think`` and
+    ``RS_nothink`` (one image row of each at a time, the image's bytes read once for both), then
+    the rejected ones."""
+    for route_configs in (ACCEPTED_CONFIGS, (CONFIG_REJECTED,)):
+        together = tuple(config for config in route_configs if config in configs)
+        if not together:
+            continue
+        for plans in plan.rows_of(together):
+            data = plans[0].image.read()
+            for config, row_plan in zip(together, plans):
+                writer.write(config, row_plan.to_row(data))
+                if bar is not None:
+                    bar.update(len(row_plan.qa))
+
+
+def write_configs(decisions: Path, out: Path, configs: tuple[str, ...], *, max_shard_bytes: int,
+                  scratch: Optional[Path] = None, bar=None) -> dict[str, dict]:
+    """Plan and write ``configs``' shards from ``decisions`` (the route plan's files in ``scratch``
+    or beside ``decisions``); the writer's summary of them."""
+    with RoutePlan(decisions, scratch=scratch) as plan, \
+            DatasetWriter(out, max_shard_bytes=max_shard_bytes, configs=configs) as writer:
+        write_rows(writer, plan, bar, configs)
+    return writer.summary()
+
+
+def apart_configs(decisions: Path) -> tuple[str, ...]:
+    """The configs a process of their own writes (``writeproc``, APART_CONFIGS), where the build
+    has two cores and enough decisions to pay for the process's start; none elsewhere."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    if cores < 2 or open_parquet(decisions).metadata.num_rows < APART_MIN_DECISIONS:
+        return ()
+    return APART_CONFIGS
 
 
 def qa_in_rows(decisions) -> int:
@@ -36,12 +85,19 @@ class WriteStage:
 
     def run(self, context: BuildContext) -> WriteResult:
         config, decisions = context.config, context.work.decisions
-        with Timer() as timer:
+        with Timer() as timer, objects_before_frozen():
             total = qa_in_rows(decisions) if config.progress else None
-            with RoutePlan(decisions) as plan, stage_bar("write", total, config.progress) as bar:
-                summary = write_dataset(context.out, {config_name: _rows(plan.rows(config_name), bar)
-                                                      for config_name in CONFIGS},
-                                        max_shard_bytes=config.max_shard_bytes)
+            apart = apart_configs(decisions)
+            here = tuple(name for name in CONFIGS if name not in apart)
+            with ExitStack() as stack:
+                child = stack.enter_context(ApartWriter(decisions, context.out, apart, config.max_shard_bytes)) \
+                    if apart else None
+                bar = stack.enter_context(stage_bar("write", total, config.progress))
+                written = write_configs(decisions, context.out, here, max_shard_bytes=config.max_shard_bytes, bar=bar)
+                if child is not None:
+                    written.update(child.result())
+                    bar.update(sum(written[name]["qa"] for name in apart))
+            summary = {name: written[name] for name in CONFIGS}
             counts = tally(decisions, config.families)
         counters = {"rows": {name: s["rows"] for name, s in summary.items()},
                     "accepted": counts.routes[ACCEPTED], "rejected": counts.routes[REJECTED],

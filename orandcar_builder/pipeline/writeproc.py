@@ -1,0 +1,134 @@
+"""Writing some configs in a process of its own, while the build's process writes the others: the
+write stage's second core.
+
+Each config's shards depend only on its own rows (``writer.DatasetWriter``), and each process
+plans its rows from the same ``work/decisions.parquet`` (``route.RoutePlan``, its scratch files in a
+folder of its own), so which process writes a config cannot change a byte. The process is a fresh
+interpreter (``python -c``, calling ``main`` here), not a fork of the build's (which
+holds threads) nor multiprocessing's spawn (which imports the caller's main script again): it
+reads its task as one JSON line on stdin and answers one JSON line on stdout, the writer's summary
+of its configs or the error that stopped it (an image changed since it was admitted, a disk that
+filled up, ...), which the build's process raises as its own. Ctrl-C reaches both processes; a
+build that stops for any other reason interrupts the child, waits for it to clean up, and removes
+its scratch folder.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import orandcar_builder
+
+from ..images import ImageError
+
+# Seconds a child that was interrupted gets to remove its files before it is killed.
+STOP_GRACE_S = 10.0
+# The child's program (not ``-m``: the package imports this module before it would run as __main__).
+_CHILD = f"import sys; from {__name__} import main; sys.exit(main())"
+_PACKAGE_ROOT = str(Path(orandcar_builder.__file__).resolve().parent.parent)
+
+
+class ApartWriter:
+    """``configs`` of ``decisions`` written into ``out`` by a child process; a context manager.
+    ``result()`` waits for the child and returns its summary (``write_dataset``'s, for those
+    configs) or raises its error."""
+
+    def __init__(self, decisions: Path, out: Path, configs: tuple[str, ...], max_shard_bytes: int):
+        self.scratch = Path(tempfile.mkdtemp(prefix=".write-apart-", dir=Path(decisions).parent))
+        task = {"decisions": str(decisions), "out": str(out), "configs": list(configs),
+                "max_shard_bytes": max_shard_bytes, "scratch": str(self.scratch)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH"))
+                                                          if p)}
+        self.child: Optional[subprocess.Popen] = subprocess.Popen(
+            [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        try:
+            self.child.stdin.write((json.dumps(task) + "\n").encode("utf-8"))
+            self.child.stdin.close()
+        except BaseException:
+            self._stop()
+            raise
+
+    def __enter__(self) -> "ApartWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._stop()
+
+    def result(self) -> dict:
+        answer = self.child.stdout.read()
+        code = self.child.wait()
+        try:
+            reply = json.loads(answer.decode("utf-8").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RuntimeError(f"the process writing configs apart ended with code {code} and no answer") from None
+        if "summary" in reply:
+            return reply["summary"]
+        raise _error(reply["error"])
+
+    def _stop(self) -> None:
+        """Interrupt a child still running (it removes its files), then remove the scratch folder."""
+        child, self.child = self.child, None
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGINT)
+            try:
+                child.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        if child is not None and child.stdout is not None:
+            child.stdout.close()
+        import shutil
+
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _error(error: dict) -> BaseException:
+    """The child's error as the build's process raises it."""
+    kind, message = error.get("kind"), error.get("message", "")
+    if kind == "image":
+        return ImageError(message, error.get("reason"))
+    if kind == "os":
+        number = error.get("errno")
+        return OSError(number, error.get("strerror") or os.strerror(number or errno.EIO), error.get("filename"))
+    if kind == "interrupted":
+        return KeyboardInterrupt()
+    if kind == "value":
+        return ValueError(message)
+    return RuntimeError(f"the process writing configs apart failed: {message}")
+
+
+def _reply_error(exc: BaseException) -> dict:
+    if isinstance(exc, ImageError):
+        return {"kind": "image", "message": str(exc), "reason": exc.reason}
+    if isinstance(exc, OSError):
+        return {"kind": "os", "message": str(exc), "errno": exc.errno, "strerror": exc.strerror,
+                "filename": None if exc.filename is None else str(exc.filename)}
+    if isinstance(exc, KeyboardInterrupt):
+        return {"kind": "interrupted", "message": "interrupted"}
+    if isinstance(exc, ValueError):
+        return {"kind": "value", "message": str(exc)}
+    return {"kind": type(exc).__name__, "message": f"{type(exc).__name__}: {exc}"}
+
+
+def main() -> int:
+    task = json.loads(sys.stdin.readline())
+    try:
+        from .stages.write import write_configs
+
+        summary = write_configs(Path(task["decisions"]), Path(task["out"]), tuple(task["configs"]),
+                                max_shard_bytes=task["max_shard_bytes"], scratch=Path(task["scratch"]))
+        reply = {"summary": summary}
+    except BaseException as exc:  # every error goes back to the build's process, which raises it
+        reply = {"error": _reply_error(exc)}
+    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.flush()
+    return 0
+

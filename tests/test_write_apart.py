@@ -1,0 +1,104 @@
+"""The write stage's second core: RS_think (or any configs) written by a process of its own
+(``pipeline.writeproc``) gives the bytes of writing every config in the build's process, leaves
+no scratch file behind, and its errors reach the build as the build's own (an image changed since
+it was admitted: one ``error:`` line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orandcar_builder.pipeline import BuildError, build
+from orandcar_builder.pipeline.stages import write as write_stage
+from orandcar_builder.pipeline.writeproc import ApartWriter
+
+from .conftest import dataset_files, write_png, write_pool
+
+
+def _pool(folder: Path, items: int = 60) -> tuple[Path, Path]:
+    """``items`` QA over items // 2 + 1 images (some asked about again far apart), a replay that
+    answers two in three right: accepted and rejected rows, several QA items per row."""
+    lines, replies = [], []
+    for i in range(items):
+        image = i // 2 if i % 7 else 0
+        path = folder / "images" / f"{image}.png"
+        if not path.exists():
+            write_png(path, (image * 3 % 256, 40, 200 - image % 200))
+        answer = f"W{i}"
+        lines.append({"id": f"q{i}", "image": f"images/{image}.png", "question": f"What is written, {i}?",
+                      "answer": answer, "family": "scene_text"})
+        replies.append({"id": f"q{i}", "text": answer if i % 3 else "nothing", "finish_reason": "stop"})
+    pool = write_pool(folder / "pool.jsonl", lines)
+    replay = folder / "replay.jsonl"
+    replay.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    return pool, replay
+
+
+def _build(pool, replay, root: Path):
+    return build(pool, root / "out", work=root / "work", engine_name="replay", engine_options={"replay": str(replay)},
+                 progress=False)
+
+
+@pytest.mark.parametrize("apart", [("RS_think",), ("RS_think", "rejected"), ("RS_nothink",)])
+def test_configs_written_apart_have_the_bytes_of_one_process(tmp_path, monkeypatch, apart):
+    pool, replay = _pool(tmp_path / "pool")
+    monkeypatch.setattr(write_stage, "apart_configs", lambda decisions: ())
+    alone = _build(pool, replay, tmp_path / "alone")
+    monkeypatch.setattr(write_stage, "apart_configs", lambda decisions: apart)
+    started = []
+    original = ApartWriter.__init__
+    monkeypatch.setattr(ApartWriter, "__init__", lambda self, *a: started.append(a[2]) or original(self, *a))
+    both = _build(pool, replay, tmp_path / "both")
+    assert started == [apart]  # the second process ran
+    assert alone.ok and both.ok and alone.report["accepted"] and alone.report["rejected"]
+    files = dataset_files(alone.out)
+    assert files == dataset_files(both.out) and len(files) > 5
+    for rel in files:
+        assert (both.out / rel).read_bytes() == (alone.out / rel).read_bytes(), rel
+    assert both.report["configs"] == alone.report["configs"]
+    leftovers = [p.name for p in (tmp_path / "both" / "work").iterdir() if p.name.startswith((".write-apart-", ".route-"))]
+    assert leftovers == []  # the child's scratch folder and route files are gone
+
+
+def test_an_image_changed_before_the_apart_process_reads_it_is_the_builds_error(tmp_path, monkeypatch):
+    pool, replay = _pool(tmp_path / "pool", items=20)
+    monkeypatch.setattr(write_stage, "apart_configs", lambda decisions: ("RS_think", "RS_nothink", "rejected"))
+    original = ApartWriter.__init__
+
+    def change_then_start(self, *args):
+        write_png(tmp_path / "pool" / "images" / "3.png", (1, 2, 3))  # after admission, before any row is written
+        original(self, *args)
+
+    monkeypatch.setattr(ApartWriter, "__init__", change_then_start)
+    with pytest.raises(BuildError, match=r"3\.png.*changed since it was admitted"):
+        _build(pool, replay, tmp_path / "b")
+    assert not (tmp_path / "b" / "out").exists()
+    assert [p.name for p in (tmp_path / "b" / "work").iterdir() if p.name.startswith((".write-apart-", ".route-"))] == []
+
+
+def test_the_apart_process_reports_a_missing_decisions_file_as_an_os_error(tmp_path):
+    with ApartWriter(tmp_path / "decisions.parquet", tmp_path / "out", ("rejected",), 1 << 20) as child:
+        with pytest.raises(OSError) as caught:
+            child.result()
+    assert "decisions.parquet" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []  # the scratch folder is gone
+
+
+def test_a_build_that_stops_interrupts_the_apart_process_and_leaves_no_partial_file(tmp_path):
+    # The build's process fails while the child still runs (here: at once, while it starts): the
+    # child is interrupted and waited for, its scratch folder removed, and no half-written shard
+    # is left (a child that finished first leaves whole shards, which the staged folder's removal
+    # takes with it).
+    pool, replay = _pool(tmp_path / "pool", items=30)
+    _build(pool, replay, tmp_path / "b")
+    decisions = tmp_path / "b" / "work" / "decisions.parquet"
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="the build stopped"):
+        with ApartWriter(decisions, out, ("rejected",), 1 << 20) as child:
+            process = child.child
+            raise RuntimeError("the build stopped")
+    assert process.returncode is not None  # ended, not left running
+    assert not [p for p in decisions.parent.iterdir() if p.name.startswith((".write-apart-", ".route-"))]
+    assert not [p for p in out.rglob("*.partial")] if out.exists() else True
