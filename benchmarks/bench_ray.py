@@ -5,10 +5,13 @@ Writes ``bench_build.py``'s synthetic pool of N QA items (its replayed answers),
 with ``orandcar build --engine replay --executor X`` for each executor asked, each in a child
 process and a fresh work dir, and prints per run: wall seconds, the report's stage timings, the
 peak of the summed RSS of the child and all its descendants and that of the child alone (the
-driver; sampled every 0.2 s from /proc), and
-whether the Ray folder's shards are byte-identical to the local one's.
+driver; sampled every 0.2 s from /proc), the CPU seconds of the whole tree (user + system: every
+process seen below the child, at its last sample, or what ``wait4`` reports for the child and the
+descendants it reaped, whichever is more), and whether the Ray folder's shards are byte-identical
+to the local one's. ``--repeat N`` alternates the executors N times (local, ray, local, ray, ...),
+so each Ray run has a local run of the same minutes as its yardstick on a shared machine.
 
-    .venv/bin/python benchmarks/bench_ray.py --items 20000 --json bench_ray.json
+    .venv/bin/python benchmarks/bench_ray.py --items 20000 --repeat 6 --json bench_ray.json
     RAY_ADDRESS=127.0.0.1:6379 .venv/bin/python benchmarks/bench_ray.py --executors ray   # a running cluster
 """
 
@@ -31,12 +34,15 @@ from synthetic import make_pool, warm_page_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = os.sysconf("SC_PAGE_SIZE")
+TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _tree_rss(pid: int) -> tuple[int, int]:
-    """Summed RSS (bytes) of ``pid`` and every process below it, and that of ``pid`` alone."""
+def _tree_rss(pid: int, cpu: dict[int, float]) -> tuple[int, int]:
+    """Summed RSS (bytes) of ``pid`` and every process below it, and that of ``pid`` alone; ``cpu``
+    gets each of these processes' user + system seconds so far."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
+    seconds: dict[int, float] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -45,13 +51,16 @@ def _tree_rss(pid: int) -> tuple[int, int]:
             statm = Path(f"/proc/{entry}/statm").read_text()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
+        fields = stat.rsplit(")", 1)[1].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
         rss[int(entry)] = int(statm.split()[1]) * PAGE
+        seconds[int(entry)] = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
         total += rss.get(p, 0)
+        if p in seconds:
+            cpu[p] = seconds[p]
         todo += children.get(p, [])
     return total, rss.get(pid, 0)
 
@@ -73,24 +82,33 @@ def run(executor: str, pool: Path, replay: Path, root: Path) -> dict:
         proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                 stdout=subprocess.DEVNULL, stderr=errors, text=True)
         peak = driver = 0
-        while proc.poll() is None:
-            tree, own = _tree_rss(proc.pid)
+        cpu: dict[int, float] = {}  # pid -> its CPU seconds at its last sample
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            tree, own = _tree_rss(proc.pid, cpu)
             peak, driver = max(peak, tree), max(driver, own)
             time.sleep(0.2)
         seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             errors.seek(0)
             raise SystemExit(f"{executor} build failed ({proc.returncode}): {errors.read()[-3000:]}")
     report = json.loads((work / "report.json").read_text())
-    return {"executor": executor, "seconds": round(seconds, 2), "peak_tree_rss_mb": round(peak / 2**20, 1),
-            "peak_driver_rss_mb": round(driver / 2**20, 1),
-            "timings_s": report.get("timings_s"), "out": out}
+    # wait4: the child and the descendants it (and they) reaped, to the end; the samples: every
+    # process seen, up to its last sample (Ray's daemons outlive nobody's wait when they are killed)
+    cpu_s = max(usage.ru_utime + usage.ru_stime, sum(cpu.values()))
+    return {"executor": executor, "seconds": round(seconds, 2), "cpu_s": round(cpu_s, 2),
+            "peak_tree_rss_mb": round(peak / 2**20, 1), "peak_driver_rss_mb": round(driver / 2**20, 1),
+            "load": round(os.getloadavg()[0], 1), "timings_s": report.get("timings_s"), "out": out}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=20_000)
     parser.add_argument("--executors", nargs="+", default=["local", "ray"], choices=["local", "ray"])
+    parser.add_argument("--repeat", type=int, default=1, help="run the executors in turn this many times")
     parser.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temp dir, removed)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -100,15 +118,20 @@ def main() -> None:
         pool, replay = make_pool(root, args.items)
         warm_page_cache(root)
         results = []
-        for executor in args.executors:
-            result = run(executor, pool, replay, root)
-            print(json.dumps({k: v for k, v in result.items() if k != "out"}), flush=True)
-            results.append(result)
-        outs = {r["executor"]: r.pop("out") for r in results}
-        if len(outs) == 2:
-            same = _digests(outs["ray"]) == _digests(outs["local"])
-            print(f"ray shards byte-identical to local: {same}")
-            results.append({"ray_identical_to_local": same})
+        for turn in range(args.repeat):
+            outs, seconds = {}, {}
+            for executor in args.executors:
+                result = run(executor, pool, replay, root)
+                outs[executor], seconds[executor] = result.pop("out"), result["seconds"]
+                result["turn"] = turn + 1
+                print(json.dumps(result), flush=True)
+                results.append(result)
+            if len(outs) == 2:
+                same = _digests(outs["ray"]) == _digests(outs["local"])
+                ratio = seconds["ray"] / seconds["local"]
+                print(f"turn {turn + 1}: ray / local {ratio:.2f}, ray shards byte-identical to local: {same}",
+                      flush=True)
+                results.append({"turn": turn + 1, "ray_over_local": round(ratio, 2), "ray_identical_to_local": same})
         if args.json:
             args.json.write_text(json.dumps(results, indent=2) + "\n")
 

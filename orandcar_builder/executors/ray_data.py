@@ -102,23 +102,36 @@ class GenerateAndDecide:
                 f"({fingerprint}); install the same engine versions and models on every node")
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        admitted = [admitted_from_row(row) for row in batch.to_pylist()]
-        requests = [make_request(a, self.families) for a in admitted]
-        generations, errors = self._generate(requests)
-        rows, blobs = [], []
-        for a, request, generation, error in zip(admitted, requests, generations, errors):
-            if generation is None:
-                rows.append(failed_row(a, request, error))
-                blobs.append(None)
-                continue
-            rows.append(decided_or_failed(a, request, generation, self.families))  # a rule that raises fails only its item
-            blobs.append(generation_to_json(generation))
-        table = pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
-        return table.append_column(GENERATION_COLUMN, pa.array(blobs, pa.string()))
+        return _records_table(*self._records(batch.to_pylist()))
 
     def decide(self, block: pa.Table, batch_size: int) -> pa.Table:
-        """A block's records, its rows handed to the engine ``batch_size`` at a time."""
-        return pa.concat_tables([self(block.slice(start, batch_size)) for start in range(0, block.num_rows, batch_size)])
+        """A block's records, its rows handed to the engine ``batch_size`` at a time, as one table
+        of one chunk per column: a table concatenated from the batches' tables had a chunk per
+        batch in each of its 43 columns, and Ray serialized every chunk's buffers apart (3,000 a
+        block of 1,024 items; 0.7 s of the actor's CPU and more of the driver's at 20k items)."""
+        rows = block.to_pylist()
+        records, blobs = [], []
+        for start in range(0, len(rows), batch_size):
+            batch_records, batch_blobs = self._records(rows[start:start + batch_size])
+            records += batch_records
+            blobs += batch_blobs
+        return _records_table(records, blobs)
+
+    def _records(self, rows: list[dict]) -> tuple[list[dict], list[Optional[str]]]:
+        """One engine batch of admitted rows: their decision records, and their generations as
+        JSON (None where the request failed)."""
+        admitted = [admitted_from_row(row) for row in rows]
+        requests = [make_request(a, self.families) for a in admitted]
+        generations, errors = self._generate(requests)
+        records, blobs = [], []
+        for a, request, generation, error in zip(admitted, requests, generations, errors):
+            if generation is None:
+                records.append(failed_row(a, request, error))
+                blobs.append(None)
+                continue
+            records.append(decided_or_failed(a, request, generation, self.families))  # a rule that raises fails only its item
+            blobs.append(generation_to_json(generation))
+        return records, blobs
 
     def _generate(self, requests: list[Request]) -> tuple[list[Optional[Generation]], list[Optional[str]]]:
         """The batch through the engine's stream (its window slides within the batch; the other
@@ -137,6 +150,11 @@ class GenerateAndDecide:
                                     f"where {completion.request.item_id!r} was asked")
             generations[i], errors[i] = completion.generation, completion.error if completion.generation is None else None
         return generations, errors
+
+
+def _records_table(records: list[dict], blobs: list[Optional[str]]) -> pa.Table:
+    table = pa.Table.from_pylist(records, schema=DECISION_SCHEMA)
+    return table.append_column(GENERATION_COLUMN, pa.array(blobs, pa.string()))
 
 
 class RayExecutor:
