@@ -37,9 +37,9 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _tree_rss(pid: int, cpu: dict[int, float]) -> tuple[int, int]:
+def _tree_rss(pid: int, cpu: dict[int, float], names: dict[int, str]) -> tuple[int, int]:
     """Summed RSS (bytes) of ``pid`` and every process below it, and that of ``pid`` alone; ``cpu``
-    gets each of these processes' user + system seconds so far."""
+    gets each of these processes' user + system seconds so far, ``names`` its name."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     seconds: dict[int, float] = {}
@@ -61,8 +61,32 @@ def _tree_rss(pid: int, cpu: dict[int, float]) -> tuple[int, int]:
         total += rss.get(p, 0)
         if p in seconds:
             cpu[p] = seconds[p]
+            if p not in names:
+                names[p] = _name(p)
         todo += children.get(p, [])
     return total, rss.get(pid, 0)
+
+
+def _name(pid: int) -> str:
+    """A process's short name: Ray's workers and agents name themselves (``ray::...``), its Python
+    daemons by their script, the others by their program."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    words = [w.decode(errors="replace") for w in argv if w]
+    if not words:
+        return "?"
+    if words[0].startswith("ray::"):
+        return words[0].split()[0]
+    script = next((w for w in words[1:] if w.endswith(".py")), None)
+    if script:
+        return Path(script).name
+    if "-m" in words[:-1]:
+        return words[words.index("-m") + 1]
+    if "-c" in words[:-1]:
+        return "python -c"
+    return Path(words[0]).name
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -83,11 +107,12 @@ def run(executor: str, pool: Path, replay: Path, root: Path) -> dict:
                                 stdout=subprocess.DEVNULL, stderr=errors, text=True)
         peak = driver = 0
         cpu: dict[int, float] = {}  # pid -> its CPU seconds at its last sample
+        names: dict[int, str] = {}
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            tree, own = _tree_rss(proc.pid, cpu)
+            tree, own = _tree_rss(proc.pid, cpu, names)
             peak, driver = max(peak, tree), max(driver, own)
             time.sleep(0.2)
         seconds = time.perf_counter() - start
@@ -99,9 +124,14 @@ def run(executor: str, pool: Path, replay: Path, root: Path) -> dict:
     # wait4: the child and the descendants it (and they) reaped, to the end; the samples: every
     # process seen, up to its last sample (Ray's daemons outlive nobody's wait when they are killed)
     cpu_s = max(usage.ru_utime + usage.ru_stime, sum(cpu.values()))
+    by_name: dict[str, float] = {}
+    for p, seconds_used in cpu.items():
+        by_name[names.get(p, "?")] = by_name.get(names.get(p, "?"), 0.0) + seconds_used
     return {"executor": executor, "seconds": round(seconds, 2), "cpu_s": round(cpu_s, 2),
             "peak_tree_rss_mb": round(peak / 2**20, 1), "peak_driver_rss_mb": round(driver / 2**20, 1),
-            "load": round(os.getloadavg()[0], 1), "timings_s": report.get("timings_s"), "out": out}
+            "load": round(os.getloadavg()[0], 1), "timings_s": report.get("timings_s"),
+            "cpu_by_process_s": {k: round(v, 2) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])},
+            "out": out}
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orandcar_builder.engines.replay import ReplayEngine
-from orandcar_builder.executors.ray_data import import_ray
+from orandcar_builder.executors.ray_data import RayExecutor, import_ray
 from orandcar_builder.families import DEFAULT_FAMILIES
 from orandcar_builder.pipeline import build
 
@@ -32,6 +32,40 @@ def test_missing_ray_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(EngineUnavailable, match=r"pip install 'orandcar-builder\[ray\]'"):
         import_ray()
+    with pytest.raises(EngineUnavailable, match=r"pip install 'orandcar-builder\[ray\]'"):
+        RayExecutor()  # said when the build is set up, though Ray is imported later, on its thread
+
+
+def test_a_local_cluster_declares_the_cpus_its_actors_take_and_a_joined_one_nothing(monkeypatch):
+    """Ray prestarts a worker per declared CPU (the machine's by default): a cluster the build starts
+    declares what its replicas take; a cluster it joins is left as it is (ray.init refuses num_cpus)."""
+    pytest.importorskip("ray")
+    from orandcar_builder.executors import ray_data
+
+    calls = []
+
+    class FakeRay:
+        @staticmethod
+        def is_initialized():
+            return False
+
+        @staticmethod
+        def init(**options):
+            calls.append(options)
+
+    monkeypatch.setattr(RayExecutor, "ray", FakeRay)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert RayExecutor(address="local", replicas=3)._connect()
+    assert RayExecutor(address="local", replicas=3, cpus_per_replica=0.5)._connect()
+    assert RayExecutor(address="local", replicas=2, cpus_per_replica=0)._connect()
+    assert [c["num_cpus"] for c in calls] == [3, 2, 1]
+    assert ray_data.starts_local_cluster("local") and not ray_data.starts_local_cluster("127.0.0.1:6390")
+    calls.clear()
+    RayExecutor(address="127.0.0.1:6390", replicas=3)._connect()
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6390")  # Ray joins it when no address is given
+    assert not ray_data.starts_local_cluster(None) and ray_data.starts_local_cluster("local")
+    RayExecutor(replicas=3)._connect()
+    assert calls and all("num_cpus" not in c for c in calls)
 
 
 def test_blocks_grow_from_one_engine_batch_per_slot_to_several():
@@ -153,6 +187,86 @@ def test_the_driver_sends_blocks_while_admission_goes_on_and_holds_a_bounded_num
     held = [when - sum(size for size, _ in replicas.blocks[:i]) for i, (_, when) in enumerate(replicas.blocks)]
     assert max(held) <= 256 + ADMIT_BATCH  # the asks the driver held before each block went
     assert job.stats.asked == 3000
+
+
+def _driver_run(tmp_path, cache, admission, connected):
+    """The driver without Ray over ``admission`` (a row iterator): ``connected`` is set when it
+    starts Ray (``_connect``); returns the orders of the records it handed on."""
+    from orandcar_builder.cache import CacheStats
+    from orandcar_builder.executors import GenerationJob
+    from orandcar_builder.executors.generation import cached_generation
+    from orandcar_builder.executors.ray_data import _Driver
+
+    replicas = _FakeReplicas([0], per_actor=2)
+
+    class Executor:
+        replicas, batches_per_replica, ray = 1, 2, None
+
+        def _connect(self):
+            connected.set()
+            return False
+
+        def _replicas(self, job, fingerprint):
+            return replicas
+
+    class Engine:
+        kind = "fake"
+
+        def fingerprint(self):
+            return {"kind": "fake"}
+
+    engine = Engine()
+    job = GenerationJob(admitted=tmp_path / "none.parquet", work=tmp_path, engine=engine, factory=None, cache=cache,
+                        stats=CacheStats(), batch_size=32, admitted_rows=admission)
+    with cached_generation(cache, engine, job.stats) as cached:
+        driver = _Driver(Executor(), job, cached)
+        try:
+            return [row["order"] for chunk in driver.run() for row in chunk.rows]
+        finally:
+            driver.close()
+
+
+def test_ray_starts_as_the_stage_begins_when_the_cache_holds_nothing(tmp_path):
+    """Every request of a build with an empty cache will be asked: Ray starts before the first row
+    is admitted (its start overlaps the whole admission), not at the first ask."""
+    import threading
+
+    from orandcar_builder.cache import GenerationCache
+
+    rows, connected, early = _admitted_rows(100), threading.Event(), []
+
+    def admission():
+        early.append(connected.wait(timeout=10))  # the first row waits for Ray's start
+        yield from rows
+
+    with GenerationCache(tmp_path / "cache.sqlite") as cache:
+        assert sorted(_driver_run(tmp_path, cache, admission(), connected)) == list(range(100))
+    assert early == [True], "Ray should start before the first row is admitted"
+
+
+def test_ray_starts_at_the_first_ask_when_the_cache_holds_generations(tmp_path):
+    """A cache that holds generations (a rerun) may answer every request: Ray starts only once an
+    item must be asked, and not at all when none must."""
+    import threading
+
+    from orandcar_builder.cache import GenerationCache
+    from orandcar_builder.records import Generation
+
+    rows, connected, seen = _admitted_rows(100), threading.Event(), []
+
+    def admission():
+        for row in rows:
+            seen.append(connected.is_set())
+            yield row
+
+    with GenerationCache(tmp_path / "cache.sqlite") as cache:
+        cache.put({"kind": "other"}, "0" * 64, Generation(item_id="x", text="a", think="", final_answer="a",
+                                                           finish_reason="stop", model="m"))
+        assert sorted(_driver_run(tmp_path, cache, admission(), connected)) == list(range(100))
+        assert connected.is_set() and not seen[0], "Ray should start at the first ask, after the first rows"
+
+        connected.clear()
+        assert _driver_run(tmp_path, cache, iter(()), connected) == [] and not connected.is_set()
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,10 @@ issue 27: its read side cannot take blocks that do not exist yet, and its helper
 from __future__ import annotations
 
 import atexit
+import importlib.metadata
+import importlib.util
 import logging
+import math
 import shutil
 import threading
 import time
@@ -86,6 +89,31 @@ def import_ray():
     except ImportError as exc:
         raise EngineUnavailable(f"{RAY_MISSING} ({exc})") from None
     return ray
+
+
+def check_ray() -> None:
+    """EngineUnavailable (saying how to install it) where Ray is not installed, without importing
+    it: the import (0.2-0.7 s) runs on the thread that starts Ray, while admission goes on."""
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["ray"] is None (blocked)
+        found = False
+    if not found:
+        raise EngineUnavailable(f"{RAY_MISSING} (no module named 'ray')")
+
+
+def starts_local_cluster(address: Optional[str]) -> bool:
+    """Whether ``ray.init(address=address)`` starts a new local cluster, rather than joining one
+    (RAY_ADDRESS, a cluster started on this machine with ``ray start``): Ray's own answer. False
+    where this Ray has moved it (then nothing is declared for the cluster, as before)."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:
+        return False
+    try:
+        return canonicalize_bootstrap_address(address) is None
+    except Exception:  # noqa: BLE001 - a bad address: ray.init says so
+        return False
 
 
 class GenerateAndDecide:
@@ -175,7 +203,7 @@ class RayExecutor:
             raise ExecutorError(f"engine replicas must be at least 1, got {replicas}")
         if gpus_per_replica < 0 or cpus_per_replica < 0:
             raise ExecutorError("GPUs and CPUs per replica cannot be negative")
-        self.ray = import_ray()
+        check_ray()
         self.address = address
         self.replicas = replicas
         self.gpus_per_replica = gpus_per_replica
@@ -197,7 +225,19 @@ class RayExecutor:
                 "gpus_per_replica": self.gpus_per_replica, "cpus_per_replica": self.cpus_per_replica,
                 "max_restarts": self.max_restarts, "max_task_retries": self.max_task_retries,
                 "batches_per_replica": self.batches_per_replica,
-                "ray": self.ray.__version__}
+                "ray": importlib.metadata.version("ray")}
+
+    @property
+    def ray(self):
+        """The ``ray`` module, imported at first use (on the thread that starts Ray)."""
+        return import_ray()
+
+    def local_cpus(self) -> int:
+        """The CPUs a local cluster this build starts declares: what its actors take. Ray prestarts
+        one worker process per declared CPU (0.6 s of CPU and 100 MB each; all the machine's by
+        default, 16 on a 16-core host) while only ``replicas`` are used, and with fewer CPUs than
+        the actors take, the actors past them would never start and their blocks never run."""
+        return max(1, math.ceil(self.replicas * self.cpus_per_replica))
 
     # -- driver ----------------------------------------------------------------------------
 
@@ -220,8 +260,11 @@ class RayExecutor:
         ray = self.ray
         if ray.is_initialized():
             return False
+        options: dict[str, Any] = {}
+        if starts_local_cluster(self.address):  # a cluster's CPUs are its own: declared only for ours
+            options["num_cpus"] = self.local_cpus()
         ray.init(address=self.address, include_dashboard=False, log_to_driver=self.show_progress,
-                 configure_logging=self.show_progress)
+                 configure_logging=self.show_progress, **options)
         return True
 
     def _replicas(self, job: GenerationJob, fingerprint: dict) -> "_Replicas":
@@ -240,8 +283,11 @@ class RayExecutor:
 
 class _Driver:
     """One run of the Ray executor's driver: admitted rows in, DecidedChunks out (see the module
-    docstring). Ray starts (or is joined) on a thread of its own at the first item to ask, while
-    admission goes on: a build whose every request is cached never starts it."""
+    docstring). Ray is imported on a thread of its own as the run begins, and started (or joined)
+    there while admission goes on: at once when the cache holds nothing (every request will be
+    asked: Ray's start, 4-5 s on a 2-core machine, then overlaps the admission's first second
+    too), else at the first item to ask, so that a build whose every request is cached never
+    starts it."""
 
     def __init__(self, executor: RayExecutor, job: GenerationJob, cached: CachedGeneration):
         self.executor, self.job, self.cached = executor, job, cached
@@ -253,11 +299,12 @@ class _Driver:
         self.open: set[str] = set()  # keys asked and not yet received
         self.waiting: dict[str, list[tuple[Admitted, Request]]] = {}  # items sharing an open key
         self.sent = self.received = 0
-        self.ray_start: Optional[_RayStart] = None  # Ray starting (or joined), from the first ask on
+        self.ray_start: Optional[_RayStart] = None  # Ray's thread, from the run's start
         self.replicas: Optional[_Replicas] = None  # the actors, once Ray is up
         self.out = ChunkGatherer(job.chunk_size)
 
     def run(self) -> Iterator[DecidedChunk]:
+        self.ray_start = _RayStart(self.executor, go=_nothing_cached(self.cached))
         for rows in _admitted_batches(self.job):
             yield from self._admit(rows)
             self._send(final=False)
@@ -293,8 +340,8 @@ class _Driver:
         admitted = [admitted_from_row(row) for row in rows]
         requests = [make_request(a, job.families) for a in admitted]
         keys, classes, hits = cached.classify(requests)  # hits: the stored generations, one query
-        if self.ray_start is None and ASK in classes:  # Ray starts while admission goes on
-            self.ray_start = _RayStart(self.executor)
+        if not self.ray_start.asked and ASK in classes:  # Ray starts while admission goes on
+            self.ray_start.go()
         self.pending.add([row for row, kind in zip(rows, classes) if kind == ASK])
         for a, request, key, kind in zip(admitted, requests, keys, classes):
             if kind == ASK:
@@ -333,7 +380,7 @@ class _Driver:
         """Whether Ray is up and the actors made (made now, once it is)."""
         if self.replicas is not None:
             return True
-        if self.ray_start is None or not (wait or self.ray_start.ready.is_set()):
+        if not self.ray_start.asked or not (wait or self.ray_start.ready.is_set()):
             return False
         self.ray_start.wait()
         self.replicas = self.executor._replicas(self.job, self.cached.fingerprint)
@@ -382,28 +429,42 @@ class _Driver:
 
 
 class _RayStart:
-    """``ray.init`` on a thread of its own, so that admission goes on while Ray starts; the same
-    thread shuts Ray down (``close``), if it started it. The thread lives until then: Ray starts
-    its local processes (raylet, object store, GCS) with PR_SET_PDEATHSIG, which kills them when
-    the *thread* that started them ends, so a thread that returned after ``ray.init`` took the
-    cluster down with it and the driver exited 1, without a message, at its next Ray call.
+    """Ray on a thread of its own, so that admission goes on while it starts: the thread imports
+    Ray at once, starts it (``ray.init``, or joins the cluster) once ``go`` is called (at once
+    with ``go=True``), and shuts it down at ``close`` if it started it. The thread lives until
+    then: Ray starts its local processes (raylet, object store, GCS) with PR_SET_PDEATHSIG, which
+    kills them when the *thread* that started them ends, so a thread that returned after
+    ``ray.init`` took the cluster down with it and the driver exited 1, without a message, at its
+    next Ray call.
 
     ``close`` lets the shutdown (1-2 s of a local cluster) run while the build goes on to write
     its shards; the next start in this process, and the interpreter's exit, wait for it first."""
 
     _last: Optional[threading.Thread] = None  # the last thread that started Ray in this process
 
-    def __init__(self, executor: RayExecutor):
+    def __init__(self, executor: RayExecutor, go: bool = False):
         self.executor = executor
-        self.ready = threading.Event()
+        self.ready = threading.Event()  # Ray is up (or failed to start): see wait()
         self.error: Optional[BaseException] = None
+        self._go = threading.Event()
         self._stop = threading.Event()
+        if go:
+            self._go.set()
         previous, _RayStart._last = _RayStart._last, None
         self._thread = threading.Thread(target=self._run, args=(previous,), name="ray-start", daemon=True)
         self._thread.start()
 
+    @property
+    def asked(self) -> bool:
+        """Whether Ray was asked to start (``go``)."""
+        return self._go.is_set() and not self._stop.is_set()
+
+    def go(self) -> None:
+        """Start Ray now (on the thread; ``wait`` for it)."""
+        self._go.set()
+
     def wait(self) -> None:
-        """Until Ray is up; raises what ``ray.init`` raised."""
+        """Until Ray is up; raises what importing or starting it raised."""
         self.ready.wait()
         if self.error is not None:
             error, self.error = self.error, None
@@ -412,6 +473,7 @@ class _RayStart:
     def close(self) -> None:
         """Let Ray go (shut down on the thread, if it started it), without waiting."""
         self._stop.set()
+        self._go.set()  # a thread still waiting to start Ray ends
         if _RayStart._last is None:
             atexit.register(_RayStart.join_last)  # after Ray's own: runs before it
         _RayStart._last = self._thread
@@ -425,11 +487,14 @@ class _RayStart:
     def _run(self, previous: Optional[threading.Thread]) -> None:
         if previous is not None:  # an earlier build's Ray still shutting down
             previous.join()
-        started = False
+        started, ray = False, None
         worker_log = logging.getLogger("ray._private.worker")
         worker_log.addFilter(_not_main_thread_note)
         try:
-            started = self.executor._connect()
+            ray = self.executor.ray  # the import, while the driver waits for its first rows
+            self._go.wait()
+            if not self._stop.is_set():
+                started = self.executor._connect()
         except BaseException as exc:  # noqa: BLE001 - raised on the driver's thread by wait()
             self.error = exc
         finally:
@@ -437,7 +502,7 @@ class _RayStart:
             self.ready.set()
         self._stop.wait()
         if started:
-            self.executor.ray.shutdown()
+            ray.shutdown()
 
 
 def _not_main_thread_note(record: logging.LogRecord) -> bool:
@@ -515,6 +580,11 @@ class _Replicas:
                 self.ray.kill(actor)
             except Exception:  # noqa: BLE001 - gone already
                 pass
+
+
+def _nothing_cached(cached: CachedGeneration) -> bool:
+    """Whether every request of this build will be asked: no cache, or one that holds nothing."""
+    return cached.cache is None or len(cached.cache) == 0
 
 
 def _admitted_batches(job: GenerationJob) -> Iterator[list[dict]]:
