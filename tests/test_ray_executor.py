@@ -482,3 +482,49 @@ def test_a_build_that_starts_its_own_ray_cluster(tmp_path, recorded):
     shards = {k: v for k, v in _digests(tmp_path / "out").items() if k.endswith(".parquet")}
     assert shards and shards == {k: v for k, v in _digests(local_out).items() if k.endswith(".parquet")}
     assert "SIGTERM handler" not in proc.stderr
+
+
+class NodeRecording(ReplayEngine):
+    """Replays, and writes the Ray node it was made on to a file in ``folder`` (one per engine)."""
+
+    def __init__(self, replay, folder):
+        super().__init__(replay)
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        Path(folder, f"{os.getpid()}.node").write_text(node)
+
+
+def test_a_build_on_a_two_node_cluster_is_byte_identical_to_local(tmp_path, recorded):
+    """Two Ray nodes on this machine (``ray.cluster_utils.Cluster``: a head and a second raylet, one
+    CPU each), joined by address as a real cluster is: one replica on each node, the driver's cache
+    and work dir its own, and the local executor's bytes. Last in this module: it ends any Ray
+    this process had started (the module's local cluster) first."""
+    ray = pytest.importorskip("ray")
+    from ray import cloudpickle
+    from ray.cluster_utils import Cluster
+
+    from orandcar_builder.executors.ray_data import _RayStart
+
+    gens, local_out = recorded
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        nodes = tmp_path / "nodes"
+        nodes.mkdir()
+        result = build(POOL, tmp_path / "out", work=tmp_path / "work", engine=ReplayEngine(gens), executor="ray",
+                       engine_factory=Factory(NodeRecording, gens, str(nodes)), engine_replicas=2,
+                       ray_address=cluster.address, progress=False)
+        assert result.ok and result.report["failed"] == 0
+        made_on = {p.read_text() for p in nodes.glob("*.node")}
+        assert len(made_on) == 2, f"the two replicas should run on the two nodes, not {made_on}"
+        assert _digests(result.out) == _digests(local_out)
+        _RayStart.join_last()  # the build lets Ray go on its thread while it writes
+        assert not ray.is_initialized(), "the build joined the cluster: it leaves it when done"
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+        cluster.shutdown()
