@@ -10,8 +10,14 @@ process seen below the child, at its last sample, or what ``wait4`` reports for 
 descendants it reaped, whichever is more), and whether the Ray folder's shards are byte-identical
 to the local one's. ``--repeat N`` alternates the executors N times (local, ray, local, ray, ...),
 so each Ray run has a local run of the same minutes as its yardstick on a shared machine.
+``--two-nodes`` adds a run on a two-node Ray cluster simulated on this machine
+(``ray.cluster_utils.Cluster``: a head and a second raylet, one CPU each, started by this script):
+the build joins it by address with two replicas, one on each node, so the blocks of the second
+node's actor travel between the two object stores as they would between machines; its CPU and
+memory count the cluster's processes too.
 
     .venv/bin/python benchmarks/bench_ray.py --items 20000 --repeat 6 --json bench_ray.json
+    .venv/bin/python benchmarks/bench_ray.py --items 20000 --repeat 3 --two-nodes
     RAY_ADDRESS=127.0.0.1:6379 .venv/bin/python benchmarks/bench_ray.py --executors ray   # a running cluster
 """
 
@@ -27,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -94,12 +101,21 @@ def _digests(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*.parquet"))}
 
 
-def run(executor: str, pool: Path, replay: Path, root: Path) -> dict:
-    out, work = root / f"out-{executor}", root / f"work-{executor}"
+def run(executor: str, pool: Path, replay: Path, root: Path, cluster: Optional[str] = None) -> dict:
+    """One build with ``executor``; with ``cluster`` (an address), on that Ray cluster with two
+    replicas, its processes (this script's other children) counted in the CPU and the memory."""
+    name = executor if cluster is None else f"{executor}-2-nodes"
+    out, work = root / f"out-{name}", root / f"work-{name}"
     for folder in (out, work):  # a fresh build: no cache left from an earlier run
         shutil.rmtree(folder, ignore_errors=True)
     command = [sys.executable, "-m", "orandcar_builder.cli", "build", str(pool), "-o", str(out), "--work", str(work),
                "--engine", "replay", "--replay", str(replay), "--executor", executor]
+    if cluster is not None:
+        command += ["--ray-address", cluster, "--engine-replicas", "2"]
+    root_pid = os.getpid() if cluster is not None else None  # the cluster's processes are this script's
+    cluster_before: dict[int, float] = {}
+    if root_pid is not None:
+        _tree_rss(root_pid, cluster_before, {})
     start = time.perf_counter()
     # stderr to a file: Ray writes much there, and a pipe nobody reads while polling would fill and stop the build
     with tempfile.TemporaryFile(mode="w+") as errors:
@@ -113,6 +129,8 @@ def run(executor: str, pool: Path, replay: Path, root: Path) -> dict:
             if pid:
                 break
             tree, own = _tree_rss(proc.pid, cpu, names)
+            if root_pid is not None:  # the script, the cluster and the build
+                tree = _tree_rss(root_pid, {}, {})[0]
             peak, driver = max(peak, tree), max(driver, own)
             time.sleep(0.2)
         seconds = time.perf_counter() - start
@@ -124,20 +142,43 @@ def run(executor: str, pool: Path, replay: Path, root: Path) -> dict:
     # wait4: the child and the descendants it (and they) reaped, to the end; the samples: every
     # process seen, up to its last sample (Ray's daemons outlive nobody's wait when they are killed)
     cpu_s = max(usage.ru_utime + usage.ru_stime, sum(cpu.values()))
+    if root_pid is not None:  # what the cluster's processes used during the build
+        cluster_after: dict[int, float] = {}
+        _tree_rss(root_pid, cluster_after, names)
+        cluster_after.pop(root_pid, None)
+        cluster_cpu = {p: c - cluster_before.get(p, 0.0) for p, c in cluster_after.items()}
+        cpu_s += sum(cluster_cpu.values())
+        cpu.update({-p: c for p, c in cluster_cpu.items()})  # by name below; no pid is negative
+        names.update({-p: names.get(p, "?") for p in cluster_cpu})
     by_name: dict[str, float] = {}
     for p, seconds_used in cpu.items():
         by_name[names.get(p, "?")] = by_name.get(names.get(p, "?"), 0.0) + seconds_used
-    return {"executor": executor, "seconds": round(seconds, 2), "cpu_s": round(cpu_s, 2),
+    return {"executor": name, "seconds": round(seconds, 2), "cpu_s": round(cpu_s, 2),
             "peak_tree_rss_mb": round(peak / 2**20, 1), "peak_driver_rss_mb": round(driver / 2**20, 1),
             "load": round(os.getloadavg()[0], 1), "timings_s": report.get("timings_s"),
             "cpu_by_process_s": {k: round(v, 2) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])},
             "out": out}
 
 
+def _two_nodes():
+    """A head and a second node on this machine, one CPU each (``ray.cluster_utils.Cluster``)."""
+    from ray.cluster_utils import Cluster
+
+    # the nodes' workers must import this tree, as every node of a cluster needs the same package
+    # (without it they import the installed one, and the actors cannot be made from another version)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    return cluster
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=20_000)
     parser.add_argument("--executors", nargs="+", default=["local", "ray"], choices=["local", "ray"])
+    parser.add_argument("--two-nodes", action="store_true",
+                        help="also build on a two-node Ray cluster simulated on this machine (two replicas)")
     parser.add_argument("--repeat", type=int, default=1, help="run the executors in turn this many times")
     parser.add_argument("--workdir", type=Path, default=None, help="where to build (default: a temp dir, removed)")
     parser.add_argument("--json", type=Path)
@@ -147,21 +188,29 @@ def main() -> None:
         root.mkdir(parents=True, exist_ok=True)
         pool, replay = make_pool(root, args.items)
         warm_page_cache(root)
+        cluster = _two_nodes() if args.two_nodes else None
         results = []
-        for turn in range(args.repeat):
-            outs, seconds = {}, {}
-            for executor in args.executors:
-                result = run(executor, pool, replay, root)
-                outs[executor], seconds[executor] = result.pop("out"), result["seconds"]
-                result["turn"] = turn + 1
-                print(json.dumps(result), flush=True)
-                results.append(result)
-            if len(outs) == 2:
-                same = _digests(outs["ray"]) == _digests(outs["local"])
-                ratio = seconds["ray"] / seconds["local"]
-                print(f"turn {turn + 1}: ray / local {ratio:.2f}, ray shards byte-identical to local: {same}",
-                      flush=True)
-                results.append({"turn": turn + 1, "ray_over_local": round(ratio, 2), "ray_identical_to_local": same})
+        try:
+            for turn in range(args.repeat):
+                outs, seconds = {}, {}
+                runs = [(e, None) for e in args.executors] + ([("ray", cluster.address)] if cluster else [])
+                for executor, address in runs:
+                    result = run(executor, pool, replay, root, address)
+                    outs[result["executor"]], seconds[result["executor"]] = result.pop("out"), result["seconds"]
+                    result["turn"] = turn + 1
+                    print(json.dumps(result), flush=True)
+                    results.append(result)
+                if "local" in outs:
+                    for other in (name for name in outs if name != "local"):
+                        same = _digests(outs[other]) == _digests(outs["local"])
+                        ratio = seconds[other] / seconds["local"]
+                        print(f"turn {turn + 1}: {other} / local {ratio:.2f}, {other} shards byte-identical to "
+                              f"local: {same}", flush=True)
+                        results.append({"turn": turn + 1, "executor": other, "over_local": round(ratio, 2),
+                                        "identical_to_local": same})
+        finally:
+            if cluster is not None:
+                cluster.shutdown()
         if args.json:
             args.json.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -86,6 +86,29 @@ def test_blocks_grow_from_one_engine_batch_per_slot_to_several():
     assert next(block_sizes(7, 0)) == 7
 
 
+def test_a_ray_error_shows_the_exception_it_carries():
+    """An actor that cannot be made on a node (here: another version of this package there) fails
+    the build with Ray's first line and the exception at the end of its traceback, not only "the
+    actor died"; our own errors show their text alone."""
+    from orandcar_builder.executors.ray_data import _cause
+
+    text = ("The actor died because of an error raised in its creation task, \x1b[36mray::GenerateAndDecide."
+            "__init__()\x1b[39m (pid=31309, ip=192.0.2.2, actor_id=b1c3, repr=<TemporaryActor object>)\n"
+            "           ^^^^^^^^^^^^^^^^^^^^\n"
+            "RuntimeError: The actor with name GenerateAndDecide failed to import on the worker.\n\n"
+            "AttributeError: Can't get attribute 'GenerateAndDecide._records' on <module "
+            "'orandcar_builder.executors.ray_data' from '/old/orandcar_builder/executors/ray_data.py'>")
+    assert _cause(RuntimeError(text)) == (
+        "The actor died because of an error raised in its creation task, ray::GenerateAndDecide.__init__(): "
+        "AttributeError: Can't get attribute 'GenerateAndDecide._records' on <module "
+        "'orandcar_builder.executors.ray_data' from '/old/orandcar_builder/executors/ray_data.py'>")
+    assert _cause(RuntimeError("Traceback ...\n  x\nExecutorError: the engine made on this Ray worker differs\n")) == \
+        "the engine made on this Ray worker differs"
+    assert _cause(RuntimeError("The actor died unexpectedly before finishing this task.")) == \
+        "The actor died unexpectedly before finishing this task."
+    assert _cause(RuntimeError("")) == "RuntimeError"
+
+
 def _admitted_rows(n: int) -> list[dict]:
     from orandcar_builder.images import ImageRef
     from orandcar_builder.records import Admitted, PoolItem, admitted_row

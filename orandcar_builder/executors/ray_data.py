@@ -41,6 +41,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import math
+import re
 import shutil
 import threading
 import time
@@ -75,6 +76,8 @@ BLOCKS_AHEAD = 2
 HELD_ASKS = 65_536
 # Admitted rows classified at a time.
 ADMIT_BATCH = 64
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the process names in its errors
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ")  # a traceback's last line
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
 
 
@@ -610,12 +613,21 @@ def block_sizes(batch_size: int, slots: int) -> Iterator[int]:
 
 
 def _cause(exc: BaseException) -> str:
-    """The most specific message in a Ray error: our own error's text where it carries one."""
-    text = str(exc)
+    """The most specific message in a Ray error: our own error's text where it carries one, else
+    Ray's first line (without the process details) and the last exception line of the traceback
+    it carries: an actor that could not be made on a node says why (on a cluster, most often a
+    node with another version of this package: ``Can't get attribute ... on <module ... from
+    PATH>``), not only that it died."""
+    text = _ANSI.sub("", str(exc))
     marker = f"{ExecutorError.__name__}: "
     if marker in text:
         return text.split(marker, 1)[1].splitlines()[0]
-    return text.splitlines()[0] if text else type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    first = lines[0].split(" (pid=", 1)[0]
+    last = next((line for line in reversed(lines[1:]) if _EXCEPTION_LINE.match(line)), None)
+    return f"{first}: {last}" if last else first
 
 
 def _image_of(row: dict) -> ImageRef:
