@@ -103,17 +103,22 @@ def _digests(folder: Path) -> dict[str, str]:
 
 def run(executor: str, pool: Path, replay: Path, root: Path, cluster: Optional[str] = None) -> dict:
     """One build with ``executor``; with ``cluster`` (an address), on that Ray cluster with two
-    replicas, its processes (this script's other children) counted in the CPU and the memory."""
-    name = executor if cluster is None else f"{executor}-2-nodes"
+    replicas, its processes (this script's other children) counted in the CPU and the memory
+    (``"local"``: a local cluster of the build's own, as without an address)."""
+    name = executor if cluster in (None, "local") else f"{executor}-2-nodes"
     out, work = root / f"out-{name}", root / f"work-{name}"
     for folder in (out, work):  # a fresh build: no cache left from an earlier run
         shutil.rmtree(folder, ignore_errors=True)
     command = [sys.executable, "-m", "orandcar_builder.cli", "build", str(pool), "-o", str(out), "--work", str(work),
                "--engine", "replay", "--replay", str(replay), "--executor", executor]
+    two_nodes = cluster not in (None, "local")
     if cluster is not None:
-        command += ["--ray-address", cluster, "--engine-replicas", "2"]
-    root_pid = os.getpid() if cluster is not None else None  # the cluster's processes are this script's
+        command += ["--ray-address", cluster]
+    if two_nodes:
+        command += ["--engine-replicas", "2"]
+    root_pid = os.getpid() if two_nodes else None  # the cluster's processes are this script's
     cluster_before: dict[int, float] = {}
+    cluster_cpu: dict[int, float] = {}  # every process below this script, at its last sample
     if root_pid is not None:
         _tree_rss(root_pid, cluster_before, {})
     start = time.perf_counter()
@@ -130,7 +135,7 @@ def run(executor: str, pool: Path, replay: Path, root: Path, cluster: Optional[s
                 break
             tree, own = _tree_rss(proc.pid, cpu, names)
             if root_pid is not None:  # the script, the cluster and the build
-                tree = _tree_rss(root_pid, {}, {})[0]
+                tree = _tree_rss(root_pid, cluster_cpu, names)[0]
             peak, driver = max(peak, tree), max(driver, own)
             time.sleep(0.2)
         seconds = time.perf_counter() - start
@@ -142,14 +147,12 @@ def run(executor: str, pool: Path, replay: Path, root: Path, cluster: Optional[s
     # wait4: the child and the descendants it (and they) reaped, to the end; the samples: every
     # process seen, up to its last sample (Ray's daemons outlive nobody's wait when they are killed)
     cpu_s = max(usage.ru_utime + usage.ru_stime, sum(cpu.values()))
-    if root_pid is not None:  # what the cluster's processes used during the build
-        cluster_after: dict[int, float] = {}
-        _tree_rss(root_pid, cluster_after, names)
-        cluster_after.pop(root_pid, None)
-        cluster_cpu = {p: c - cluster_before.get(p, 0.0) for p, c in cluster_after.items()}
-        cpu_s += sum(cluster_cpu.values())
-        cpu.update({-p: c for p, c in cluster_cpu.items()})  # by name below; no pid is negative
-        names.update({-p: names.get(p, "?") for p in cluster_cpu})
+    if root_pid is not None:  # what the cluster's processes (its actors' workers too) used meanwhile
+        _tree_rss(root_pid, cluster_cpu, names)
+        used = {p: c - cluster_before.get(p, 0.0) for p, c in cluster_cpu.items() if p != root_pid and p not in cpu}
+        cpu_s += sum(used.values())
+        cpu.update({-p: c for p, c in used.items()})  # by name below; no pid is negative
+        names.update({-p: names.get(p, "?") for p in used})
     by_name: dict[str, float] = {}
     for p, seconds_used in cpu.items():
         by_name[names.get(p, "?")] = by_name.get(names.get(p, "?"), 0.0) + seconds_used
@@ -193,7 +196,11 @@ def main() -> None:
         try:
             for turn in range(args.repeat):
                 outs, seconds = {}, {}
-                runs = [(e, None) for e in args.executors] + ([("ray", cluster.address)] if cluster else [])
+                # while the simulated cluster runs, Ray's address file names it, and a build without an
+                # address would join it: the one-machine run starts its own cluster ("local")
+                own = "local" if cluster else None
+                runs = [(e, own if e == "ray" else None) for e in args.executors]
+                runs += [("ray", cluster.address)] if cluster else []
                 for executor, address in runs:
                     result = run(executor, pool, replay, root, address)
                     outs[result["executor"]], seconds[result["executor"]] = result.pop("out"), result["seconds"]
