@@ -522,7 +522,9 @@ def test_a_build_on_a_two_node_cluster_is_byte_identical_to_local(tmp_path, reco
     """Two Ray nodes on this machine (``ray.cluster_utils.Cluster``: a head and a second raylet, one
     CPU each), joined by address as a real cluster is: one replica on each node, the driver's cache
     and work dir its own, and the local executor's bytes. Last in this module: it ends any Ray
-    this process had started (the module's local cluster) first."""
+    this process had started (the module's local cluster) first. While it runs, Ray's address file
+    (/tmp/ray/ray_current_cluster) names this cluster: a ``ray.init()`` without an address on
+    the machine would join it (``Cluster.shutdown`` resets the file)."""
     ray = pytest.importorskip("ray")
     from ray import cloudpickle
     from ray.cluster_utils import Cluster
@@ -530,13 +532,15 @@ def test_a_build_on_a_two_node_cluster_is_byte_identical_to_local(tmp_path, reco
     from orandcar_builder.executors.ray_data import _RayStart
 
     gens, local_out = recorded
+    by_value_here = not ray.is_initialized()  # else the module's cluster fixture registered it
     if ray.is_initialized():
         ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
-        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        if by_value_here:
+            cloudpickle.register_pickle_by_value(sys.modules[__name__])
         nodes = tmp_path / "nodes"
         nodes.mkdir()
         result = build(POOL, tmp_path / "out", work=tmp_path / "work", engine=ReplayEngine(gens), executor="ray",
@@ -549,5 +553,6 @@ def test_a_build_on_a_two_node_cluster_is_byte_identical_to_local(tmp_path, reco
         _RayStart.join_last()  # the build lets Ray go on its thread while it writes
         assert not ray.is_initialized(), "the build joined the cluster: it leaves it when done"
     finally:
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+        if by_value_here:
+            cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
         cluster.shutdown()
