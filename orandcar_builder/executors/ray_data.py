@@ -228,7 +228,7 @@ class RayExecutor:
                 "gpus_per_replica": self.gpus_per_replica, "cpus_per_replica": self.cpus_per_replica,
                 "max_restarts": self.max_restarts, "max_task_retries": self.max_task_retries,
                 "batches_per_replica": self.batches_per_replica,
-                "ray": importlib.metadata.version("ray")}
+                "ray": _ray_version()}
 
     @property
     def ray(self):
@@ -237,8 +237,8 @@ class RayExecutor:
 
     def local_cpus(self) -> int:
         """The CPUs a local cluster this build starts declares: what its actors take. Ray prestarts
-        one worker process per declared CPU (0.6 s of CPU and 100 MB each; all the machine's by
-        default, 16 on a 16-core host) while only ``replicas`` are used, and with fewer CPUs than
+        one worker process per declared CPU (about 0.5 s of CPU and 50-100 MB each; all the
+        machine's by default, 16 on a 16-core host) while only ``replicas`` are used, and with fewer CPUs than
         the actors take, the actors past them would never start and their blocks never run."""
         return max(1, math.ceil(self.replicas * self.cpus_per_replica))
 
@@ -583,6 +583,14 @@ class _Replicas:
                 self.ray.kill(actor)
             except Exception:  # noqa: BLE001 - gone already
                 pass
+
+
+def _ray_version() -> str:
+    """The installed Ray's version, read without importing it where its metadata says."""
+    try:
+        return importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:  # importable without metadata (a source tree)
+        return import_ray().__version__
 
 
 def _nothing_cached(cached: CachedGeneration) -> bool:
