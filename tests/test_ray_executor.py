@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orandcar_builder.engines.replay import ReplayEngine
-from orandcar_builder.executors.ray_data import import_ray
+from orandcar_builder.executors.ray_data import RayExecutor, import_ray
 from orandcar_builder.families import DEFAULT_FAMILIES
 from orandcar_builder.pipeline import build
 
@@ -32,6 +32,40 @@ def test_missing_ray_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(EngineUnavailable, match=r"pip install 'orandcar-builder\[ray\]'"):
         import_ray()
+    with pytest.raises(EngineUnavailable, match=r"pip install 'orandcar-builder\[ray\]'"):
+        RayExecutor()  # said when the build is set up, though Ray is imported later, on its thread
+
+
+def test_a_local_cluster_declares_the_cpus_its_actors_take_and_a_joined_one_nothing(monkeypatch):
+    """Ray prestarts a worker per declared CPU (the machine's by default): a cluster the build starts
+    declares what its replicas take; a cluster it joins is left as it is (ray.init refuses num_cpus)."""
+    pytest.importorskip("ray")
+    from orandcar_builder.executors import ray_data
+
+    calls = []
+
+    class FakeRay:
+        @staticmethod
+        def is_initialized():
+            return False
+
+        @staticmethod
+        def init(**options):
+            calls.append(options)
+
+    monkeypatch.setattr(RayExecutor, "ray", FakeRay)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert RayExecutor(address="local", replicas=3)._connect()
+    assert RayExecutor(address="local", replicas=3, cpus_per_replica=0.5)._connect()
+    assert RayExecutor(address="local", replicas=2, cpus_per_replica=0)._connect()
+    assert [c["num_cpus"] for c in calls] == [3, 2, 1]
+    assert ray_data.starts_local_cluster("local") and not ray_data.starts_local_cluster("127.0.0.1:6390")
+    calls.clear()
+    RayExecutor(address="127.0.0.1:6390", replicas=3)._connect()
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6390")  # Ray joins it when no address is given
+    assert not ray_data.starts_local_cluster(None) and ray_data.starts_local_cluster("local")
+    RayExecutor(replicas=3)._connect()
+    assert calls and all("num_cpus" not in c for c in calls)
 
 
 def test_blocks_grow_from_one_engine_batch_per_slot_to_several():
@@ -50,6 +84,70 @@ def test_blocks_grow_from_one_engine_batch_per_slot_to_several():
             break
     assert blocks <= 40  # a few dozen tasks for 20k asks, not 625
     assert next(block_sizes(7, 0)) == 7
+
+
+class _Echo:
+    """An engine that answers "EXIT" to everything (made in the actor by _EchoFactory)."""
+
+    kind = "echo"
+
+    def fingerprint(self):
+        return {"kind": "echo"}
+
+    def generate(self, requests):
+        from orandcar_builder.records import Generation
+
+        return [Generation(item_id=r.item_id, text="EXIT", think="", final_answer="EXIT", finish_reason="stop",
+                           model="m") for r in requests]
+
+
+class _EchoFactory:
+    def create(self):
+        return _Echo()
+
+
+def test_an_actor_returns_a_block_as_one_chunk_per_column():
+    """Ray moves each column chunk's buffers apart: a block's records concatenated from one table
+    per engine batch (32 chunks a column at 1,024 items) cost 1-2 s of CPU at 20k items. The
+    block comes back as one chunk per column, with the records of every batch in order."""
+    import pyarrow as pa
+
+    from orandcar_builder.cache import engine_hash
+    from orandcar_builder.engines.base import public_fingerprint
+    from orandcar_builder.executors.ray_data import GENERATION_COLUMN, GenerateAndDecide
+    from orandcar_builder.records import ADMITTED_SCHEMA
+
+    actor = GenerateAndDecide(_EchoFactory(), engine_hash(public_fingerprint(_Echo())), DEFAULT_FAMILIES)
+    block = pa.Table.from_pylist(_admitted_rows(100), schema=ADMITTED_SCHEMA)
+    table = actor.decide(block, 8)  # 13 engine batches
+    assert table.num_rows == 100 and all(column.num_chunks == 1 for column in table.columns)
+    assert table.column("id").to_pylist() == [f"q{i}" for i in range(100)]
+    assert table.column("route").to_pylist() == ["accepted"] * 100
+    assert all(blob is not None for blob in table.column(GENERATION_COLUMN).to_pylist())
+    assert actor(block.slice(0, 8)).column("id").to_pylist() == [f"q{i}" for i in range(8)]
+
+
+def test_a_ray_error_shows_the_exception_it_carries():
+    """An actor that cannot be made on a node (here: another version of this package there) fails
+    the build with Ray's first line and the exception at the end of its traceback, not only "the
+    actor died"; our own errors show their text alone."""
+    from orandcar_builder.executors.ray_data import _cause
+
+    text = ("The actor died because of an error raised in its creation task, \x1b[36mray::GenerateAndDecide."
+            "__init__()\x1b[39m (pid=31309, ip=192.0.2.2, actor_id=b1c3, repr=<TemporaryActor object>)\n"
+            "           ^^^^^^^^^^^^^^^^^^^^\n"
+            "RuntimeError: The actor with name GenerateAndDecide failed to import on the worker.\n\n"
+            "AttributeError: Can't get attribute 'GenerateAndDecide._records' on <module "
+            "'orandcar_builder.executors.ray_data' from '/old/orandcar_builder/executors/ray_data.py'>")
+    assert _cause(RuntimeError(text)) == (
+        "The actor died because of an error raised in its creation task, ray::GenerateAndDecide.__init__(): "
+        "AttributeError: Can't get attribute 'GenerateAndDecide._records' on <module "
+        "'orandcar_builder.executors.ray_data' from '/old/orandcar_builder/executors/ray_data.py'>")
+    assert _cause(RuntimeError("Traceback ...\n  x\nExecutorError: the engine made on this Ray worker differs\n")) == \
+        "the engine made on this Ray worker differs"
+    assert _cause(RuntimeError("The actor died unexpectedly before finishing this task.")) == \
+        "The actor died unexpectedly before finishing this task."
+    assert _cause(RuntimeError("")) == "RuntimeError"
 
 
 def _admitted_rows(n: int) -> list[dict]:
@@ -153,6 +251,86 @@ def test_the_driver_sends_blocks_while_admission_goes_on_and_holds_a_bounded_num
     held = [when - sum(size for size, _ in replicas.blocks[:i]) for i, (_, when) in enumerate(replicas.blocks)]
     assert max(held) <= 256 + ADMIT_BATCH  # the asks the driver held before each block went
     assert job.stats.asked == 3000
+
+
+def _driver_run(tmp_path, cache, admission, connected):
+    """The driver without Ray over ``admission`` (a row iterator): ``connected`` is set when it
+    starts Ray (``_connect``); returns the orders of the records it handed on."""
+    from orandcar_builder.cache import CacheStats
+    from orandcar_builder.executors import GenerationJob
+    from orandcar_builder.executors.generation import cached_generation
+    from orandcar_builder.executors.ray_data import _Driver
+
+    replicas = _FakeReplicas([0], per_actor=2)
+
+    class Executor:
+        replicas, batches_per_replica, ray = 1, 2, None
+
+        def _connect(self):
+            connected.set()
+            return False
+
+        def _replicas(self, job, fingerprint):
+            return replicas
+
+    class Engine:
+        kind = "fake"
+
+        def fingerprint(self):
+            return {"kind": "fake"}
+
+    engine = Engine()
+    job = GenerationJob(admitted=tmp_path / "none.parquet", work=tmp_path, engine=engine, factory=None, cache=cache,
+                        stats=CacheStats(), batch_size=32, admitted_rows=admission)
+    with cached_generation(cache, engine, job.stats) as cached:
+        driver = _Driver(Executor(), job, cached)
+        try:
+            return [row["order"] for chunk in driver.run() for row in chunk.rows]
+        finally:
+            driver.close()
+
+
+def test_ray_starts_as_the_stage_begins_when_the_cache_holds_nothing(tmp_path):
+    """Every request of a build with an empty cache will be asked: Ray starts before the first row
+    is admitted (its start overlaps the whole admission), not at the first ask."""
+    import threading
+
+    from orandcar_builder.cache import GenerationCache
+
+    rows, connected, early = _admitted_rows(100), threading.Event(), []
+
+    def admission():
+        early.append(connected.wait(timeout=10))  # the first row waits for Ray's start
+        yield from rows
+
+    with GenerationCache(tmp_path / "cache.sqlite") as cache:
+        assert sorted(_driver_run(tmp_path, cache, admission(), connected)) == list(range(100))
+    assert early == [True], "Ray should start before the first row is admitted"
+
+
+def test_ray_starts_at_the_first_ask_when_the_cache_holds_generations(tmp_path):
+    """A cache that holds generations (a rerun) may answer every request: Ray starts only once an
+    item must be asked, and not at all when none must."""
+    import threading
+
+    from orandcar_builder.cache import GenerationCache
+    from orandcar_builder.records import Generation
+
+    rows, connected, seen = _admitted_rows(100), threading.Event(), []
+
+    def admission():
+        for row in rows:
+            seen.append(connected.is_set())
+            yield row
+
+    with GenerationCache(tmp_path / "cache.sqlite") as cache:
+        cache.put({"kind": "other"}, "0" * 64, Generation(item_id="x", text="a", think="", final_answer="a",
+                                                           finish_reason="stop", model="m"))
+        assert sorted(_driver_run(tmp_path, cache, admission(), connected)) == list(range(100))
+        assert connected.is_set() and not seen[0], "Ray should start at the first ask, after the first rows"
+
+        connected.clear()
+        assert _driver_run(tmp_path, cache, iter(()), connected) == [] and not connected.is_set()
 
 
 @pytest.fixture(scope="module")
@@ -368,3 +546,54 @@ def test_a_build_that_starts_its_own_ray_cluster(tmp_path, recorded):
     shards = {k: v for k, v in _digests(tmp_path / "out").items() if k.endswith(".parquet")}
     assert shards and shards == {k: v for k, v in _digests(local_out).items() if k.endswith(".parquet")}
     assert "SIGTERM handler" not in proc.stderr
+
+
+class NodeRecording(ReplayEngine):
+    """Replays, and writes the Ray node it was made on to a file in ``folder`` (one per engine)."""
+
+    def __init__(self, replay, folder):
+        super().__init__(replay)
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        Path(folder, f"{os.getpid()}.node").write_text(node)
+
+
+def test_a_build_on_a_two_node_cluster_is_byte_identical_to_local(tmp_path, recorded):
+    """Two Ray nodes on this machine (``ray.cluster_utils.Cluster``: a head and a second raylet, one
+    CPU each), joined by address as a real cluster is: one replica on each node, the driver's cache
+    and work dir its own, and the local executor's bytes. Last in this module: it ends any Ray
+    this process had started (the module's local cluster) first. While it runs, Ray's address file
+    (/tmp/ray/ray_current_cluster) names this cluster: a ``ray.init()`` without an address on
+    the machine would join it (``Cluster.shutdown`` resets the file)."""
+    ray = pytest.importorskip("ray")
+    from ray import cloudpickle
+    from ray.cluster_utils import Cluster
+
+    from orandcar_builder.executors.ray_data import _RayStart
+
+    gens, local_out = recorded
+    by_value_here = not ray.is_initialized()  # else the module's cluster fixture registered it
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        if by_value_here:
+            cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        nodes = tmp_path / "nodes"
+        nodes.mkdir()
+        result = build(POOL, tmp_path / "out", work=tmp_path / "work", engine=ReplayEngine(gens), executor="ray",
+                       engine_factory=Factory(NodeRecording, gens, str(nodes)), engine_replicas=2,
+                       ray_address=cluster.address, progress=False)
+        assert result.ok and result.report["failed"] == 0
+        made_on = {p.read_text() for p in nodes.glob("*.node")}
+        assert len(made_on) == 2, f"the two replicas should run on the two nodes, not {made_on}"
+        assert _digests(result.out) == _digests(local_out)
+        _RayStart.join_last()  # the build lets Ray go on its thread while it writes
+        assert not ray.is_initialized(), "the build joined the cluster: it leaves it when done"
+    finally:
+        if by_value_here:
+            cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+        cluster.shutdown()

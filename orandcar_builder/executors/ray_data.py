@@ -37,7 +37,11 @@ issue 27: its read side cannot take blocks that do not exist yet, and its helper
 from __future__ import annotations
 
 import atexit
+import importlib.metadata
+import importlib.util
 import logging
+import math
+import re
 import shutil
 import threading
 import time
@@ -72,6 +76,8 @@ BLOCKS_AHEAD = 2
 HELD_ASKS = 65_536
 # Admitted rows classified at a time.
 ADMIT_BATCH = 64
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the process names in its errors
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ")  # a traceback's last line
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
 
 
@@ -88,6 +94,31 @@ def import_ray():
     return ray
 
 
+def check_ray() -> None:
+    """EngineUnavailable (saying how to install it) where Ray is not installed, without importing
+    it: the import (0.2-0.7 s) runs on the thread that starts Ray, while admission goes on."""
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["ray"] is None (blocked)
+        found = False
+    if not found:
+        raise EngineUnavailable(f"{RAY_MISSING} (no module named 'ray')")
+
+
+def starts_local_cluster(address: Optional[str]) -> bool:
+    """Whether ``ray.init(address=address)`` starts a new local cluster, rather than joining one
+    (RAY_ADDRESS, a cluster started on this machine with ``ray start``): Ray's own answer. False
+    where this Ray has moved it (then nothing is declared for the cluster, as before)."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:
+        return False
+    try:
+        return canonicalize_bootstrap_address(address) is None
+    except Exception:  # noqa: BLE001 - a bad address: ray.init says so
+        return False
+
+
 class GenerateAndDecide:
     """The Ray actor: one engine per actor; ``decide`` takes a block of admitted rows (``__call__``
     one engine batch of them) and returns their decision records plus the generations (as JSON) for the driver's cache."""
@@ -102,23 +133,36 @@ class GenerateAndDecide:
                 f"({fingerprint}); install the same engine versions and models on every node")
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        admitted = [admitted_from_row(row) for row in batch.to_pylist()]
-        requests = [make_request(a, self.families) for a in admitted]
-        generations, errors = self._generate(requests)
-        rows, blobs = [], []
-        for a, request, generation, error in zip(admitted, requests, generations, errors):
-            if generation is None:
-                rows.append(failed_row(a, request, error))
-                blobs.append(None)
-                continue
-            rows.append(decided_or_failed(a, request, generation, self.families))  # a rule that raises fails only its item
-            blobs.append(generation_to_json(generation))
-        table = pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
-        return table.append_column(GENERATION_COLUMN, pa.array(blobs, pa.string()))
+        return _records_table(*self._records(batch.to_pylist()))
 
     def decide(self, block: pa.Table, batch_size: int) -> pa.Table:
-        """A block's records, its rows handed to the engine ``batch_size`` at a time."""
-        return pa.concat_tables([self(block.slice(start, batch_size)) for start in range(0, block.num_rows, batch_size)])
+        """A block's records, its rows handed to the engine ``batch_size`` at a time, as one table
+        of one chunk per column: a table concatenated from the batches' tables had a chunk per
+        batch in each of its 43 columns, and Ray serialized every chunk's buffers apart (3,000 a
+        block of 1,024 items; 0.7 s of the actor's CPU and more of the driver's at 20k items)."""
+        rows = block.to_pylist()
+        records, blobs = [], []
+        for start in range(0, len(rows), batch_size):
+            batch_records, batch_blobs = self._records(rows[start:start + batch_size])
+            records += batch_records
+            blobs += batch_blobs
+        return _records_table(records, blobs)
+
+    def _records(self, rows: list[dict]) -> tuple[list[dict], list[Optional[str]]]:
+        """One engine batch of admitted rows: their decision records, and their generations as
+        JSON (None where the request failed)."""
+        admitted = [admitted_from_row(row) for row in rows]
+        requests = [make_request(a, self.families) for a in admitted]
+        generations, errors = self._generate(requests)
+        records, blobs = [], []
+        for a, request, generation, error in zip(admitted, requests, generations, errors):
+            if generation is None:
+                records.append(failed_row(a, request, error))
+                blobs.append(None)
+                continue
+            records.append(decided_or_failed(a, request, generation, self.families))  # a rule that raises fails only its item
+            blobs.append(generation_to_json(generation))
+        return records, blobs
 
     def _generate(self, requests: list[Request]) -> tuple[list[Optional[Generation]], list[Optional[str]]]:
         """The batch through the engine's stream (its window slides within the batch; the other
@@ -139,6 +183,11 @@ class GenerateAndDecide:
         return generations, errors
 
 
+def _records_table(records: list[dict], blobs: list[Optional[str]]) -> pa.Table:
+    table = pa.Table.from_pylist(records, schema=DECISION_SCHEMA)
+    return table.append_column(GENERATION_COLUMN, pa.array(blobs, pa.string()))
+
+
 class RayExecutor:
     """Generation on Ray: ``replicas`` actors with ``gpus_per_replica`` GPUs (and
     ``cpus_per_replica`` CPUs) each, on the cluster at ``address`` (``None``: the running one, or
@@ -157,7 +206,7 @@ class RayExecutor:
             raise ExecutorError(f"engine replicas must be at least 1, got {replicas}")
         if gpus_per_replica < 0 or cpus_per_replica < 0:
             raise ExecutorError("GPUs and CPUs per replica cannot be negative")
-        self.ray = import_ray()
+        check_ray()
         self.address = address
         self.replicas = replicas
         self.gpus_per_replica = gpus_per_replica
@@ -179,7 +228,19 @@ class RayExecutor:
                 "gpus_per_replica": self.gpus_per_replica, "cpus_per_replica": self.cpus_per_replica,
                 "max_restarts": self.max_restarts, "max_task_retries": self.max_task_retries,
                 "batches_per_replica": self.batches_per_replica,
-                "ray": self.ray.__version__}
+                "ray": _ray_version()}
+
+    @property
+    def ray(self):
+        """The ``ray`` module, imported at first use (on the thread that starts Ray)."""
+        return import_ray()
+
+    def local_cpus(self) -> int:
+        """The CPUs a local cluster this build starts declares: what its actors take. Ray prestarts
+        one worker process per declared CPU (about 0.5 s of CPU and 50-100 MB each; all the
+        machine's by default, 16 on a 16-core host) while only ``replicas`` are used, and with fewer CPUs than
+        the actors take, the actors past them would never start and their blocks never run."""
+        return max(1, math.ceil(self.replicas * self.cpus_per_replica))
 
     # -- driver ----------------------------------------------------------------------------
 
@@ -202,8 +263,11 @@ class RayExecutor:
         ray = self.ray
         if ray.is_initialized():
             return False
+        options: dict[str, Any] = {}
+        if starts_local_cluster(self.address):  # a cluster's CPUs are its own: declared only for ours
+            options["num_cpus"] = self.local_cpus()
         ray.init(address=self.address, include_dashboard=False, log_to_driver=self.show_progress,
-                 configure_logging=self.show_progress)
+                 configure_logging=self.show_progress, **options)
         return True
 
     def _replicas(self, job: GenerationJob, fingerprint: dict) -> "_Replicas":
@@ -222,8 +286,11 @@ class RayExecutor:
 
 class _Driver:
     """One run of the Ray executor's driver: admitted rows in, DecidedChunks out (see the module
-    docstring). Ray starts (or is joined) on a thread of its own at the first item to ask, while
-    admission goes on: a build whose every request is cached never starts it."""
+    docstring). Ray is imported on a thread of its own as the run begins, and started (or joined)
+    there while admission goes on: at once when the cache holds nothing (every request will be
+    asked: Ray's start, 4-5 s on a 2-core machine, then overlaps the admission's first second
+    too), else at the first item to ask, so that a build whose every request is cached never
+    starts it."""
 
     def __init__(self, executor: RayExecutor, job: GenerationJob, cached: CachedGeneration):
         self.executor, self.job, self.cached = executor, job, cached
@@ -235,11 +302,12 @@ class _Driver:
         self.open: set[str] = set()  # keys asked and not yet received
         self.waiting: dict[str, list[tuple[Admitted, Request]]] = {}  # items sharing an open key
         self.sent = self.received = 0
-        self.ray_start: Optional[_RayStart] = None  # Ray starting (or joined), from the first ask on
+        self.ray_start: Optional[_RayStart] = None  # Ray's thread, from the run's start
         self.replicas: Optional[_Replicas] = None  # the actors, once Ray is up
         self.out = ChunkGatherer(job.chunk_size)
 
     def run(self) -> Iterator[DecidedChunk]:
+        self.ray_start = _RayStart(self.executor, go=_nothing_cached(self.cached))
         for rows in _admitted_batches(self.job):
             yield from self._admit(rows)
             self._send(final=False)
@@ -275,8 +343,8 @@ class _Driver:
         admitted = [admitted_from_row(row) for row in rows]
         requests = [make_request(a, job.families) for a in admitted]
         keys, classes, hits = cached.classify(requests)  # hits: the stored generations, one query
-        if self.ray_start is None and ASK in classes:  # Ray starts while admission goes on
-            self.ray_start = _RayStart(self.executor)
+        if not self.ray_start.asked and ASK in classes:  # Ray starts while admission goes on
+            self.ray_start.go()
         self.pending.add([row for row, kind in zip(rows, classes) if kind == ASK])
         for a, request, key, kind in zip(admitted, requests, keys, classes):
             if kind == ASK:
@@ -315,7 +383,7 @@ class _Driver:
         """Whether Ray is up and the actors made (made now, once it is)."""
         if self.replicas is not None:
             return True
-        if self.ray_start is None or not (wait or self.ray_start.ready.is_set()):
+        if not self.ray_start.asked or not (wait or self.ray_start.ready.is_set()):
             return False
         self.ray_start.wait()
         self.replicas = self.executor._replicas(self.job, self.cached.fingerprint)
@@ -364,28 +432,42 @@ class _Driver:
 
 
 class _RayStart:
-    """``ray.init`` on a thread of its own, so that admission goes on while Ray starts; the same
-    thread shuts Ray down (``close``), if it started it. The thread lives until then: Ray starts
-    its local processes (raylet, object store, GCS) with PR_SET_PDEATHSIG, which kills them when
-    the *thread* that started them ends, so a thread that returned after ``ray.init`` took the
-    cluster down with it and the driver exited 1, without a message, at its next Ray call.
+    """Ray on a thread of its own, so that admission goes on while it starts: the thread imports
+    Ray at once, starts it (``ray.init``, or joins the cluster) once ``go`` is called (at once
+    with ``go=True``), and shuts it down at ``close`` if it started it. The thread lives until
+    then: Ray starts its local processes (raylet, object store, GCS) with PR_SET_PDEATHSIG, which
+    kills them when the *thread* that started them ends, so a thread that returned after
+    ``ray.init`` took the cluster down with it and the driver exited 1, without a message, at its
+    next Ray call.
 
     ``close`` lets the shutdown (1-2 s of a local cluster) run while the build goes on to write
     its shards; the next start in this process, and the interpreter's exit, wait for it first."""
 
     _last: Optional[threading.Thread] = None  # the last thread that started Ray in this process
 
-    def __init__(self, executor: RayExecutor):
+    def __init__(self, executor: RayExecutor, go: bool = False):
         self.executor = executor
-        self.ready = threading.Event()
+        self.ready = threading.Event()  # Ray is up (or failed to start): see wait()
         self.error: Optional[BaseException] = None
+        self._go = threading.Event()
         self._stop = threading.Event()
+        if go:
+            self._go.set()
         previous, _RayStart._last = _RayStart._last, None
         self._thread = threading.Thread(target=self._run, args=(previous,), name="ray-start", daemon=True)
         self._thread.start()
 
+    @property
+    def asked(self) -> bool:
+        """Whether Ray was asked to start (``go``)."""
+        return self._go.is_set() and not self._stop.is_set()
+
+    def go(self) -> None:
+        """Start Ray now (on the thread; ``wait`` for it)."""
+        self._go.set()
+
     def wait(self) -> None:
-        """Until Ray is up; raises what ``ray.init`` raised."""
+        """Until Ray is up; raises what importing or starting it raised."""
         self.ready.wait()
         if self.error is not None:
             error, self.error = self.error, None
@@ -394,6 +476,7 @@ class _RayStart:
     def close(self) -> None:
         """Let Ray go (shut down on the thread, if it started it), without waiting."""
         self._stop.set()
+        self._go.set()  # a thread still waiting to start Ray ends
         if _RayStart._last is None:
             atexit.register(_RayStart.join_last)  # after Ray's own: runs before it
         _RayStart._last = self._thread
@@ -407,11 +490,14 @@ class _RayStart:
     def _run(self, previous: Optional[threading.Thread]) -> None:
         if previous is not None:  # an earlier build's Ray still shutting down
             previous.join()
-        started = False
+        started, ray = False, None
         worker_log = logging.getLogger("ray._private.worker")
         worker_log.addFilter(_not_main_thread_note)
         try:
-            started = self.executor._connect()
+            ray = self.executor.ray  # the import, while the driver waits for its first rows
+            self._go.wait()
+            if not self._stop.is_set():
+                started = self.executor._connect()
         except BaseException as exc:  # noqa: BLE001 - raised on the driver's thread by wait()
             self.error = exc
         finally:
@@ -419,7 +505,7 @@ class _RayStart:
             self.ready.set()
         self._stop.wait()
         if started:
-            self.executor.ray.shutdown()
+            ray.shutdown()
 
 
 def _not_main_thread_note(record: logging.LogRecord) -> bool:
@@ -499,6 +585,19 @@ class _Replicas:
                 pass
 
 
+def _ray_version() -> str:
+    """The installed Ray's version, read without importing it where its metadata says."""
+    try:
+        return importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:  # importable without metadata (a source tree)
+        return import_ray().__version__
+
+
+def _nothing_cached(cached: CachedGeneration) -> bool:
+    """Whether every request of this build will be asked: no cache, or one that holds nothing."""
+    return cached.cache is None or len(cached.cache) == 0
+
+
 def _admitted_batches(job: GenerationJob) -> Iterator[list[dict]]:
     """The admitted rows in pool order (``base.admitted_rows``), ADMIT_BATCH at a time."""
     rows = admitted_rows(job)
@@ -522,12 +621,21 @@ def block_sizes(batch_size: int, slots: int) -> Iterator[int]:
 
 
 def _cause(exc: BaseException) -> str:
-    """The most specific message in a Ray error: our own error's text where it carries one."""
-    text = str(exc)
+    """The most specific message in a Ray error: our own error's text where it carries one, else
+    Ray's first line (without the process details) and the last exception line of the traceback
+    it carries: an actor that could not be made on a node says why (on a cluster, most often a
+    node with another version of this package: ``Can't get attribute ... on <module ... from
+    PATH>``), not only that it died."""
+    text = _ANSI.sub("", str(exc))
     marker = f"{ExecutorError.__name__}: "
     if marker in text:
         return text.split(marker, 1)[1].splitlines()[0]
-    return text.splitlines()[0] if text else type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    first = lines[0].split(" (pid=", 1)[0]
+    last = next((line for line in reversed(lines[1:]) if _EXCEPTION_LINE.match(line)), None)
+    return f"{first}: {last}" if last else first
 
 
 def _image_of(row: dict) -> ImageRef:
