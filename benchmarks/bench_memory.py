@@ -12,7 +12,9 @@ the kernel's high-water mark (VmHWM, reset through /proc/self/clear_refs as each
   (RoutePlan: the rows' grouping), ``write`` (the three configs' shards), ``tally`` (the
   report's counts), ``card`` and ``validate``;
 - ``after admit``: RSS when the admit stage has returned (what it leaves allocated);
-- ``rest``: the peak of every stage after admit; ``build``: the peak over the whole build.
+- ``rest``: the peak of every stage after admit; ``build``: the peak over the whole build;
+- ``largest child``: the high-water mark of the largest process the build started and waited for
+  (the write stage's second process, ``pipeline/writeproc.py``, from 50k decisions on two cores).
 
     .venv/bin/python benchmarks/bench_memory.py                    # 10000 and 100000 QA
     .venv/bin/python benchmarks/bench_memory.py --sizes 10000 50000 --engine replay
@@ -81,7 +83,7 @@ def _reset_peak() -> None:
 # (stage, module, attribute that runs it), in build order: the build's stages (orandcar_builder/pipeline/stages)
 # and, inside the write stage, its route, write and tally steps.
 STAGES = (("admit", "admit", "AdmitStage.run"), ("generate", "generate", "_generate"),
-          ("route", "write", "RoutePlan"), ("write", "write", "write_dataset"), ("tally", "write", "tally"),
+          ("route", "write", "RoutePlan"), ("write", "write", "write_configs"), ("tally", "write", "tally"),
           ("card", "card", "write_card"), ("validate", "validate", "validate_folder"))
 
 
@@ -157,7 +159,12 @@ def child(root: Path, engine_name: str, max_shard_bytes: int, trace: int = 0) ->
     gaps.append(_status_mb("VmHWM"))
     rest = max([v for k, v in peaks.items() if k != "admit"] + gaps[1:])
     # clear_refs resets ru_maxrss too: the build's peak is the largest of the parts.
-    return {"items": result.report["items"], "floor_mb": round(floor, 1),
+    import resource
+
+    # The largest process the build started (the write stage's second process, ``writeproc``): its
+    # own high-water mark, beside this one's.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"items": result.report["items"], "floor_mb": round(floor, 1), "child_peak_mb": round(children, 1),
             "stage_start_mb": {name: round(starts[name], 1) for name, _, _ in STAGES},
             "stage_peak_mb": {name: round(peaks[name], 1) for name, _, _ in STAGES},
             "admit_peak_mb": round(peaks["admit"], 1), "after_admit_mb": round(after_admit[0], 1),
@@ -217,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                for name, peak in fig["stage_peak_mb"].items())
             print(f"{size:>8} QA  floor {fig['floor_mb']:6.1f}  admit peak {fig['admit_peak_mb']:6.1f}  "
                   f"after admit {fig['after_admit_mb']:6.1f}  rest peak {fig['rest_peak_mb']:6.1f}  "
-                  f"build peak {fig['build_peak_mb']:6.1f} MiB  ({fig['seconds']:.1f}s)\n"
+                  f"build peak {fig['build_peak_mb']:6.1f} MiB  largest child {fig['child_peak_mb']:6.1f} MiB  "
+                  f"({fig['seconds']:.1f}s)\n"
                   f"{'':>12}stages (RSS at start -> peak): {stages}", flush=True)
             if args.trace:
                 print("            Python heap per stage (peak / held at its end / pyarrow pool, MiB): " + "  ".join(

@@ -203,3 +203,21 @@ def test_a_failing_row_leaves_no_shard_of_any_config(tmp_path):
             for config in CONFIGS:
                 writer.writers[config]._convert()
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+
+
+def test_a_finished_config_is_on_disk_before_the_others_end_and_takes_no_more_rows(tmp_path):
+    # The write stage finishes RS_think before it writes rejected, so that one open row group is
+    # held at a time: its shards are final then, with the bytes of write_dataset's.
+    from orandcar_builder.dataset.writer import DatasetWriter
+
+    rows = list(_rows(120, 5))
+    reference = write_dataset(tmp_path / "a", {"rejected": rows}, max_shard_bytes=10**9)
+    with DatasetWriter(tmp_path / "b", max_shard_bytes=10**9, configs=("rejected",)) as writer:
+        for row in rows:
+            writer.write("rejected", row)
+        writer.finish("rejected")
+        assert writer.writers["rejected"]._group == [] and writer.writers["rejected"]._shard is None
+        for rel in reference["rejected"]["shards"]:
+            assert (tmp_path / "b" / rel).read_bytes() == (tmp_path / "a" / rel).read_bytes()
+        writer.finish("rejected")  # once is enough: a second call writes nothing again
+    assert writer.summary() == {"rejected": reference["rejected"]}

@@ -205,6 +205,7 @@ class DatasetWriter:
         self.max_shard_bytes = max_shard_bytes
         self._stack = ExitStack()
         self.writers: dict[str, ConfigWriter] = {}
+        self._finished: set[str] = set()  # configs whose shards are written (``finish``)
 
     def __enter__(self) -> "DatasetWriter":
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -220,11 +221,18 @@ class DatasetWriter:
     def write(self, config: str, row: dict) -> None:
         self.writers[config].write(row)
 
+    def finish(self, config: str) -> None:
+        """``config`` has all its rows: its open row group and shard are written now (so memory
+        holds only the row groups of configs still being written), and it takes no more rows."""
+        if config not in self._finished:
+            self._finished.add(config)
+            self.writers[config].finalize()
+
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             try:
-                for writer in self.writers.values():
-                    writer.finalize()
+                for config in self.writers:
+                    self.finish(config)
             except BaseException as error:  # the writers remove their temporary shards
                 if not self._stack.__exit__(type(error), error, error.__traceback__):
                     raise

@@ -2,9 +2,11 @@
 the three configs' shards in the dataset folder; returns the writer's summary and the decisions'
 tally (the runner makes the build's figures from them: ``report.build_figures``).
 
-On two cores or more, a large build writes ``rejected`` in a process of its own (``writeproc``)
-while this one writes ``RS_think`` and ``RS_nothink``: each config's bytes depend only on its own
-rows, which each process plans from the same decisions file, so the split changes no byte."""
+On two cores or more, a large build writes ``RS_nothink`` in a process of its own (``writeproc``)
+while this one writes ``RS_think`` and then ``rejected``: each config's bytes depend only on its
+own rows, which each process plans from the same decisions file, so the split changes no byte.
+Elsewhere this process writes ``RS_think`` and ``RS_nothink`` together, in one pass over the
+accepted items (two row groups open at once), then ``rejected``."""
 
 from __future__ import annotations
 
@@ -17,7 +19,16 @@ from ...dataset.writer import DatasetWriter
 from ...heap import objects_before_frozen
 from ...parquetio import open_parquet
 from ...route import RoutePlan
-from ...vocab import ACCEPTED, ACCEPTED_CONFIGS, CONFIG_REJECTED, CONFIG_ROUTE, CONFIGS, FAILED, REJECTED
+from ...vocab import (
+    ACCEPTED,
+    ACCEPTED_CONFIGS,
+    CONFIG_NOTHINK,
+    CONFIG_REJECTED,
+    CONFIG_ROUTE,
+    CONFIGS,
+    FAILED,
+    REJECTED,
+)
 from ..progress import stage_bar
 from ..report import tally
 from ..work import BuildContext, StageStats, Timer, WriteResult
@@ -25,10 +36,12 @@ from ..writeproc import ApartWriter
 
 # The configs written by a process of their own (``writeproc``) on a machine of two cores or more,
 # where the decisions are at least APART_MIN_DECISIONS: below, the process's start (some 1.3 s of
-# CPU: the interpreter, pyarrow, datasets) costs more than it saves. ``rejected`` is about a sixth
-# of the rows' work; RS_think and RS_nothink stay together, read in one pass (their split was
-# slower: RS_think alone costs about what both cost together, and the start comes on top).
-APART_CONFIGS = (CONFIG_REJECTED,)
+# CPU: the interpreter, pyarrow, datasets) costs more than it saves. ``RS_nothink``: each process
+# then holds one open row group at a time (up to writer.ROW_GROUP_MAX_BYTES), where writing both
+# accepted configs in one pass held two (at 200k QA the build's peak rose from 410 to 555 MiB);
+# RS_think alone costs this process about what the one pass did, and ``rejected`` (about a sixth
+# of the rows' work) follows it here while the other process writes RS_nothink.
+APART_CONFIGS = (CONFIG_NOTHINK,)
 APART_MIN_DECISIONS = 50_000
 
 
@@ -46,6 +59,8 @@ def write_rows(writer: DatasetWriter, plan: RoutePlan, bar, configs: tuple[str, 
                 writer.write(config, row_plan.to_row(data))
                 if bar is not None:
                     bar.update(len(row_plan.qa))
+        for config in together:
+            writer.finish(config)  # its last row group leaves memory before the next configs are written
 
 
 def write_configs(decisions: Path, out: Path, configs: tuple[str, ...], *, max_shard_bytes: int,
