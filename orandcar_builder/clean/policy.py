@@ -48,8 +48,7 @@ _KEY_TEXT = json.JSONEncoder(ensure_ascii=False).encode
 
 def qa_key(item: PoolItem) -> bytes:
     """What makes two QA items exact duplicates: image sha256, question, references (16-byte digest)."""
-    reference = item.reference
-    text = _KEY_TEXT([item.image.sha256, item.question, [reference] if isinstance(reference, str) else list(reference)])
+    text = _KEY_TEXT([item.image.sha256, item.question, item.references])
     return blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 

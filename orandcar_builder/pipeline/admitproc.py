@@ -33,6 +33,7 @@ import os
 import pickle
 import queue
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -46,8 +47,8 @@ from ..clean.pool_file import clean_lines
 from ..errors import OrandCarError
 from ..families import Families
 from ..files import JsonLinesFile
-from ..images import ImagePolicy, exit_with_parent
-from ..interrupts import ignore_sigint, sigint_blocked
+from ..images import ImagePolicy, start_worker
+from ..interrupts import sigint_blocked
 from ..records import ADMITTED_SCHEMA, Dropped, admitted_row
 from ..workdir import WorkDir
 from . import reuse
@@ -76,8 +77,6 @@ def can_spawn() -> bool:
     """Whether a spawned process can start from this one: spawn re-runs the main module from its
     file, so a main program read from standard input (``python - <<EOF``, whose ``__file__`` is
     ``<stdin>``) leaves the process nothing to run and it dies at once."""
-    import sys
-
     main = sys.modules.get("__main__")
     if getattr(main, "__spec__", None) is not None:
         return True  # python -m: spawn imports the module by name
@@ -260,8 +259,7 @@ def _exit_on_term(signum, frame) -> None:
 
 def run_admission(connection, task: AdmitTask, parent: int) -> None:
     """The admission process's body (``AdmissionProcess``)."""
-    ignore_sigint()
-    exit_with_parent(parent)
+    start_worker(parent)  # Ctrl-C is the build's; it ends once the build's process is gone
     signal.signal(signal.SIGTERM, _exit_on_term)
     gc.freeze()  # the modules' objects: not traversed by each collection the admission starts (``heap.py``)
     sender = _Sender(connection)

@@ -23,6 +23,7 @@ import json
 import os
 import re
 from collections import OrderedDict
+from contextlib import nullcontext
 from dataclasses import replace
 from functools import lru_cache
 from itertools import islice
@@ -309,20 +310,13 @@ def read_parsed(path: Union[str, os.PathLike], lines: Iterable[ParsedLine], *,
 
     workers = check_workers(workers)
     policy = _with_seal(images or ImagePolicy(), path)
-    if unique_ids:
-        yield from _read_pool(lines, base, None, policy, workers, named)
-        return
-    with SpillSet(spill_dir) as seen_ids:
+    with nullcontext() if unique_ids else SpillSet(spill_dir) as seen_ids:  # None: no id to remember
         yield from _read_pool(lines, base, seen_ids, policy, workers, named)
 
 
 def _with_seal(policy: ImagePolicy, pool: Path) -> ImagePolicy:
     roots = () if policy.allow_outside_paths else sealed_roots(pool)
     return replace(policy, roots=tuple(dict.fromkeys((*policy.roots, *roots)))) if roots else policy
-
-
-def _outside(recorded: str, base: str, root: str, policy: ImagePolicy) -> bool:
-    return not policy.allows(os.path.abspath(os.path.join(base, recorded)), root)
 
 
 def _read_pool(lines: Iterable[ParsedLine], base: str, seen_ids: Optional[SpillSet],
@@ -382,9 +376,10 @@ def _read_lines(lines: Iterable[ParsedLine], base: str, root: str, seen_ids: Opt
             continue
         source_image = source.get("image") if source is not None else None
         if source_image is not None:
+            source_path = os.path.abspath(os.path.join(base, source_image))
             if named is not None:
-                named(os.path.abspath(os.path.join(base, source_image)))
-            if _outside(source_image, base, root, policy):
+                named(source_path)
+            if not policy.allows(source_path, root):
                 if seen_ids is not None:
                     seen_ids.discard(item_id)
                 yield Dropped(where, SOURCE_OUTSIDE_POOL, f"source.image {source_image!r} lies outside the pool "

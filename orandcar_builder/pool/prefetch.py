@@ -48,13 +48,17 @@ class AdmitWorkerError(OrandCarError):
     """A worker process died (it was killed, or ran out of memory): its checks are lost."""
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may use (its affinity where the system tells it), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_workers() -> int:
     """min(the CPUs this process may use, 8)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_DEFAULT_WORKERS))
+    return min(usable_cpus(), MAX_DEFAULT_WORKERS)
 
 
 def check_workers(workers: object) -> int:
@@ -64,18 +68,12 @@ def check_workers(workers: object) -> int:
     return workers
 
 
-def image_path_of(line: object, base: str, path_of: Optional[Callable[[str], str]] = None) -> Optional[str]:
-    """The absolute image path a pool line names, as ``read_pool`` forms it: ``line`` is a parsed
-    line (``jsonl.parsed_lines``: a tuple ``(where, id, image, ...)``, or a Dropped, which names
-    none) or a decoded one (a dict); None when it names none (it will be dropped before any
-    image check). ``path_of``: the reader's own recorded -> absolute path function, if any."""
-    if type(line) is tuple:
-        return path_of(line[2]) if path_of is not None else os.path.abspath(os.path.join(base, line[2]))
-    if isinstance(line, dict):
-        image = line.get("image")
-        if isinstance(image, str) and image.strip():
-            return os.path.abspath(os.path.join(base, image))
-    return None
+def image_path_of(line: object, path_of: Callable[[str], str]) -> Optional[str]:
+    """The absolute image path a pool line names, as ``read_pool`` forms it (``path_of``, the
+    reader's recorded -> absolute path function): ``line`` is a parsed line
+    (``jsonl.parsed_lines``: a tuple ``(where, id, image, ...)``), or a Dropped, which names none
+    (it is dropped before any image check)."""
+    return path_of(line[2]) if type(line) is tuple else None
 
 
 class ImagePrefetch:
@@ -86,8 +84,8 @@ class ImagePrefetch:
     """
 
     def __init__(self, workers: int, base: str, root: str, policy: ImagePolicy,
-                 known: Callable[[str], bool], *, chunk: Optional[int] = None, depth: Optional[int] = None,
-                 path_of: Optional[Callable[[str], str]] = None):
+                 known: Callable[[str], bool], *, path_of: Callable[[str], str], chunk: Optional[int] = None,
+                 depth: Optional[int] = None):
         self.workers = check_workers(workers)
         self.base, self.root, self.policy, self.known, self.path_of = base, root, policy, known, path_of
         self.chunk = chunk or CHUNK_LINES
@@ -130,7 +128,7 @@ class ImagePrefetch:
             named: list[str] = []
             send: list[str] = []
             for line in chunk:
-                path = image_path_of(line, self.base, self.path_of)
+                path = image_path_of(line, self.path_of)
                 if path is None:
                     continue
                 if path in self.pending:

@@ -10,7 +10,6 @@ accepted items (two row groups open at once), then ``rejected``."""
 
 from __future__ import annotations
 
-import os
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Optional
@@ -18,6 +17,7 @@ from typing import Optional
 from ...dataset.writer import DatasetWriter
 from ...heap import objects_before_frozen
 from ...parquetio import open_parquet
+from ...pool.prefetch import usable_cpus
 from ...route import RoutePlan
 from ...vocab import (
     ACCEPTED,
@@ -76,11 +76,7 @@ def write_configs(decisions: Path, out: Path, configs: tuple[str, ...], *, max_s
 def apart_configs(decisions: Path) -> tuple[str, ...]:
     """The configs a process of their own writes (``writeproc``, APART_CONFIGS), where the build
     has two cores and enough decisions to pay for the process's start; none elsewhere."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    if cores < 2 or open_parquet(decisions).metadata.num_rows < APART_MIN_DECISIONS:
+    if usable_cpus() < 2 or open_parquet(decisions).metadata.num_rows < APART_MIN_DECISIONS:
         return ()
     return APART_CONFIGS
 
