@@ -157,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-baseline", action="store_true", help="skip the datasets baseline")
     parser.add_argument("--profile", type=Path, default=None,
                         help="run the (first) build under cProfile and write its stats here")
+    parser.add_argument("--profile-rerun", type=Path, default=None,
+                        help="run the rerun (--rerun) under cProfile and write its stats here")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor (parse, hash + decode, write)")
     parser.add_argument("--admit-workers", type=int, default=None,
                         help="the build's --admit-workers (default: the build's own, the CPUs up to 8)")
@@ -186,7 +188,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         figures = {"items": args.items, "ours_s": round(ours, 3), "stages_s": stages}
         if args.rerun:
-            rerun, again = run_ours(pool, replay, root / "out_rerun", root / "work", args.admit_workers)
+            if args.profile_rerun:
+                import cProfile
+
+                profiler = cProfile.Profile()
+                rerun, again = profiler.runcall(run_ours, pool, replay, root / "out_rerun", root / "work",
+                                                args.admit_workers)
+                profiler.dump_stats(str(args.profile_rerun))
+                print(f"profile of the rerun's process written to {args.profile_rerun} (read it with pstats)")
+            else:
+                rerun, again = run_ours(pool, replay, root / "out_rerun", root / "work", args.admit_workers)
             print(f"rerun     {rerun:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in again["timings_s"].items()
                                                      if k != "total"))
             print(f"ratio rerun/ours = {rerun / ours:.2f} wall, {again['cpu_s'] / report['cpu_s']:.2f} CPU "
