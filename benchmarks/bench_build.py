@@ -147,6 +147,19 @@ def run_floor(pool: Path, rows: dict[str, list[dict]], target: Path) -> float:
     return time.perf_counter() - t0
 
 
+def profiled(profile: Path | None, what: str, *args) -> tuple[float, dict]:
+    """``run_ours(*args)``, under cProfile when ``profile`` names a file to write its stats to."""
+    if profile is None:
+        return run_ours(*args)
+    import cProfile
+
+    profiler = cProfile.Profile()
+    result = profiler.runcall(run_ours, *args)
+    profiler.dump_stats(str(profile))
+    print(f"profile of the {what}'s process written to {profile} (read it with pstats)")
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000, help="QA items in the synthetic pool")
@@ -171,16 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pool: {args.items} QA over {(args.items + 1) // 2} images, made in {time.perf_counter() - t:.1f}s")
         warm_page_cache(root)
 
-        if args.profile:
-            import cProfile
-
-            profiler = cProfile.Profile()
-            ours, report = profiler.runcall(run_ours, pool, replay, root / "out", root / "work",
-                                                 args.admit_workers)
-            profiler.dump_stats(str(args.profile))
-            print(f"profile of the build's process written to {args.profile} (read it with pstats)")
-        else:
-            ours, report = run_ours(pool, replay, root / "out", root / "work", args.admit_workers)
+        ours, report = profiled(args.profile, "build", pool, replay, root / "out", root / "work", args.admit_workers)
         stages = report["timings_s"]
         print(f"ours      {ours:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "total"))
         print(f"          accepted {report['accepted']}  rejected {report['rejected']}  "
@@ -188,16 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         figures = {"items": args.items, "ours_s": round(ours, 3), "stages_s": stages}
         if args.rerun:
-            if args.profile_rerun:
-                import cProfile
-
-                profiler = cProfile.Profile()
-                rerun, again = profiler.runcall(run_ours, pool, replay, root / "out_rerun", root / "work",
-                                                args.admit_workers)
-                profiler.dump_stats(str(args.profile_rerun))
-                print(f"profile of the rerun's process written to {args.profile_rerun} (read it with pstats)")
-            else:
-                rerun, again = run_ours(pool, replay, root / "out_rerun", root / "work", args.admit_workers)
+            rerun, again = profiled(args.profile_rerun, "rerun", pool, replay, root / "out_rerun", root / "work",
+                                    args.admit_workers)
             print(f"rerun     {rerun:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in again["timings_s"].items()
                                                      if k != "total"))
             print(f"ratio rerun/ours = {rerun / ours:.2f} wall, {again['cpu_s'] / report['cpu_s']:.2f} CPU "
