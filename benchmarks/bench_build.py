@@ -30,6 +30,7 @@ The image files are read once before either timing so both run from the page cac
     .venv/bin/python benchmarks/bench_build.py                  # 100000 QA, a few minutes
     .venv/bin/python benchmarks/bench_build.py --items 10000 --json out.json
     .venv/bin/python benchmarks/bench_build.py --items 20000 --rerun --no-baseline
+    .venv/bin/python benchmarks/bench_build.py --items 50000 --rerun --no-baseline --no-floor --profile-rerun r.prof
 
 Prints the per-stage timings of the build, the floor and ours / floor (target <= 5), the baseline
 and ours / baseline, and the build's CPU seconds over its wall seconds (cores used).
@@ -176,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--admit-workers", type=int, default=None,
                         help="the build's --admit-workers (default: the build's own, the CPUs up to 8)")
     args = parser.parse_args(argv)
+    if args.profile_rerun and not args.rerun:
+        parser.error("--profile-rerun profiles the rerun: give --rerun too")
 
     root = Path(args.workdir or tempfile.mkdtemp(prefix="bench_build_"))
     try:
