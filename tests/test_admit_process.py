@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from orandcar_builder.childproc import Failed
 from orandcar_builder.images import ImagePolicy
 from orandcar_builder.pipeline import build, reuse
 from orandcar_builder.pipeline.admitproc import (
@@ -21,7 +22,6 @@ from orandcar_builder.pipeline.admitproc import (
     AdmitTask,
     AdmittedRows,
     _error_of,
-    _Failed,
 )
 from orandcar_builder.pipeline.stages import admit as admit_stage
 from orandcar_builder.pipeline.stages.admit import Admission
@@ -103,7 +103,7 @@ def test_an_error_in_the_admission_process_is_raised_here_as_it_is(tmp_path):
 
 
 def test_an_error_that_cannot_be_sent_as_it_is_keeps_its_text():
-    error = _error_of(_Failed(b"not a pickle", "ValueError: bad thing\nTraceback ..."))
+    error = _error_of(Failed(b"not a pickle", "ValueError: bad thing\nTraceback ..."))
     assert isinstance(error, AdmissionProcessError) and "ValueError: bad thing" in str(error)
 
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # Lowest first. Each part may import itself and any part of a lower level, never a higher one
 # and never another part of its own level.
 LEVELS: list[tuple[str, ...]] = [
-    ("__init__", "vocab", "files", "errors", "redact", "interrupts", "workdir", "heap"),
+    ("__init__", "vocab", "files", "errors", "redact", "interrupts", "workdir", "heap", "childproc"),
     ("images", "parquetio", "spill", "shipped", "hubhttp", "diffstore", "registry"),
     ("records", "families", "figures"),
     ("prompts",),

@@ -30,19 +30,15 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
-import pickle
-import queue
 import signal
-import sys
-import threading
 import time
-import traceback
 from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
+from ..childproc import Failed, QueuedSender, error_of, exit_on_term, run_sending
 from ..clean.pool_file import clean_lines
 from ..errors import OrandCarError
 from ..families import Families
@@ -71,17 +67,6 @@ STOP_WAIT_S = 10.0
 class AdmissionProcessError(OrandCarError):
     """The admission process ended without saying why (killed, out of memory), or failed with an
     error that could not be sent as it is."""
-
-
-def can_spawn() -> bool:
-    """Whether a spawned process can start from this one: spawn re-runs the main module from its
-    file, so a main program read from standard input (``python - <<EOF``, whose ``__file__`` is
-    ``<stdin>``) leaves the process nothing to run and it dies at once."""
-    main = sys.modules.get("__main__")
-    if getattr(main, "__spec__", None) is not None:
-        return True  # python -m: spawn imports the module by name
-    path = getattr(main, "__file__", None)
-    return path is None or os.path.isfile(path)  # None: an interactive session or a notebook
 
 
 @dataclass(frozen=True)
@@ -151,12 +136,6 @@ class AdmissionDone:
     seconds: float
 
 
-@dataclass(frozen=True)
-class _Failed:
-    error: bytes  # the pickled exception
-    text: str  # its type, message and traceback, where it cannot be unpickled
-
-
 class AdmissionProcess:
     """``messages()`` starts the admission process on ``task`` and yields its messages
     (``AdmittedRows``..., then one ``AdmissionDone``); see the module docstring."""
@@ -178,12 +157,12 @@ class AdmissionProcess:
             while not done:
                 try:
                     message = receiver.recv()
-                except EOFError:
+                except (EOFError, OSError):  # gone, or killed in the middle of a message
                     process.join(STOP_WAIT_S)
                     raise AdmissionProcessError(
                         f"the admission process ended abruptly (exit code {process.exitcode}: killed, or out of "
                         f"memory) while reading {self.task.pool}; build again, or with --admit-workers 1") from None
-                if isinstance(message, _Failed):
+                if isinstance(message, Failed):
                     raise _error_of(message)
                 done = isinstance(message, AdmissionDone)
                 yield message
@@ -197,93 +176,23 @@ class AdmissionProcess:
                 process.join()
 
 
-def _error_of(failed: _Failed) -> BaseException:
-    try:
-        error = pickle.loads(failed.error)
-    except Exception:
-        error = None
-    if isinstance(error, BaseException):
-        return error
-    return AdmissionProcessError(f"the admission failed in its process: {failed.text}")
+def _error_of(message: Failed) -> BaseException:
+    return error_of(message, lambda text: AdmissionProcessError(f"the admission failed in its process: {text}"))
 
 
 # --- the admission process -------------------------------------------------------------------
 
 
-class _Sender:
-    """Messages written to the pipe by a thread of their own, at most QUEUED_MESSAGES ahead."""
-
-    def __init__(self, connection):
-        self.connection = connection
-        self.queue: queue.Queue = queue.Queue(QUEUED_MESSAGES)
-        self.error: Optional[BaseException] = None
-        self.waited = 0.0  # seconds the admission waited for room in the queue
-        self.thread = threading.Thread(target=self._send, name="admission-sender", daemon=True)
-        self.thread.start()
-
-    def _send(self) -> None:
-        while True:
-            message = self.queue.get()
-            if message is None:
-                return
-            try:
-                self.connection.send(message)
-            except BaseException as exc:  # the build's process closed the pipe, or is gone
-                self.error = exc
-                return
-
-    def put(self, message) -> None:
-        t0 = time.perf_counter()
-        while True:
-            if self.error is not None:
-                raise SystemExit(0)  # the build's process stopped listening: stop, removing the files
-            try:
-                self.queue.put(message, timeout=0.5)
-                break
-            except queue.Full:
-                continue
-        self.waited += time.perf_counter() - t0
-
-    def close(self) -> None:
-        """Send what is queued, then stop the thread (at once if the pipe is gone)."""
-        try:
-            self.put(None)
-        except SystemExit:
-            return
-        self.thread.join()
-
-
-def _exit_on_term(signum, frame) -> None:
-    raise SystemExit(0)
-
-
 def run_admission(connection, task: AdmitTask, parent: int) -> None:
     """The admission process's body (``AdmissionProcess``)."""
     start_worker(parent)  # Ctrl-C is the build's; it ends once the build's process is gone
-    signal.signal(signal.SIGTERM, _exit_on_term)
+    signal.signal(signal.SIGTERM, exit_on_term)
     gc.freeze()  # the modules' objects: not traversed by each collection the admission starts (``heap.py``)
-    sender = _Sender(connection)
-    try:
-        _admit_and_send(task, sender)
-    except SystemExit:
-        pass
-    except BaseException as exc:
-        try:
-            error = pickle.dumps(exc)
-            pickle.loads(error)  # sent as it is only if the build's process can rebuild it
-        except Exception:
-            error = b""
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip() + "\n" + traceback.format_exc()
-        try:
-            sender.put(_Failed(error, text))
-        except SystemExit:
-            pass  # nobody listens any more
-    finally:
-        sender.close()
-        connection.close()
+    sender = QueuedSender(connection, QUEUED_MESSAGES, "admission-sender")
+    run_sending(sender, lambda: _admit_and_send(task, sender), connection)
 
 
-def _admit_and_send(task: AdmitTask, sender: _Sender) -> None:
+def _admit_and_send(task: AdmitTask, sender: QueuedSender) -> None:
     t0 = time.perf_counter()
     clean_report: dict = {}
     dropped: Counter = Counter()

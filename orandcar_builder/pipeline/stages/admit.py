@@ -22,10 +22,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator, Optional
 
+from ...childproc import can_spawn
 from ...families import Families
 from ...images import ImagePolicy
 from .. import reuse
-from ..admitproc import AdmissionProcess, AdmitTask, AdmittedRows, admit_records, can_spawn
+from ..admitproc import AdmissionProcess, AdmitTask, AdmittedRows, admit_records
 from ..progress import count_lines, stage_bar
 from ..work import AdmitResult, BuildContext, StageStats
 
