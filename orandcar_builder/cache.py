@@ -23,6 +23,7 @@ import os
 import shutil
 import sqlite3
 from dataclasses import dataclass, fields
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -122,6 +123,14 @@ def _canonical(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _json_text(text: str) -> str:
+    """``_canonical`` of a str: what ``json.dumps(text, ensure_ascii=False)`` returns, without
+    making an encoder for each call."""
+    if text.__class__ is not str:
+        return _canonical(text)
+    return encode_basestring(text)
+
+
 def cache_fingerprint(fingerprint: dict) -> dict:
     """The part of an engine fingerprint that shapes its output (RECORD_ONLY_KEYS removed)."""
     return {k: v for k, v in fingerprint.items() if k not in RECORD_ONLY_KEYS}
@@ -145,8 +154,8 @@ def request_keys(fingerprint: dict, requests: Iterable[Request]) -> list[str]:
     tail = ',"scheme":' + _canonical(KEY_SCHEME) + "}"
     keys = []
     for request in requests:
-        image = _canonical(request.image.sha256) if request.image is not None else "null"
-        text = head + image + ',"question":' + _canonical(request.question) + tail
+        image = _json_text(request.image.sha256) if request.image is not None else "null"
+        text = head + image + ',"question":' + _json_text(request.question) + tail
         keys.append(hashlib.sha256(text.encode("utf-8")).hexdigest())
     return keys
 

@@ -92,6 +92,10 @@ class StagedFile:
         (self.abort if exc_type is not None else self.commit)()
 
 
+# ``json.dumps(record, ensure_ascii=False)``'s encoder, made once (dumps makes one per call).
+_LINE_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
 class JsonLinesFile(StagedFile):
     """One JSON object per line (UTF-8, ``\\n`` line ends), staged as ``StagedFile``."""
 
@@ -101,7 +105,7 @@ class JsonLinesFile(StagedFile):
         self.lines = 0
 
     def write(self, record: dict) -> None:
-        self.fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.fh.write(_LINE_ENCODER.encode(record) + "\n")
         self.lines += 1
 
     def close(self, *, sync: bool) -> None:
