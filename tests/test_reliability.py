@@ -182,8 +182,12 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, group):
         before = _digest(out)
         server.delay = lambda question: 0.05
         asked = len(server.received)
+        # A test run started in the background of a shell ignores SIGINT (the shell's rule for
+        # background jobs), and a command started from it would inherit that: start the build as a
+        # terminal starts it, with SIGINT at its default.
         build = subprocess.Popen(_command(*common, "--work", tmp_path / "w1"), cwd=REPO, env=ENV,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 120
         while len(server.received) < asked + 100 and build.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
