@@ -52,12 +52,14 @@ from typing import Sequence
 from synthetic import make_pool, warm_page_cache  # benchmarks/ is on sys.path when a script runs
 
 
-def run_ours(pool: Path, replay: Path, out: Path, work: Path, admit_workers: int | None = None) -> tuple[float, dict]:
+def run_ours(pool: Path, replay: Path, out: Path, work: Path, admit_workers: int | None = None,
+             decide_process: bool | None = None) -> tuple[float, dict]:
     from orandcar_builder.engines.replay import ReplayEngine
     from orandcar_builder.pipeline import build
 
     t0, c0 = time.perf_counter(), _cpu()
-    result = build(pool, out, work=work, engine=ReplayEngine(replay), progress=False, admit_workers=admit_workers)
+    result = build(pool, out, work=work, engine=ReplayEngine(replay), progress=False, admit_workers=admit_workers,
+                   decide_process=decide_process)
     elapsed = time.perf_counter() - t0
     if not result.ok:
         raise SystemExit(f"our build failed validation: {result.problems[:5]}")
@@ -176,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-floor", action="store_true", help="skip the floor (parse, hash + decode, write)")
     parser.add_argument("--admit-workers", type=int, default=None,
                         help="the build's --admit-workers (default: the build's own, the CPUs up to 8)")
+    parser.add_argument("--decide-process", choices=("auto", "on", "off"), default="auto",
+                        help="decide on a process of its own (executors.decider): the build's choice (auto), or not")
     args = parser.parse_args(argv)
     if args.profile_rerun and not args.rerun:
         parser.error("--profile-rerun profiles the rerun: give --rerun too")
@@ -187,7 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pool: {args.items} QA over {(args.items + 1) // 2} images, made in {time.perf_counter() - t:.1f}s")
         warm_page_cache(root)
 
-        ours, report = profiled(args.profile, "build", pool, replay, root / "out", root / "work", args.admit_workers)
+        decide = {"auto": None, "on": True, "off": False}[args.decide_process]
+        ours, report = profiled(args.profile, "build", pool, replay, root / "out", root / "work", args.admit_workers,
+                                decide)
         stages = report["timings_s"]
         print(f"ours      {ours:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "total"))
         print(f"          accepted {report['accepted']}  rejected {report['rejected']}  "
@@ -196,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures = {"items": args.items, "ours_s": round(ours, 3), "stages_s": stages}
         if args.rerun:
             rerun, again = profiled(args.profile_rerun, "rerun", pool, replay, root / "out_rerun", root / "work",
-                                    args.admit_workers)
+                                    args.admit_workers, decide)
             print(f"rerun     {rerun:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in again["timings_s"].items()
                                                      if k != "total"))
             print(f"ratio rerun/ours = {rerun / ours:.2f} wall, {again['cpu_s'] / report['cpu_s']:.2f} CPU "

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
 
+import pyarrow as pa
+
 from ..cache import CacheStats, GenerationCache
 from ..engines import Engine, create_engine
 from ..families import DEFAULT_FAMILIES, Families
@@ -54,6 +56,9 @@ class GenerationJob:
     # are exhausted.
     admitted_rows: Optional[Iterable[dict]] = None
     families: Families = DEFAULT_FAMILIES  # the build's family registry: prompts and rules (workers get it too)
+    # Decide on a process of its own (``executors.decider``; the local executor): the generate
+    # stage says so for a large pool on two or more CPUs.
+    decide_process: bool = False
 
     def add_time(self, name: str, seconds: float) -> None:
         self.timings[name] = self.timings.get(name, 0.0) + seconds
@@ -61,13 +66,16 @@ class GenerationJob:
 
 @dataclass
 class DecidedChunk:
-    """Admitted items (in the order their generations finished, or were found in the cache): their requests, their generations (None where
-    generation failed) and their decision records (steps.DECISION_SCHEMA), each with its pool
-    ``order``."""
+    """Admitted items (in the order their generations finished, or were found in the cache): their
+    requests, their generations (None where generation failed) and their decision records
+    (records.DECISION_SCHEMA), each with its pool ``order``: as dicts in ``rows``, or as one Arrow
+    table in ``table`` (``rows`` then empty) where they were decided on another process
+    (``executors.decider``)."""
 
     requests: list[Request]
     generations: list[Optional[Generation]]
     rows: list[dict]
+    table: Optional[pa.Table] = None
 
 
 class ChunkGatherer:

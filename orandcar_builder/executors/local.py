@@ -5,9 +5,11 @@ admission runs inside this stream, so the first requests go out after a few item
 whole pool) or read chunk by chunk from work/admitted.parquet, and turned into requests, which go
 through the one cached generation path (``generation.CachedGeneration.stream``: the cache answers
 what it holds, the rest streams to the engine, finished generations are committed in small
-transactions). Each item is decided as its answer lands; decisions come out in that order, each
-with its pool ``order``; the build sorts them on disk (``ordering.sort_by_order``). An item is
-held only from the moment its request is taken until its answer lands.
+transactions). Answered items are decided a batch at a time, in the order their answers landed:
+here, or for a large pool on a process of its own (``GenerationJob.decide_process``:
+``executors.decider``, whose records come back as Arrow tables); each decision carries its pool
+``order`` and the build sorts them on disk (``ordering.sort_by_order``). An item is held only
+from the moment its request is taken until its batch is decided.
 
 A request that fails (the engine's failed Completion) is recorded on its item as ``failed`` and
 the build goes on; a rerun asks it again. An engine that cannot run at all (EngineUnavailable,
@@ -17,12 +19,14 @@ EngineContractError) stops the build.
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from contextlib import nullcontext
+from typing import Iterator, Optional
 
-from ..records import Admitted, Request, admitted_from_row
-from .base import ChunkGatherer, DecidedChunk, GenerationJob, admitted_rows
+from ..records import Generation, Request
+from .base import DecidedChunk, GenerationJob, admitted_rows
+from .decider import DECIDE_BATCH, Decider
 from .generation import cached_generation
-from .steps import decided_or_failed, failed_row, make_request
+from .steps import decided_rows, request_of_row
 
 
 class LocalExecutor:
@@ -32,37 +36,45 @@ class LocalExecutor:
     streams_admission = True  # takes GenerationJob.admitted_rows as they are admitted
 
     def run(self, job: GenerationJob) -> Iterator[DecidedChunk]:
-        admitted: dict[int, Admitted] = {}  # id(request) -> its item, from taken until answered
-        out = ChunkGatherer(job.chunk_size)
+        admitted: dict[int, dict] = {}  # id(request) -> its admitted row, from taken until answered
+        answered: list[tuple[dict, Request, Optional[Generation], Optional[str]]] = []
+        # Answered items are decided a batch at a time: on the decider's process, or here.
+        batch = DECIDE_BATCH if job.decide_process else job.chunk_size
         timer = {"verify": 0.0}
 
         def requests() -> Iterator[Request]:  # the cached path takes them as the engine wants them
             for row in admitted_rows(job):
-                a = admitted_from_row(row)
-                request = make_request(a, job.families)
-                admitted[id(request)] = a
+                request = request_of_row(row, job.families)
+                admitted[id(request)] = row
                 yield request
 
+        def decide_here(items: list) -> DecidedChunk:
+            t1 = time.perf_counter()
+            rows = decided_rows(items, job.families)
+            timer["verify"] += time.perf_counter() - t1
+            return DecidedChunk(requests=[i[1] for i in items], generations=[i[2] for i in items], rows=rows)
+
         t0 = time.perf_counter()
-        with cached_generation(job.cache, job.engine, job.stats, job.progress) as path:
-            for completion in path.stream(job.engine, requests(), batch_size=job.batch_size):
-                t1 = time.perf_counter()
-                request, generation = completion.request, completion.generation
-                a = admitted.pop(id(request))
-                if generation is None:
-                    row = failed_row(a, request, completion.error or "the engine gave no answer")
-                else:
-                    row = decided_or_failed(a, request, generation, job.families)
-                timer["verify"] += time.perf_counter() - t1
-                chunk = out.add(request, generation, row)
-                if chunk is not None:
-                    yield chunk
-        job.add_time("generate", time.perf_counter() - t0 - timer["verify"])
-        job.add_time("verify", timer["verify"])
-        chunk = out.take()
-        if chunk is not None:
-            yield chunk
+        with (Decider(job.families) if job.decide_process else nullcontext()) as decider:
+            with cached_generation(job.cache, job.engine, job.stats, job.progress) as path:
+                for completion in path.stream(job.engine, requests(), batch_size=job.batch_size):
+                    request = completion.request
+                    answered.append((admitted.pop(id(request)), request, completion.generation, completion.error))
+                    if len(answered) >= batch:
+                        items, answered = answered, []
+                        if decider is not None:
+                            yield from decider.submit(items, decide_here)
+                        else:
+                            yield decide_here(items)
+            if answered:
+                yield from decider.submit(answered, decide_here) if decider is not None else [decide_here(answered)]
+            if decider is not None:
+                yield from decider.finish()
+        # On the decider, "verify" is its process's seconds (beside generating) and this process's
+        # own deciding; "generate" is this process's time less its deciding and its waits.
+        waited = timer["verify"] + (decider.waited if decider is not None else 0.0)
+        job.add_time("generate", time.perf_counter() - t0 - waited)
+        job.add_time("verify", timer["verify"] + (decider.seconds if decider is not None else 0.0))
 
     def describe(self) -> dict:
         return {"executor": self.name}
-

@@ -17,9 +17,20 @@ from typing import Optional
 from ..cache import is_complete
 from ..engines.reasoning import answer_status
 from ..families import Families
+from ..images import ImageRef
 from ..interrupts import raise_if_interrupted
 from ..prompts import question_text
-from ..records import DECISION_SCHEMA, Admitted, Decision, Generation, Outcome, Request, decision_row, outcome_record
+from ..records import (
+    DECISION_SCHEMA,
+    Admitted,
+    Decision,
+    Generation,
+    Outcome,
+    Request,
+    admitted_from_row,
+    decision_row,
+    outcome_record,
+)
 from ..redact import scrub
 from ..verify import verify
 from ..verify.candidates import strip_reasoning
@@ -48,6 +59,19 @@ def make_request(admitted: Admitted, families: Families) -> Request:
         question=question_text(item.question, families[item.family], item.options),
         family=item.family,
         image=item.image,
+    )
+
+
+def request_of_row(row: dict, families: Families) -> Request:
+    """``make_request`` of the item an admitted row (``records.admitted_row``) describes, without
+    making the whole item (``admitted_from_row``): what an executor needs before the item is decided."""
+    options = row["options"]
+    return Request(
+        item_id=row["id"],
+        question=question_text(row["question"], families[row["family"]],
+                               tuple(options) if options is not None else None),
+        family=row["family"],
+        image=ImageRef(path=row["image"], sha256=row["image_sha256"]),
     )
 
 
@@ -110,6 +134,24 @@ def decided_row(admitted: Admitted, request: Request, generation: Generation, fa
                                              f"(finish_reason {generation.finish_reason!r})")
     outcome, decision = outcome_of(admitted, request, generation, families)
     return decision_row(outcome, generation, decision)
+
+
+def decided_rows(items, families: Families) -> list[dict]:
+    """The decision records of answered items, each ``(admitted row, its request or None, its
+    generation or None, the error of a failed request)``: ``decided_or_failed``, or ``failed_row``
+    where there is no generation. A None request is made again from the row (``make_request``:
+    the one ``request_of_row`` made). The same here and on the decider's process
+    (``executors.decider``)."""
+    out = []
+    for row, request, generation, error in items:
+        admitted = admitted_from_row(row)
+        if request is None:
+            request = make_request(admitted, families)
+        if generation is None:
+            out.append(failed_row(admitted, request, error or "the engine gave no answer"))
+        else:
+            out.append(decided_or_failed(admitted, request, generation, families))
+    return out
 
 
 def decided_or_failed(admitted: Admitted, request: Request, generation: Generation, families: Families) -> dict:

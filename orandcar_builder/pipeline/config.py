@@ -45,7 +45,9 @@ class BuildConfig:
     images (None: ``pool.prefetch.default_workers()``); on the local executor admission
     overlaps generation unless ``overlap_admit`` is False, and then runs on a process of its own
     as ``admit_process`` says (None: for a large pool with two or more admission processes;
-    ``stages.admit.Admission.on_process``). Beyond ``max_failed_share`` of the
+    ``stages.admit.Admission.on_process``); the local executor decides the answered items on a
+    process of its own as ``decide_process`` says (None: for a large pool on two or more CPUs;
+    ``executors.decider.on_process``). Beyond ``max_failed_share`` of the
     admitted items without an answer the build is a failed build and the old dataset stays
     (``failure.py``). ``families`` is the build's family registry (a ``families.Families``
     value: the code's ``DEFAULT_FAMILIES`` unless a recipe changes them; ``Family`` records given
@@ -78,6 +80,7 @@ class BuildConfig:
     admit_workers: Optional[int] = None
     overlap_admit: bool = True
     admit_process: Optional[bool] = None
+    decide_process: Optional[bool] = None
     max_failed_share: float = DEFAULT_MAX_FAILED_SHARE
     families: Families = DEFAULT_FAMILIES
     card_options: Mapping[str, Any] = field(default_factory=dict)

@@ -43,13 +43,23 @@ class ParquetFile(StagedFile):
         self._buffered()
         self._gather(rows)
 
+    def write_table(self, table: pa.Table) -> None:
+        """Append rows already made Arrow (this file's schema); written with the next row group."""
+        if not table.schema.equals(self.schema):
+            raise ValueError(f"{self.path}: a table of another schema cannot be appended")
+        self._buffered()
+        self._gather_table(table)
+
     def _gather(self, rows: list[dict]) -> None:
         if rows:
-            table = pa.Table.from_pylist(rows, schema=self.schema)
+            self._gather_table(pa.Table.from_pylist(rows, schema=self.schema))
+
+    def _gather_table(self, table: pa.Table) -> None:
+        if table.num_rows:
             self.tables.append(table)
             self.table_rows += table.num_rows
             self.table_bytes += table.nbytes
-            self.rows += len(rows)
+            self.rows += table.num_rows
             if self.table_rows >= WORK_ROW_GROUP_ROWS or self.table_bytes >= WORK_ROW_GROUP_BYTES:
                 self._write_group()
 

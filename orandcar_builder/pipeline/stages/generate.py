@@ -17,7 +17,7 @@ from typing import Callable, Optional
 from ...cache import CacheStats, GenerationCache
 from ...engines import create_engine
 from ...engines.replay import ReplayWriter
-from ...executors import EngineFactory, GenerationJob
+from ...executors import EngineFactory, GenerationJob, decider
 from ...executors.base import CHUNK_SIZE
 from ...executors.ordering import sort_by_order
 from ...files import JsonLinesFile
@@ -82,7 +82,9 @@ class GenerateStage:
             admitted=work.admitted, work=work.path, engine=engine,
             factory=context.objects.engine_factory or EngineFactory(config.engine, dict(config.engine_options)),
             cache=cache, stats=cache_stats, batch_size=config.generation_batch,
-            timings={"generate": 0.0, "verify": 0.0}, admitted_rows=admitted_rows, families=config.families)
+            timings={"generate": 0.0, "verify": 0.0}, admitted_rows=admitted_rows, families=config.families,
+            decide_process=(config.decide_process if config.decide_process is not None
+                            else decider.on_process(config.pool, config.limit)))
         total = admission.expected if self.overlapped else (lambda: admission.admitted)
         facts = _generate(context.executor, job, work, total, config.progress, config.export_generations)
         if not admission.done:
@@ -107,7 +109,10 @@ def _generate(executor, job: GenerationJob, work: WorkDir, total: Callable[[], O
         job.progress = advance
         with WorkFiles(decisions=ParquetFile(work.decisions_unsorted, DECISION_SCHEMA)) as files:
             for chunk in executor.run(job):
-                files.decisions.write_rows(chunk.rows)
+                if chunk.table is not None:
+                    files.decisions.write_table(chunk.table)
+                else:
+                    files.decisions.write_rows(chunk.rows)
         final = total()  # exact now: admission is done
         set_progress(bar, final, final)
     t0 = time.perf_counter()
