@@ -50,18 +50,19 @@ from .base import DecidedChunk
 from .steps import decided_rows
 
 # Items per batch sent to the process: a batch's pickling and its table's overhead stay small
-# against its deciding, and a few batches in flight are a few MB.
+# against its deciding, and the batches in flight are about 1 MB.
 DECIDE_BATCH = 256
 # Batches sent and not yet decided (back) at most.
 IN_FLIGHT = 4
-# The pipes' buffer (``_widen``): a few batches either way (a batch is about 120 kB pickled, its
-# table about 400 kB), the default most Linux systems allow (/proc/sys/fs/pipe-max-size).
+# The pipes' buffer (``_widen``): a few batches either way (a batch of the 200k benchmark is about
+# 120 kB pickled, its table about 140 kB), the most Linux allows by default (/proc/sys/fs/pipe-max-size).
 PIPE_BYTES = 1 << 20
 # Seconds ``close`` waits for the process to end before killing it.
 STOP_WAIT_S = 10.0
 # A build decides on the process when not told otherwise (``on_process``) from a pool file of this
 # many bytes (about 5,000 lines) and a ``--limit`` of this many lines or none: below, the process's
-# start (its imports, about a second of CPU) costs more than it saves.
+# start (about 0.4 s of CPU before its first batch, more when a rule imports a heavy library) costs
+# more than it saves.
 MIN_POOL_BYTES = 1 << 20
 MIN_ITEMS = 4096
 
@@ -160,7 +161,7 @@ class Decider:
         process = self.process
         if process is None:
             return
-        process.join(STOP_WAIT_S if process.exitcode is None and not self._pending else 0)
+        process.join(0 if self._pending else STOP_WAIT_S)  # told to end (finish), or its pipe closed just now
         if process.is_alive():
             process.terminate()
             process.join(STOP_WAIT_S)
