@@ -48,18 +48,17 @@ def test_a_pool_the_user_chose_is_kept():
 
 def test_pyarrow_imported_before_the_builder_keeps_its_pool_and_the_environment_is_left_alone():
     code = "import pyarrow, " + PROBE.removeprefix("import ")
-    backend, chosen = _probe(code, ARROW_DEFAULT_MEMORY_POOL=None)
+    _backend, chosen = _probe(code, ARROW_DEFAULT_MEMORY_POOL=None)
     assert chosen is None  # nothing set that this process's pyarrow would not use
 
 
 def test_the_same_rows_give_the_same_shard_bytes_under_every_pool(tmp_path):
     """Each pool in its own process writes one config's shards; the files are byte-identical."""
     code = (
-        "import sys, pyarrow as pa\n"
+        "import hashlib, sys, pyarrow as pa\n"
         "from pathlib import Path\n"
         "from orandcar_builder.dataset import writer as writer_module\n"
         "from orandcar_builder.dataset.writer import ConfigWriter\n"
-        "import hashlib\n"
         "def row(i):\n"
         "    data = hashlib.sha256(str(i).encode()).digest() * (1 + i % 50)\n"
         "    return {'image': {'bytes': data, 'path': f'{i}.png'}, 'image_sha256': hashlib.sha256(data).hexdigest(),\n"
@@ -67,7 +66,7 @@ def test_the_same_rows_give_the_same_shard_bytes_under_every_pool(tmp_path):
         "            'clean_meta': {'policy': 'p', 'sources': [{'dataset': 'd', 'split': 's', 'id': str(i),\n"
         "                           'origin': 'benchmark', 'family': 'scene_text', 'references': ['a'], 'options': []}],\n"
         "                           'actions': []}}\n"
-        "writer_module.ROW_GROUP_MAX_BYTES = 60_000  # several row groups\n"
+        "writer_module.ROW_GROUP_MAX_BYTES = 60_000  # 3-4 row groups in each of 11 shards\n"
         "with ConfigWriter(Path(sys.argv[1]), 'rejected', max_shard_bytes=200_000) as w:\n"
         "    for i in range(2000): w.write(row(i))\n"
         "    w.finalize()\n"
