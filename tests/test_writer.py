@@ -221,3 +221,68 @@ def test_a_finished_config_is_on_disk_before_the_others_end_and_takes_no_more_ro
             assert (tmp_path / "b" / rel).read_bytes() == (tmp_path / "a" / rel).read_bytes()
         writer.finish("rejected")  # once is enough: a second call writes nothing again
     assert writer.summary() == {"rejected": reference["rejected"]}
+
+
+# -- a row group spilled to disk while it fills (``_GroupSpill``) -----------------------------------
+
+
+def _write_with_spill(folder, rows, monkeypatch, spill_bytes, **bounds):
+    monkeypatch.setattr(writer_module, "SPILL_BYTES", spill_bytes)
+    for name, value in bounds.items():
+        monkeypatch.setattr(writer_module, name, value)
+    return write_dataset(folder, {"rejected": rows()}, max_shard_bytes=bounds.get("max_shard_bytes", 10**9))
+
+
+@pytest.mark.parametrize("rows", [lambda: _rows(700, 8), lambda: _rows_with_null_values(600, 9)])
+@pytest.mark.parametrize("spill_bytes", [1, 5_000, 60_000])
+@pytest.mark.parametrize("bounds", [{}, {"ROW_GROUP_MAX_BYTES": 90_000}, {"ROW_GROUP_MAX_BYTES": 40_000, "CONVERT_ROWS": 7}])
+def test_a_spilled_row_group_has_the_bytes_of_one_held_in_memory(tmp_path, monkeypatch, rows, spill_bytes, bounds):
+    """Spilling changes where a row group waits, not what is written: the same shards, byte for
+    byte, and the same counted sizes as a row group held in memory until it is written."""
+    held = _write_with_spill(tmp_path / "held", rows, monkeypatch, 10**12, **bounds)
+    spilled = _write_with_spill(tmp_path / "spilled", rows, monkeypatch, spill_bytes, **bounds)
+    assert spilled == held
+    for rel in held["rejected"]["shards"]:
+        assert (tmp_path / "spilled" / rel).read_bytes() == (tmp_path / "held" / rel).read_bytes()
+    if bounds:
+        assert pq.ParquetFile(tmp_path / "held" / held["rejected"]["shards"][0]).num_row_groups > 1
+
+
+def test_memory_holds_the_spill_batch_not_the_row_group(tmp_path, monkeypatch):
+    """While a row group fills, only the chunks since the last spill are held as Arrow; the rest
+    waits in files no one else sees (the config's folder lists only the partial shard)."""
+    monkeypatch.setattr(writer_module, "SPILL_BYTES", 20_000)
+    rows = list(_rows(800, 10))
+    largest_chunk = 0
+    with ConfigWriter(tmp_path, "rejected", 10**9) as writer:
+        for row in rows:
+            writer.write(row)
+            held = sum(chunk.nbytes for chunk in writer._group)
+            largest_chunk = max([largest_chunk] + [chunk.nbytes for chunk in writer._group])
+            assert held < 20_000
+            assert writer._group_arrow_bytes <= held or writer._spill is not None
+        assert writer._group_arrow_bytes > 10 * 20_000  # the row group itself is far larger
+        assert [p.name for p in (tmp_path / "rejected").iterdir()] == [".train-00000.parquet.partial"]
+        writer.finalize()
+    assert writer._spill is None
+    table = pq.read_table(tmp_path / "rejected" / "train-00000-of-00001.parquet")
+    assert table.to_pylist() == pa.Table.from_pylist(rows, schema=table.schema).to_pylist()
+
+
+def test_a_failure_with_a_spilled_row_group_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer_module, "SPILL_BYTES", 5_000)
+
+    def rows():
+        yield from _rows(400)
+        raise RuntimeError("image vanished")
+
+    spill_files = []
+    with pytest.raises(RuntimeError):
+        with ConfigWriter(tmp_path, "rejected", 10**9) as writer:
+            for row in rows():
+                writer.write(row)
+                if writer._spill is not None and not spill_files:
+                    spill_files.extend(writer._spill.files)
+    assert spill_files and all(handle.closed for handle in spill_files)
+    assert writer._spill is None
+    assert list((tmp_path / "rejected").iterdir()) == []
