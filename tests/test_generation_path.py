@@ -306,3 +306,44 @@ def test_cache_py_is_storage_only():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert not any("engines" in name for name in imported)
     assert not hasattr(cache_module, "generate_cached") and not hasattr(cache_module, "CommitBuffer")
+
+
+# -- the keys asked in a run: an exact set at 32 bytes a key (generation.AskedKeys) -----------------
+
+
+def test_the_asked_keys_answer_as_a_set_across_their_settling(monkeypatch):
+    """Keys moved into the sorted array are found as in the recent set: every byte counts
+    (a key ending in NUL bytes, keys one byte apart), and a key never added is never found."""
+    monkeypatch.setattr(generation.AskedKeys, "RECENT", 7)
+    rng = random.Random(5)
+    tricky = [b"\x00" * 32, b"\x01" * 31 + b"\x00", b"\x01" * 32, b"\x01" * 31 + b"\x02", b"\xff" * 32]
+    pool = tricky + [rng.randbytes(32) for _ in range(300)]
+    keys, reference = generation.AskedKeys(), set()
+    for _ in range(60):
+        batch = [rng.choice(pool) for _ in range(rng.randrange(1, 12))]
+        assert keys.asked_before(batch) == [digest in reference for digest in batch]
+        for digest in batch:
+            if digest not in reference and rng.random() < 0.5:  # as classify adds: a key not asked before
+                keys.add(digest)
+                reference.add(digest)
+        keys.settle()
+        assert len(keys) == len(reference)
+    assert len(keys.recent) < 7 and len(keys) > 100  # most of them in the array
+    assert keys._sorted.nbytes == 32 * (len(keys) - len(keys.recent))
+    with pytest.raises(ValueError):
+        keys.add(b"short")
+
+
+def test_repeated_requests_are_shared_whether_their_key_is_recent_or_settled(cache, monkeypatch):
+    requests = [req(f"i{i}", f"question {i % 40}") for i in range(400)]
+    counts = []
+    for recent in (10**9, 3):
+        monkeypatch.setattr(generation.AskedKeys, "RECENT", recent)
+        with GenerationCache(Path(cache.path).with_name(f"g{recent}.sqlite")) as fresh:
+            engine, stats = Counting(window=7), CacheStats()
+            out = run(engine, requests, fresh, stats)
+        assert sorted(engine.asked) == sorted(f"question {i}" for i in range(40))
+        assert {c.request.item_id: c.generation.final_answer for c in out} == {
+            r.item_id: f"A:{r.question}" for r in requests}
+        counts.append((stats.total, stats.asked, stats.shared, stats.hits))
+    assert counts[0] == counts[1] == (400, 40, 360, 0)

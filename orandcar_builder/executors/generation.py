@@ -9,7 +9,7 @@ Ray executor, whose engines run on the cluster, takes its classification and its
 - a key the cache holds is answered from it at once (a *hit*); a key already asked in this run is
   *shared*: it is answered when (or as soon as) that ask lands, with its generation if it was
   stored, else as failed (``SAME_REQUEST_FAILED``: a rerun asks it again); the keys asked are
-  remembered, 32 bytes each, so each distinct request is asked once;
+  remembered, 32 bytes each (``AskedKeys``), so each distinct request is asked once;
 - the rest stream to the engine (``engines.base.stream_of``: the engine holds its own window and
   pulls the next request as one finishes) and each completion is yielded as it lands;
 - every complete generation (``cache.is_complete``) goes to one ``CommitBuffer``: small
@@ -32,6 +32,8 @@ from collections import deque
 from dataclasses import replace
 from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+import numpy as np
 
 from ..cache import CacheError, CacheStats, GenerationCache, is_complete, request_keys
 from ..engines import Engine
@@ -235,6 +237,47 @@ class CommitBuffer:
         return bool(self._pending) and self._since is not None and time.monotonic() - self._since >= age
 
 
+class AskedKeys:
+    """The cache keys (32-byte digests) asked in one run, an exact set at 32 bytes a key.
+
+    A Python set of bytes costs about 110 bytes a key (the bytes object and its slot): 110 MB at a
+    million requests. Here the newest keys (at most RECENT) are a set, and the rest one sorted
+    numpy array of 32-byte values, searched a batch at a time (``asked_before``); ``settle`` moves
+    the set into the array once it is full. Nothing is approximated: every byte of a key counts."""
+
+    RECENT = 1 << 16
+
+    def __init__(self):
+        self.recent: set[bytes] = set()
+        self._sorted = np.empty(0, dtype="V32")
+
+    def __len__(self) -> int:
+        return len(self.recent) + len(self._sorted)
+
+    def asked_before(self, digests: Sequence[bytes]) -> list[bool]:
+        """For each digest, whether it was added before this call."""
+        if not len(self._sorted):
+            return [digest in self.recent for digest in digests]
+        wanted = np.frombuffer(b"".join(digests), dtype="V32")
+        at = np.minimum(np.searchsorted(self._sorted, wanted), len(self._sorted) - 1)
+        in_array = (self._sorted[at] == wanted).tolist()
+        return [found or digest in self.recent for found, digest in zip(in_array, digests)]
+
+    def add(self, digest: bytes) -> None:
+        """Add a key not added before (``classify`` adds only those)."""
+        if len(digest) != 32:
+            raise ValueError(f"a cache key is 32 bytes, got {len(digest)}")
+        self.recent.add(digest)
+
+    def settle(self) -> None:
+        """Move the recent keys into the sorted array once they are RECENT or more."""
+        if len(self.recent) < self.RECENT:
+            return
+        new = np.sort(np.frombuffer(b"".join(self.recent), dtype="V32"))
+        self._sorted = np.insert(self._sorted, np.searchsorted(self._sorted, new), new)
+        self.recent = set()
+
+
 class CachedGeneration:
     """One run's requests through ``cache`` for an engine with ``fingerprint`` (see the module
     docstring). Counts go to ``stats``; ``progress(stats)`` is called while streaming, at most
@@ -247,7 +290,7 @@ class CachedGeneration:
         self.stats = stats if stats is not None else CacheStats()
         self.progress = progress
         self.commits = CommitBuffer(cache.path, fingerprint, stats=self.stats) if cache is not None else None
-        self.asked: set[bytes] = set()  # the keys asked in this run
+        self.asked = AskedKeys()  # the keys asked in this run
         self._in_flight: dict[int, tuple[Request, Optional[str]]] = {}  # id(request) -> (request, key)
         self._open: set[str] = set()  # keys asked in this run whose answer has not landed
         self._waiting: dict[str, list[Request]] = {}  # shared requests whose key is open
@@ -276,17 +319,20 @@ class CachedGeneration:
         if self.cache is None:
             return [None] * len(requests), [ASK] * len(requests), {}
         keys = request_keys(self.fingerprint, requests)
-        found = self.cache.get_many(k for k in keys if bytes.fromhex(k) not in self.asked)
+        digests = [bytes.fromhex(key) for key in keys]
+        before = self.asked.asked_before(digests)
+        found = self.cache.get_many(key for key, asked in zip(keys, before) if not asked)
         classes = []
-        for key in keys:
-            digest = bytes.fromhex(key)
-            if digest in self.asked:
+        recent = self.asked.recent  # the keys this batch adds land here (settled after the batch)
+        for key, digest, asked in zip(keys, digests, before):
+            if asked or digest in recent:
                 classes.append(SHARED)
             elif key in found:
                 classes.append(HIT)
             else:
                 self.asked.add(digest)
                 classes.append(ASK)
+        self.asked.settle()
         self.stats.hits += classes.count(HIT)
         self.stats.shared += classes.count(SHARED)
         return keys, classes, found
