@@ -12,14 +12,5 @@ __version__ = "0.1.0"
 # builder asks for jemalloc, on Linux (where the wheels carry it), when pyarrow is not imported
 # yet and the user has not chosen a pool; the processes the build spawns inherit the choice.
 # The bytes written do not depend on the allocator (tests/test_memory_pool.py).
-#
-# And jemalloc is asked to give freed pages back at once: Arrow builds its jemalloc with a decay
-# of a second, which jemalloc applies only when it is next called, so the pages of a row group
-# just written or read (tens of MB) stayed resident while the build went on in Python. A 1M-QA
-# folder's validation rose 175 MiB above its start with the decay, 90 with none; the time was the
-# same (benchmarks/README.md, "jemalloc's decay"). ``JE_ARROW_MALLOC_CONF`` is jemalloc's own
-# setting under Arrow's prefix; a value the user set is kept.
 if _sys.platform.startswith("linux") and "pyarrow" not in _sys.modules:
     _os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
-    if _os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc":
-        _os.environ.setdefault("JE_ARROW_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")

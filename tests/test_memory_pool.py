@@ -84,35 +84,3 @@ def test_the_same_rows_give_the_same_shard_bytes_under_every_pool(tmp_path):
     assert len(contents["system"]) > 1  # several shards
     for pool in pools[1:]:
         assert contents[pool] == contents["system"], pool
-
-
-# jemalloc's decay: freed pages go back to the system at once (orandcar_builder/__init__.py).
-DECAY_PROBE = (
-    "import json, os, orandcar_builder, pyarrow as pa\n"
-    "def anon():\n"
-    "    with open('/proc/self/status') as fh:\n"
-    "        return next(int(line.split()[1]) for line in fh if line.startswith('RssAnon:')) / 1024\n"
-    "before = anon()\n"
-    "arrays = [pa.array([b'x' * (1000 + i % 3000)] * 50) for i in range(2000)]  # ~2000 buffers of 50-200 kB\n"
-    "held = anon()\n"
-    "del arrays\n"
-    "print(json.dumps([os.environ.get('JE_ARROW_MALLOC_CONF'), (anon() - before) / (held - before)]))\n"
-)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the builder sets jemalloc's decay on Linux only")
-def test_importing_the_builder_gives_freed_arrow_memory_back_at_once():
-    if not _has_jemalloc():
-        pytest.skip("this pyarrow has no jemalloc")
-    conf, kept = _probe(DECAY_PROBE, ARROW_DEFAULT_MEMORY_POOL=None, JE_ARROW_MALLOC_CONF=None)
-    assert conf == "dirty_decay_ms:0,muzzy_decay_ms:0"
-    # Arrow's own setting (a decay of a second) as the user's choice: kept, and it keeps the pages.
-    user_conf, kept_with_decay = _probe(DECAY_PROBE, ARROW_DEFAULT_MEMORY_POOL=None,
-                                        JE_ARROW_MALLOC_CONF="dirty_decay_ms:1000,muzzy_decay_ms:1000")
-    assert user_conf == "dirty_decay_ms:1000,muzzy_decay_ms:1000"
-    assert kept < 0.25 < kept_with_decay, (kept, kept_with_decay)
-
-
-def test_the_decay_is_left_alone_for_another_pool():
-    code = PROBE.replace("os.environ.get('ARROW_DEFAULT_MEMORY_POOL')", "os.environ.get('JE_ARROW_MALLOC_CONF')")
-    assert _probe(code, ARROW_DEFAULT_MEMORY_POOL="system", JE_ARROW_MALLOC_CONF=None) == ["system", None]
