@@ -213,3 +213,60 @@ def test_a_row_group_is_read_a_column_and_a_batch_at_a_time(tmp_path, monkeypatc
     assert problems == []
     assert measured[shard] == (3000, whole.nbytes)
     assert held and max(held) <= largest_column
+
+
+@pytest.mark.parametrize("with_nulls", [False, True])
+def test_a_row_groups_size_is_summed_from_its_batches_and_read_whole_only_where_a_bitmap_is(
+        tmp_path, monkeypatch, with_nulls):
+    """The Arrow size validate measures batch by batch is the whole row groups' size (the card's
+    num_bytes, ``info.arrow_bytes``), across several row groups and batches; a row group is read
+    again a column at a time only where a batch holds a validity bitmap (a null somewhere)."""
+    import orandcar_builder.dataset.validate as validate
+    from orandcar_builder.dataset import writer as writer_module
+    from orandcar_builder.dataset.info import arrow_bytes
+    from orandcar_builder.dataset.writer import write_dataset
+    from orandcar_builder.families import DEFAULT_FAMILIES
+    from orandcar_builder.spill import SpillMap
+
+    from .test_writer import _rows, _rows_with_null_values
+
+    monkeypatch.setattr(writer_module, "ROW_GROUP_MAX_BYTES", 120_000)
+    rows = _rows_with_null_values(900, 4) if with_nulls else _rows(900, 4)
+    write_dataset(tmp_path, {"rejected": rows})
+    shard = _shard(tmp_path, "rejected")
+    assert pq.ParquetFile(shard).num_row_groups > 3
+    whole_reads = []
+    row_group_nbytes = validate.row_group_nbytes
+    monkeypatch.setattr(validate, "row_group_nbytes",
+                        lambda parquet, group: whole_reads.append(group) or row_group_nbytes(parquet, group))
+    monkeypatch.setattr(validate, "BATCH_BYTES", 16 * 1024)
+    measured = {}
+    with SpillMap() as seen:
+        list(validate._check_rows("rejected", [shard], seen, False, measured, DEFAULT_FAMILIES))  # rows of another schema's rules
+    assert measured[shard] == (900, arrow_bytes([shard]))
+    assert bool(whole_reads) == with_nulls
+
+
+def test_a_card_that_differs_from_the_batch_sums_is_judged_on_whole_row_groups(sample_copy, monkeypatch):
+    """Where the card's sizes differ from the ones summed batch by batch, the shards are measured
+    whole before anything is said: a right card stays right, a wrong one is reported with the
+    whole row groups' size."""
+    import orandcar_builder.dataset.validate as validate
+    from orandcar_builder.dataset.info import arrow_bytes
+
+    batches = validate._batches
+
+    def off_by_one(parquet, shard, measured):
+        yield from batches(parquet, shard, measured)
+        rows, size = measured[shard]
+        measured[shard] = (rows, size + 1)
+
+    monkeypatch.setattr(validate, "_batches", off_by_one)
+    assert validate_folder(sample_copy) == []
+    readme = sample_copy / "README.md"
+    exact = arrow_bytes(sorted((sample_copy / "rejected").glob("*.parquet")))
+    text = readme.read_text()
+    assert f"num_bytes: {exact}\n" in text
+    readme.write_text(text.replace(f"num_bytes: {exact}\n", f"num_bytes: {exact + 7}\n", 1))
+    problems = validate_folder(sample_copy)
+    assert any(f"num_bytes {exact + 7}, the shards hold {exact} bytes of rows" in p for p in problems), problems
