@@ -230,7 +230,7 @@ def _write_with_spill(folder, rows, monkeypatch, spill_bytes, **bounds):
     monkeypatch.setattr(writer_module, "SPILL_BYTES", spill_bytes)
     for name, value in bounds.items():
         monkeypatch.setattr(writer_module, name, value)
-    return write_dataset(folder, {"rejected": rows()}, max_shard_bytes=bounds.get("max_shard_bytes", 10**9))
+    return write_dataset(folder, {"rejected": rows()}, max_shard_bytes=10**9)
 
 
 @pytest.mark.parametrize("rows", [lambda: _rows(700, 8), lambda: _rows_with_null_values(600, 9)])
@@ -253,12 +253,10 @@ def test_memory_holds_the_spill_batch_not_the_row_group(tmp_path, monkeypatch):
     waits in files no one else sees (the config's folder lists only the partial shard)."""
     monkeypatch.setattr(writer_module, "SPILL_BYTES", 20_000)
     rows = list(_rows(800, 10))
-    largest_chunk = 0
     with ConfigWriter(tmp_path, "rejected", 10**9) as writer:
         for row in rows:
             writer.write(row)
             held = sum(chunk.nbytes for chunk in writer._group)
-            largest_chunk = max([largest_chunk] + [chunk.nbytes for chunk in writer._group])
             assert held < 20_000
             assert writer._group_arrow_bytes <= held or writer._spill is not None
         assert writer._group_arrow_bytes > 10 * 20_000  # the row group itself is far larger

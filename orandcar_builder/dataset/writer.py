@@ -6,14 +6,14 @@ Row groups are bounded by bytes, not rows, as datasets bounds the ones it writes
 (``config.MAX_ROW_GROUP_SIZE``, 100 MB of Arrow data, and no fixed row count for image datasets):
 a fixed 100 rows gave shards of small images thousands of row groups, a footer of megabytes and a
 slow ``load_dataset``. Rows become Arrow CONVERT_ROWS at a time (fewer where their estimated size
-would pass CONVERT_BYTES or a sixteenth of the bound; a larger row is a chunk of its own), so Python objects are held for a
-few rows only; the Arrow chunks gather into the
-open row group, which is written out before a chunk would take its Arrow size past
-ROW_GROUP_MAX_BYTES. A row group exceeds the bound only when one chunk alone does (one row of an
-image larger than the bound). A row group that grows past SPILL_BYTES waits on disk, in unnamed
-files in the config's folder (``_GroupSpill``), and is read back a column at a time when it is
-written, so memory holds it once, contiguous, rather than as thousands of chunks. A shard is closed once its rows reach the shard's byte bound, so
-memory holds one row group, not one shard, and a reader's row group stays within
+would pass CONVERT_BYTES or a sixteenth of the bound; a larger row is a chunk of its own), so
+Python objects are held for a few rows only; the Arrow chunks gather into the open row group, which
+is written out before a chunk would take its Arrow size past ROW_GROUP_MAX_BYTES. A row group
+exceeds the bound only when one chunk alone does (one row of an image larger than the bound). A row
+group that grows past SPILL_BYTES waits on disk, in unnamed files in the config's folder
+(``_GroupSpill``), and is read back a column at a time when it is written, so memory holds it once,
+contiguous, rather than as thousands of chunks. A shard is closed once its rows reach the shard's
+byte bound, so memory holds one row group, not one shard, and a reader's row group stays within
 ``parquetio.MAX_ROW_GROUP_BYTES``. Shards are written under temporary names and renamed once their
 total is known. Nothing here depends on the clock or the machine: the same rows give the same
 bytes (a row group is written from one contiguous table, so a shard whose rows fit in one row
@@ -185,8 +185,7 @@ class ConfigWriter:
         spill, self._spill = self._spill, None
         with naming(self.dir):
             if chunks:
-                spill.append(_combined(chunks))
-            del chunks
+                spill.append(_combined(chunks))  # empties ``chunks``: the spill holds them
             return pa.Table.from_arrays(spill.columns(), schema=self.schema)
 
     def _close_shard(self) -> None:
