@@ -254,6 +254,11 @@ class GenerationCache:
         row = self.connection.execute("SELECT 1 FROM generations WHERE key = ?", (key,)).fetchone()
         return row is not None
 
+    def holds_engine(self, fingerprint: dict) -> bool:
+        """Whether generations of an engine with ``fingerprint`` were ever stored here."""
+        row = self.connection.execute("SELECT 1 FROM engines WHERE hash = ?", (engine_hash(fingerprint),)).fetchone()
+        return row is not None
+
     def keys(self) -> set[str]:
         return {row[0] for row in self.connection.execute("SELECT key FROM generations")}
 

@@ -312,3 +312,45 @@ def test_work_parquet_files_have_few_large_row_groups(tmp_path):
             files.f.add({"order": i, "text": "z"})
     meta = pq.ParquetFile(added).metadata
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [4096, 904]
+
+
+def test_a_rerun_answered_from_the_cache_never_reads_the_replay_file(tmp_path, monkeypatch):
+    """The replay file is read at the build's start unless the cache holds generations of its
+    fingerprint (the same bytes, read without a problem before); then only when first asked."""
+    from orandcar_builder.engines import replay as replay_module
+
+    pool, replay = small_pool(tmp_path / "pool")
+    with open(replay, "a") as fh:  # recorded for an item the first pool does not have yet
+        fh.write(json.dumps({"id": "c", "text": "EXIT", "finish_reason": "stop"}) + "\n")
+    reads: list[str] = []
+    real = replay_module._read_file
+    monkeypatch.setattr(replay_module, "_read_file", lambda p: reads.append(p) or real(p))
+
+    def run(out: str, judge: str = "same"):
+        result = build(pool, tmp_path / out, work=tmp_path / "work", engine_name="replay",
+                       engine_options={"replay": replay}, judge=judge, progress=False)
+        assert result.ok, result.problems
+        return result
+
+    first = run("out1")
+    assert len(reads) == 1 and first.figures.cache["generate"]["asked"] == 2  # a new work dir: read at once
+    again = run("out2")
+    assert len(reads) == 1 and again.figures.cache["generate"]["hits"] == 2  # nothing asked, nothing read
+    assert dataset_files(tmp_path / "out1") == dataset_files(tmp_path / "out2")
+    write_png(tmp_path / "pool" / "images" / "c.png", (30, 30, 200))
+    with open(pool, "a") as fh:
+        fh.write(json.dumps({"id": "c", "image": "images/c.png", "question": "What is written?", "answer": "EXIT",
+                             "family": "scene_text"}) + "\n")
+    grown = run("out3")
+    assert len(reads) == 2 and grown.figures.cache["generate"]["asked"] == 1  # read when c was asked
+
+
+def test_a_malformed_replay_file_stops_a_new_build_before_any_image_is_read(tmp_path):
+    pool, replay = small_pool(tmp_path / "pool")
+    replay.write_text(replay.read_text() + "{not json\n")
+    from orandcar_builder.engines.replay import ReplayFileError
+
+    with pytest.raises(ReplayFileError, match=r"replay\.jsonl: 1 malformed line\(s\):\n  line 3: not valid JSON"):
+        build(pool, tmp_path / "out", work=tmp_path / "work", engine_name="replay",
+              engine_options={"replay": replay}, progress=False)
+    assert not (tmp_path / "work" / "admitted.parquet").exists() and not (tmp_path / "out").exists()

@@ -166,3 +166,74 @@ def test_replay_writer_keeps_the_old_file_when_a_generation_cannot_be_replayed(t
             out.add(Generation("a", "A", "", "A", "stop", "m"))
             out.add(Generation("b", "B", "", "B", "abort", "m"))
     assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["gens.jsonl"]
+
+
+# --- read when first asked (the build's rerun: open_engines) ----------------------------------------
+
+
+def test_a_lazy_engine_hashes_now_and_reads_when_first_asked(tmp_path, monkeypatch):
+    from orandcar_builder.engines import replay as replay_module
+
+    path = write_lines(tmp_path / "gen.jsonl", [{"id": "a", "text": "ALPHA"}, {"id": "b", "text": "BETA"}])
+    reads = []
+    real = replay_module._read_file
+    monkeypatch.setattr(replay_module, "_read_file", lambda p: reads.append(p) or real(p))
+    lazy = ReplayEngine(path, lazy=True)
+    assert reads == [] and not lazy.loaded
+    assert lazy.fingerprint() == ReplayEngine(path).fingerprint()  # the same sha256 either way
+    assert len(reads) == 1  # the eager one
+    assert [g.final_answer for g in lazy.generate([req("b"), req("a")])] == ["BETA", "ALPHA"]
+    assert lazy.loaded and len(reads) == 2
+    lazy.generate([req("a")])
+    assert len(reads) == 2  # read once
+
+
+def test_a_lazy_engine_reports_every_malformed_line_when_it_reads(tmp_path):
+    path = write_lines(tmp_path / "gen.jsonl", ["{", {"id": "a", "text": "x"}, "[]"])
+    engine = ReplayEngine(path, lazy=True)  # hashed, not read
+    with pytest.raises(ReplayFileError) as info:
+        engine.generate([req("a")])
+    assert "2 malformed line(s)" in str(info.value) and "line 1:" in str(info.value) and "line 3:" in str(info.value)
+
+
+def test_a_lazy_engine_refuses_a_file_changed_after_it_was_hashed(tmp_path):
+    path = write_lines(tmp_path / "gen.jsonl", [{"id": "a", "text": "x"}])
+    engine = ReplayEngine(path, lazy=True)
+    write_lines(path, [{"id": "a", "text": "y"}])  # the fingerprint named the first bytes
+    with pytest.raises(ReplayFileError, match="changed while in use"):
+        engine.load()
+    assert not engine.loaded
+
+
+def test_a_lazy_engine_names_a_missing_file_at_once(tmp_path):
+    with pytest.raises(ReplayFileError, match="nope.jsonl"):
+        ReplayEngine(tmp_path / "nope.jsonl", lazy=True)
+
+
+def test_a_line_that_is_not_utf8_is_named_and_the_others_read(tmp_path):
+    path = tmp_path / "gen.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "x"}\n{"id": "b", "text": "\xff"}\n{"id": "c", "text": "\xc3"}\n')
+    with pytest.raises(ReplayFileError) as info:
+        ReplayEngine(path)
+    message = str(info.value)
+    assert "2 malformed line(s)" in message
+    assert "line 2: not UTF-8 (byte 22)" in message and "line 3: not UTF-8" in message
+
+
+def test_crlf_line_ends_are_read_as_json_lines_allows(tmp_path):
+    path = tmp_path / "gen.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "x"}\r\n\r\n{"id": "b", "text": "y"}\r\n')
+    engine = ReplayEngine(path)
+    assert [g.final_answer for g in engine.generate([req("a"), req("b")])] == ["x", "y"]
+    assert engine.recordings["b"].line == 3
+
+
+def test_a_file_that_fails_when_first_read_stops_the_stream(tmp_path):
+    """Read when first asked, a bad file is the engine's failure, not each request's."""
+    from orandcar_builder.engines.base import stream_of
+
+    path = write_lines(tmp_path / "gen.jsonl", [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}])
+    engine = ReplayEngine(path, lazy=True)
+    write_lines(path, [{"id": "a", "text": "x"}, "{"])
+    with pytest.raises(ReplayFileError, match="changed while in use"):
+        list(stream_of(engine, [req("a"), req("b")], batch_size=2))

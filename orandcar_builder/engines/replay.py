@@ -9,10 +9,16 @@ a different question), ``model``, ``revision``, ``prompt``, ``prompt_tokens``,
 
 ``export_generations`` writes this format from any engine's output, so a GPU run can be
 replayed anywhere.
+
+The engine reads the whole file when made, and names every bad line then. Made ``lazy`` (as the
+build makes it where its cache already holds answers of the file's sha256: ``pipeline.stages.
+generate.open_engines``), it hashes the file and reads it when first asked, so a rerun answered
+wholly from the cache does not read it at all.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, replace
@@ -24,7 +30,7 @@ from ..files import JsonLimitError, JsonLinesFile, loads_bounded
 from ..images import sha256_file
 from ..records import Generation, Request
 from ..vocab import FINISH_REASONS, FINISH_STOP
-from .base import Completion, GenerationSettings, stream_batches
+from .base import Completion, EngineUnavailable, GenerationSettings, stream_batches
 from .reasoning import load_reasoning_parser, make_generation
 
 DEFAULT_FINISH_REASON = FINISH_STOP
@@ -45,8 +51,10 @@ OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
 MAX_LISTED_IDS = 100
 
 
-class ReplayFileError(OrandCarError):
-    """A replay file that cannot be used; the message names the file and every bad line."""
+class ReplayFileError(EngineUnavailable):
+    """A replay file that cannot be used; the message names the file and every bad line. The engine
+    cannot run: a stream stops on it (``FATAL_ERRORS``), whether it is read at the start or when
+    first asked (``lazy``)."""
 
 
 class ReplayMissingError(OrandCarError):
@@ -114,14 +122,34 @@ def read_recordings(path: str | os.PathLike) -> dict[str, Recording]:
     """All recordings of a replay file by id. Raises ReplayFileError listing every malformed line
     (with its number) and every id recorded twice with different content."""
     path = str(path)
+    recordings, problems, _ = _read_file(path)
+    return _usable(path, recordings, problems)
+
+
+def _usable(path: str, recordings: dict[str, Recording], problems: list[str]) -> dict[str, Recording]:
+    if problems:
+        raise ReplayFileError(f"{path}: {len(problems)} malformed line(s):\n  " + "\n  ".join(problems))
+    return recordings
+
+
+def _read_file(path: str) -> tuple[dict[str, Recording], list[str], str]:
+    """The recordings of ``path`` by id, the problems of its lines, and the sha256 of the bytes
+    read, in one pass."""
     try:
-        handle = open(path, encoding="utf-8")
+        handle = open(path, "rb")
     except OSError as exc:
         raise ReplayFileError(f"{path}: cannot read replay file ({exc.strerror or exc})") from None
+    digest = hashlib.sha256()
     recordings: dict[str, Recording] = {}
     problems: list[str] = []
     with handle:
-        for lineno, line in enumerate(handle, start=1):
+        for lineno, raw in enumerate(handle, start=1):
+            digest.update(raw)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problems.append(f"line {lineno}: not UTF-8 (byte {exc.start + 1})")
+                continue
             if not line.strip():
                 continue
             try:
@@ -134,9 +162,7 @@ def read_recordings(path: str | os.PathLike) -> dict[str, Recording]:
                 recordings[rec.id] = rec
             elif (earlier.text, earlier.finish_reason, earlier.extra) != (rec.text, rec.finish_reason, rec.extra):
                 problems.append(f"line {lineno}: id {rec.id!r} already recorded differently on line {earlier.line}")
-    if problems:
-        raise ReplayFileError(f"{path}: {len(problems)} malformed line(s):\n  " + "\n  ".join(problems))
-    return recordings
+    return recordings, problems, digest.hexdigest()
 
 
 class ReplayEngine:
@@ -144,6 +170,7 @@ class ReplayEngine:
 
     kind = "replay"
     can_judge = True
+    reads_lazily = True  # takes lazy=True, and load() (the build's open_engines)
     SECRET_OPTIONS: tuple[str, ...] = ()  # it takes none
 
     def __init__(
@@ -152,12 +179,47 @@ class ReplayEngine:
         *,
         reasoning_parser: Optional[str] = None,
         tokenizer: Any = None,
+        lazy: bool = False,
     ):
+        """Reads ``replay`` now (a ReplayFileError names every bad line), or with ``lazy`` only
+        hashes it and reads it when first asked (``load``): a build whose cache already holds
+        this file's answers (the same bytes were read without a problem before) asks nothing."""
         self.path = str(replay)
-        self.recordings = read_recordings(self.path)
-        self.sha256 = sha256_file(self.path)
+        self._recordings: Optional[dict[str, Recording]] = None
+        if lazy:
+            try:
+                self.sha256 = sha256_file(self.path)
+            except OSError as exc:
+                raise ReplayFileError(f"{self.path}: cannot read replay file ({exc.strerror or exc})") from None
+        else:
+            recordings, problems, self.sha256 = _read_file(self.path)
+            self._recordings = _usable(self.path, recordings, problems)
         self.reasoning_parser = reasoning_parser
         self._parser = load_reasoning_parser(reasoning_parser, tokenizer) if reasoning_parser else None
+
+    @property
+    def loaded(self) -> bool:
+        return self._recordings is not None
+
+    def load(self) -> None:
+        """Read the file now if it was not (``lazy``); a ReplayFileError names every bad line, or
+        says the file changed since it was hashed (its answers would not be the fingerprint's)."""
+        if self._recordings is not None:
+            return
+        recordings, problems, sha256 = _read_file(self.path)
+        if sha256 != self.sha256:
+            raise ReplayFileError(f"{self.path}: the replay file changed while in use (sha256 {self.sha256[:12]}... "
+                                  f"when opened, {sha256[:12]}... now); run again")
+        self._recordings = _usable(self.path, recordings, problems)
+
+    @property
+    def recordings(self) -> dict[str, Recording]:
+        self.load()
+        return self._recordings  # type: ignore[return-value]
+
+    @recordings.setter
+    def recordings(self, value: dict[str, Recording]) -> None:
+        self._recordings = value
 
     def fingerprint(self) -> dict:
         return {"kind": self.kind, "sha256": self.sha256, "reasoning_parser": self.reasoning_parser}

@@ -155,8 +155,8 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
     plan = stages_for(config, objects, executor)
     t0 = time.perf_counter()
     try:
-        engines = open_engines(config, objects)
         cache = open_cache(context)
+        engines = open_engines(config, objects, cache)
         with objects_before_frozen():  # the engine's objects (the replay recordings) and the modules'
             admitted = plan.admit.run(context, admission) if plan.admit is not None else None
             generated = plan.generate.run(context, engines.engine, cache, admission)

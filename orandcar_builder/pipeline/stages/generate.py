@@ -2,8 +2,9 @@
 decide on an executor -> work/decisions.parquet (before the judge, pool order), prompts.jsonl,
 unsupported.jsonl, failed.jsonl and the optional replay export (``export_generations``).
 
-The runner opens the engines (``open_engines``) and the cache (``open_cache``) before the first
-stage and hands this stage the engine and the cache. The executor's chunks come in the order
+The runner opens the cache (``open_cache``) and then the engines (``open_engines``, which asks the
+cache whether a replay file needs reading now) before the first stage, and hands this stage the
+engine and the cache. The executor's chunks come in the order
 generations finished; they are written as they come, sorted into pool order on disk
 (``executors.ordering.sort_by_order``), and the other files are written from the sorted
 decisions, so every file is in pool order."""
@@ -15,7 +16,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ...cache import CacheStats, GenerationCache
-from ...engines import create_engine
+from ...engines import create_engine, engine_class
+from ...engines.base import public_fingerprint
 from ...engines.replay import ReplayWriter
 from ...executors import EngineFactory, GenerationJob, decider
 from ...executors.base import CHUNK_SIZE
@@ -32,22 +34,35 @@ from ..workfiles import ParquetFile, WorkFiles
 from .admit import Admission
 
 
-def open_engines(config: BuildConfig, objects: BuildObjects) -> Engines:
+def open_engines(config: BuildConfig, objects: BuildObjects, cache: Optional[GenerationCache] = None) -> Engines:
     """The build's engine and judge: the objects given, else made from the config. The runner
-    opens them before the first stage: one that cannot be made stops the build before any image
-    is read."""
+    opens them (after the cache) before the first stage: one that cannot be made stops the build
+    before any image is read."""
     engine = objects.engine
     if engine is None:
-        engine = create_engine(config.engine, **config.engine_options)
+        engine = _made(config.engine, config.engine_options, cache)
     judge_engine = objects.judge_engine
     if judge_engine is None and config.judge != "none":
-        judge_engine = engine if config.judge == "same" else create_engine(config.judge, **config.judge_options)
+        judge_engine = engine if config.judge == "same" else _made(config.judge, config.judge_options, cache)
     if judge_engine is not None and not judge_engine.can_judge:
         from ...engines import judge_engine_names
 
         raise BuildError(f"engine {judge_engine.kind!r} cannot run the text-only judge pass; use --judge none, or "
                          f"one of {', '.join(judge_engine_names())}")
     return Engines(engine, judge_engine)
+
+
+def _made(name: str, options: dict, cache: Optional[GenerationCache]):
+    """Engine ``name`` made from ``options``. One that can put off reading its input
+    (``reads_lazily``: the replay file) reads it now unless the cache holds generations of its
+    fingerprint: then the same bytes (its fingerprint holds their sha256) were read without a
+    problem by an earlier run, and a rerun answered wholly from the cache never reads them."""
+    if not getattr(engine_class(name), "reads_lazily", False):
+        return create_engine(name, **options)
+    engine = create_engine(name, **{**options, "lazy": True})
+    if cache is None or not cache.holds_engine(public_fingerprint(engine)):
+        engine.load()
+    return engine
 
 
 def open_cache(context: BuildContext) -> Optional[GenerationCache]:
