@@ -7,10 +7,12 @@ gather QA items from across the pool) in five families (alnum, vqa, exact, anls 
 rules). The engine is ``replay`` over recordings made with the pool: 70% right, 10% right with
 reasoning and extra case/punctuation, 15% wrong, 5% cut off at the token limit.
 
-- ours: ``build(pool, out, engine=ReplayEngine(recordings))``: read the pool (hash and decode
+- ours: ``build(pool, out, engine_name="replay", engine_options={"replay": recordings})``, the
+  engine made as ``orandcar build --engine replay`` makes it: read the pool (hash and decode
   check of every image), clean, prompt, generate through the SQLite generation cache, verify,
   route, write the three configs, render the card and validate the folder. The engine is
-  created inside the timing (it reads the recordings).
+  created inside the timing (it reads the recordings; a rerun whose cache holds them all only
+  hashes the file).
 - baseline: for each config, ``datasets.Dataset.from_generator`` over the very rows our build
   wrote (QA lists and clean_meta prepared in memory beforehand; the generator reads each image
   file), with the config's features, then ``to_parquet``. It is given a fixed fingerprint so
@@ -54,12 +56,12 @@ from synthetic import make_pool, warm_page_cache  # benchmarks/ is on sys.path w
 
 def run_ours(pool: Path, replay: Path, out: Path, work: Path, admit_workers: int | None = None,
              decide_process: bool | None = None) -> tuple[float, dict]:
-    from orandcar_builder.engines.replay import ReplayEngine
     from orandcar_builder.pipeline import build
 
     t0, c0 = time.perf_counter(), _cpu()
-    result = build(pool, out, work=work, engine=ReplayEngine(replay), progress=False, admit_workers=admit_workers,
-                   decide_process=decide_process)
+    # The engine by name and options, as ``orandcar build --engine replay`` makes it (open_engines).
+    result = build(pool, out, work=work, engine_name="replay", engine_options={"replay": str(replay)},
+                   progress=False, admit_workers=admit_workers, decide_process=decide_process)
     elapsed = time.perf_counter() - t0
     if not result.ok:
         raise SystemExit(f"our build failed validation: {result.problems[:5]}")
