@@ -47,36 +47,66 @@ class Tally:
     promoted: Counter = field(default_factory=Counter)  # family -> QA items the judge promoted
 
 
+# The decision columns the tally reads: rows equal in all of them count alike.
+TALLY_COLUMNS = ("family", "route", "reason", "verifier", "options", "reject_kind")
+TALLY_BATCH = 65536
+
+
 def tally(decisions: Path, families: Families) -> Tally:
-    """The counts of ``decisions``; the rules are those ``families`` (the build's registry) gives."""
+    """The counts of ``decisions``; the rules are those ``families`` (the build's registry) gives.
+
+    Rows equal in the columns counted (their options only as present or not) are counted as one
+    group with its size, a batch at a time (Arrow's group_by), in the order of their first rows:
+    every counter and dict gets its keys in the order a row-by-row pass gives them."""
     counts = Tally()
     parquet = open_parquet(decisions)
     # reject_kind: what kind of rejection the rule's decision was (absent in an older work dir)
-    columns = ["family", "route", "reason", "verifier", "options", "reject_kind"]
-    present = [c for c in columns if c in parquet.schema_arrow.names]
-    for batch in parquet.iter_batches(batch_size=65536, columns=present):
-        values = [batch.column(c).to_pylist() if c in present else [None] * batch.num_rows for c in columns]
-        for family, route_to, reason, verifier, options, kind in zip(*values):
-            counts.routes[route_to] += 1
-            rule = families.rule_for(family, options)
-            counts.rules.add(rule)
-            counts.rules_by_family.setdefault(family, set()).add(rule)
-            if route_to == FAILED:
-                continue
-            counter = counts.families.setdefault(family, Counter())
-            counter["qa"] += 1
-            counter[route_to] += 1
-            if reason:
-                counter[f"rejected_{reason}"] += 1
-            if route_to == ACCEPTED:
-                counts.accepted_by_verifier[verifier] += 1
-                if verifier == JUDGE_VERIFIER:
-                    counts.promoted[family] += 1
-            elif route_to == REJECTED:
-                counts.rejected_by_reason[reason] += 1
-                if kind:
-                    counts.reject_kinds.setdefault(family, Counter())[kind] += 1
+    present = [c for c in TALLY_COLUMNS if c in parquet.schema_arrow.names]
+    for batch in parquet.iter_batches(batch_size=TALLY_BATCH, columns=present):
+        for key, size in _groups(batch, present):
+            _count(counts, families, size, **key)
     return counts
+
+
+def _groups(batch: pa.RecordBatch, present: list[str]) -> list[tuple[dict, int]]:
+    """(the counted columns' values, rows) of each group of equal rows in ``batch``, by first row."""
+    import pyarrow.compute as pc
+
+    columns = {name: batch.column(name) for name in present if name != "options"}
+    if "options" in present:  # only whether there are any: the rule (Families.rule_for)
+        columns["options"] = pc.fill_null(pc.greater(pc.list_value_length(batch.column("options")), 0), False)
+    columns["_row"] = pa.array(range(batch.num_rows), pa.int64())
+    table = pa.table(columns)
+    keys = [name for name in columns if name != "_row"]
+    grouped = table.group_by(keys, use_threads=False).aggregate([("_row", "min"), ("_row", "count")])
+    grouped = grouped.sort_by("_row_min")
+    values = {name: grouped.column(name).to_pylist() for name in keys}
+    sizes = grouped.column("_row_count").to_pylist()
+    return [({name: values[name][i] for name in keys}, size) for i, size in enumerate(sizes)]
+
+
+def _count(counts: Tally, families: Families, size: int, family=None, route=None, reason=None, verifier=None,
+           options=None, reject_kind=None) -> None:
+    """``size`` rows with these values counted into ``counts``."""
+    counts.routes[route] += size
+    rule = families.rule_for(family, options)
+    counts.rules.add(rule)
+    counts.rules_by_family.setdefault(family, set()).add(rule)
+    if route == FAILED:
+        return
+    counter = counts.families.setdefault(family, Counter())
+    counter["qa"] += size
+    counter[route] += size
+    if reason:
+        counter[f"rejected_{reason}"] += size
+    if route == ACCEPTED:
+        counts.accepted_by_verifier[verifier] += size
+        if verifier == JUDGE_VERIFIER:
+            counts.promoted[family] += size
+    elif route == REJECTED:
+        counts.rejected_by_reason[reason] += size
+        if reject_kind:
+            counts.reject_kinds.setdefault(family, Counter())[reject_kind] += size
 
 
 # The kinds of rejection where the rule found no single answer to compare: the rule's share of
