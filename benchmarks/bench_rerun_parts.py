@@ -1,0 +1,93 @@
+"""Two parts of a rules-only rerun, timed alone on one build of a synthetic pool (bench_build's):
+making the replay engine (``ReplayEngine(recordings)``, which reads the file, and, where the tree
+on the path has it, ``lazy=True``, which only hashes it: what a rerun the cache answers whole
+does), before any build in this process, and the tally of a build's decisions (``report.tally``),
+after one. Each is run ``--repeat`` times (the engine's ways alternated); run the script with
+another tree on PYTHONPATH to time that tree's code on the same kind of pool. ``--against TREE``
+also makes the engine with TREE's ``engines/replay.py`` (loaded beside this tree's, its imports
+from this tree), alternated with this tree's: the one comparison this 2-core machine's spread
+between processes does not blur.
+
+    .venv/bin/python benchmarks/bench_rerun_parts.py                      # 200000 QA
+    .venv/bin/python benchmarks/bench_rerun_parts.py --against /tmp/base  # and the old replay module
+    PYTHONPATH=/tmp/base .venv/bin/python benchmarks/bench_rerun_parts.py --items 50000
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import inspect
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_build import run_ours  # noqa: E402
+from synthetic import make_pool  # noqa: E402
+
+
+def _seconds(call) -> float:
+    gc.collect()
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
+
+
+def _replay_module(tree: Path):
+    """``tree``'s engines/replay.py as a module of its own beside this tree's."""
+    import importlib.util
+
+    name = "orandcar_builder.engines._replay_against"
+    spec = importlib.util.spec_from_file_location(name, tree / "orandcar_builder" / "engines" / "replay.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=200_000, help="QA items in the synthetic pool")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another tree (e.g. a git archive of main) whose replay engine is timed beside this one's")
+    args = parser.parse_args(argv)
+
+    from orandcar_builder.engines.replay import ReplayEngine
+    from orandcar_builder.families import DEFAULT_FAMILIES
+    from orandcar_builder.pipeline.report import tally
+
+    root = Path(tempfile.mkdtemp(prefix="bench_rerun_parts_"))
+    try:
+        pool, replay = make_pool(root, args.items)
+        # The engine first, in a fresh process as a build makes it (the build's objects would
+        # slow every collection down), then the tally on a build's decisions.
+        engines = {"replay engine, file read": lambda: ReplayEngine(replay)}
+        if "lazy" in inspect.signature(ReplayEngine).parameters:
+            engines["replay engine, lazy (hashed)"] = lambda: ReplayEngine(replay, lazy=True)
+        if args.against is not None:
+            other = _replay_module(args.against).ReplayEngine
+            engines[f"{args.against.name}'s engine, file read"] = lambda: other(replay)
+        times: dict[str, list[float]] = {name: [] for name in (*engines, "tally")}
+        for _ in range(args.repeat):
+            for name, call in engines.items():
+                times[name].append(_seconds(call))
+        run_ours(pool, replay, root / "out", root / "work")
+        decisions = root / "work" / "decisions.parquet"
+        for _ in range(args.repeat):
+            times["tally"].append(_seconds(lambda: tally(decisions, DEFAULT_FAMILIES)))
+        print(f"{args.items:,} QA, replay file {replay.stat().st_size:,} bytes (tree: "
+              f"{Path(inspect.getfile(tally)).resolve().parents[2]})")
+        for name, values in times.items():
+            print(f"  {name:<30} " + "  ".join(f"{v:.3f}" for v in values) + " s")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
