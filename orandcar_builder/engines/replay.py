@@ -235,10 +235,11 @@ class ReplayEngine:
         return stream_batches(self.generate, requests, batch_size=1, kind=self.kind)
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
-        missing = [r.item_id for r in requests if r.item_id not in self.recordings]
+        recordings = self.recordings  # read here when the engine was made lazy
+        missing = [r.item_id for r in requests if r.item_id not in recordings]
         if missing:
             raise ReplayMissingError(self.path, list(dict.fromkeys(missing)))
-        return [self._replay(r, self.recordings[r.item_id]) for r in requests]
+        return [self._replay(r, recordings[r.item_id]) for r in requests]
 
     def _replay(self, request: Request, rec: Recording) -> Generation:
         question = rec.get("question")
