@@ -326,9 +326,9 @@ def test_a_rerun_answered_from_the_cache_never_reads_the_replay_file(tmp_path, m
     real = replay_module._read_file
     monkeypatch.setattr(replay_module, "_read_file", lambda p: reads.append(p) or real(p))
 
-    def run(out: str, judge: str = "same"):
+    def run(out: str):
         result = build(pool, tmp_path / out, work=tmp_path / "work", engine_name="replay",
-                       engine_options={"replay": replay}, judge=judge, progress=False)
+                       engine_options={"replay": replay}, judge="same", progress=False)
         assert result.ok, result.problems
         return result
 

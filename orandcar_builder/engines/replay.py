@@ -132,13 +132,17 @@ def _usable(path: str, recordings: dict[str, Recording], problems: list[str]) ->
     return recordings
 
 
+def _unreadable(path: str, exc: OSError) -> ReplayFileError:
+    return ReplayFileError(f"{path}: cannot read replay file ({exc.strerror or exc})")
+
+
 def _read_file(path: str) -> tuple[dict[str, Recording], list[str], str]:
     """The recordings of ``path`` by id, the problems of its lines, and the sha256 of the bytes
     read, in one pass."""
     try:
         handle = open(path, "rb")
     except OSError as exc:
-        raise ReplayFileError(f"{path}: cannot read replay file ({exc.strerror or exc})") from None
+        raise _unreadable(path, exc) from None
     digest = hashlib.sha256()
     recordings: dict[str, Recording] = {}
     problems: list[str] = []
@@ -190,7 +194,7 @@ class ReplayEngine:
             try:
                 self.sha256 = sha256_file(self.path)
             except OSError as exc:
-                raise ReplayFileError(f"{self.path}: cannot read replay file ({exc.strerror or exc})") from None
+                raise _unreadable(self.path, exc) from None
         else:
             recordings, problems, self.sha256 = _read_file(self.path)
             self._recordings = _usable(self.path, recordings, problems)
