@@ -93,3 +93,26 @@ def test_within_resolves_links_and_respects_name_boundaries(tmp_path):
     assert not files.within(str(tmp_path / "pool-other" / "a.png"), real_root)  # a prefix, not a parent
     assert not files.within(str(root / "out" / "a.png"), real_root)  # a link out of the folder
     assert not files.within(str(root / "img" / ".." / ".." / "x.png"), real_root)
+
+
+@pytest.mark.parametrize("columns", [
+    {"id": ["a", "b\"c", "ünï\n\tcode", "", "\x00\u2028\U0001f600"], "question": ["q", None, "\\", "%s %%", "x"],
+     "prompt": [None, None, "<image>", "{}", "y"]},
+    {"100%": [1, 2.5, None, True, "s"], "nested": [{"k": [1, "v"]}, [], {}, False, 0]},
+    {"id": []},
+])
+def test_lines_written_from_columns_are_the_bytes_of_records_written_one_by_one(tmp_path, columns):
+    by_record, by_columns = tmp_path / "records.jsonl", tmp_path / "columns.jsonl"
+    with files.JsonLinesFile(by_record) as out:
+        for values in zip(*columns.values()):
+            out.write(dict(zip(columns, values)))
+    with files.JsonLinesFile(by_columns) as out:
+        out.write_columns(columns)
+        out.write_columns({})
+        assert out.lines == len(next(iter(columns.values())))
+    assert by_columns.read_bytes() == by_record.read_bytes()
+
+
+def test_columns_of_unequal_length_are_refused(tmp_path):
+    with files.JsonLinesFile(tmp_path / "x.jsonl") as out, pytest.raises(ValueError):
+        out.write_columns({"id": ["a", "b"], "question": ["q"]})

@@ -146,7 +146,10 @@ SIDE_COLUMNS = ("id", "route", "reason", "error", "family", "question", "prompt"
 def side_files(work: WorkDir, export_generations: Optional[Path]) -> GenerationFacts:
     """prompts.jsonl, unsupported.jsonl, failed.jsonl and the optional replay export, in pool
     order, from work/decisions.parquet: the columns they need, a batch at a time, column-wise
-    (no dict per record unless the export needs the whole generation)."""
+    (each file's lines from its columns, a dict per record only for the export, which takes
+    whole generations)."""
+    import pyarrow.compute as pc
+
     facts = GenerationFacts()
     columns = list(SIDE_COLUMNS) if export_generations is None else None
     with WorkFiles(prompts=JsonLinesFile(work.prompts),
@@ -154,20 +157,28 @@ def side_files(work: WorkDir, export_generations: Optional[Path]) -> GenerationF
                    failed=JsonLinesFile(work.failed),
                    export=ReplayWriter(export_generations) if export_generations is not None else None) as files:
         for batch in open_parquet(work.decisions).iter_batches(batch_size=CHUNK_SIZE, columns=columns):
-            cols = batch.to_pydict()
-            for i, (item_id, route, question) in enumerate(zip(cols["id"], cols["route"], cols["question"])):
-                if route == FAILED:
-                    files.failed.write({"id": item_id, "reason": cols["reason"][i], "detail": cols["error"][i]})
-                    facts.failed += 1
-                    continue
-                files.prompts.write({"id": item_id, "question": question, "prompt": cols["prompt"][i]})
-                unsupported = cols["unsupported"][i]
-                if unsupported:
-                    files.unsupported.write({"id": item_id, "family": cols["family"][i], "explanation": unsupported})
-                if files.export is not None:
+            failed = pc.fill_null(pc.equal(batch.column("route"), FAILED), False)
+            answered = batch
+            if pc.any(failed).as_py():
+                gone = batch.filter(failed)
+                files.failed.write_columns({"id": gone.column("id").to_pylist(),
+                                            "reason": gone.column("reason").to_pylist(),
+                                            "detail": gone.column("error").to_pylist()})
+                facts.failed += gone.num_rows
+                answered = batch.filter(pc.invert(failed))
+            files.prompts.write_columns({"id": answered.column("id").to_pylist(),
+                                         "question": answered.column("question").to_pylist(),
+                                         "prompt": answered.column("prompt").to_pylist()})
+            said = pc.fill_null(pc.not_equal(answered.column("unsupported"), ""), False)  # neither null nor ""
+            if pc.any(said).as_py():
+                unsupported = answered.filter(said)
+                files.unsupported.write_columns({"id": unsupported.column("id").to_pylist(),
+                                                 "family": unsupported.column("family").to_pylist(),
+                                                 "explanation": unsupported.column("unsupported").to_pylist()})
+            for name, seen in (("model", facts.models), ("revision", facts.revisions)):
+                seen.update(value for value in pc.unique(answered.column(name)).to_pylist() if value)
+            if files.export is not None:
+                cols = answered.to_pydict()
+                for i, question in enumerate(cols["question"]):
                     files.export.add(generation_from_row({name: values[i] for name, values in cols.items()}), question)
-                if cols["model"][i]:
-                    facts.models.add(cols["model"][i])
-                if cols["revision"][i]:
-                    facts.revisions.add(cols["revision"][i])
     return facts
