@@ -155,10 +155,12 @@ def test_batches_decided_there_are_the_records_decided_here(tmp_path):
 
     chunks = []
     with Decider(DEFAULT_FAMILIES) as decider:
+        decider.wait_ready()  # from here on, batches go to the process
         for start in range(0, len(items), 50):
             chunks.extend(decider.submit(items[start:start + 50], here))
-            while decider._pending:  # wait for each batch: nothing is ever decided here
-                chunks.append(decider._receive())
+            while decider._out:  # wait for each batch: nothing is ever decided here
+                decider._receive()
+                chunks.extend(decider._ready())
         chunks.extend(decider.finish())
     assert not here_calls and decider.seconds > 0
     got = pa.concat_tables([c.table for c in chunks])
@@ -178,11 +180,14 @@ def test_while_the_process_is_busy_the_batch_is_decided_here(tmp_path):
         return DecidedChunk([i[1] for i in batch], [i[2] for i in batch], decided_rows(batch, DEFAULT_FAMILIES))
 
     with Decider(DEFAULT_FAMILIES) as decider:
+        decider.wait_ready()  # from here on, batches go to the process
         os.kill(decider.process.pid, signal.SIGSTOP)  # it takes nothing while stopped
         try:
             chunks = []
             for start in range(0, len(items), 20):
                 chunks.extend(decider.submit(items[start:start + 20], here))
+                # a stuck process: what is decided here is handed back out of order, not held
+                assert len(decider._pending) <= decider_module.HELD
         finally:
             os.kill(decider.process.pid, signal.SIGCONT)
         chunks.extend(decider.finish())
@@ -193,19 +198,55 @@ def test_while_the_process_is_busy_the_batch_is_decided_here(tmp_path):
                                                              key=lambda r: r["order"])
 
 
+def test_chunks_come_back_in_the_order_submitted_wherever_they_were_decided(tmp_path):
+    """Batches decided here while the process is busy wait behind the ones out before them, so
+    answers taken in pool order give decisions in pool order (the sort then only renames)."""
+    batch = 10
+    submitted = decider_module.IN_FLIGHT + decider_module.HELD // 2  # some decided here, fewer than HELD wait
+    items = _answered(_pool(tmp_path / "pool"), tmp_path)[:batch * submitted]
+    decided_here = []
+
+    def here(part):
+        decided_here.extend(i[0]["order"] for i in part)
+        from orandcar_builder.executors.base import DecidedChunk
+
+        return DecidedChunk([i[1] for i in part], [i[2] for i in part], decided_rows(part, DEFAULT_FAMILIES))
+
+    chunks = []
+    with Decider(DEFAULT_FAMILIES) as decider:
+        decider.wait_ready()  # from here on, batches go to the process
+        os.kill(decider.process.pid, signal.SIGSTOP)
+        try:
+            for start in range(0, batch * submitted, batch):
+                chunks.extend(decider.submit(items[start:start + batch], here))
+            assert not chunks  # all wait behind the first batch out
+        finally:
+            os.kill(decider.process.pid, signal.SIGCONT)
+        chunks.extend(decider.finish())
+    assert len(decided_here) == batch * (submitted - decider_module.IN_FLIGHT)
+    orders = [o for c in chunks for o in (c.table.column("order").to_pylist() if c.table is not None
+                                         else [r["order"] for r in c.rows])]
+    assert orders == [i[0]["order"] for i in items]
+    assert [r.item_id for c in chunks for r in c.requests] == [i[1].item_id for i in items]
+
+
 def test_an_error_there_is_raised_here_as_it_is(tmp_path):
     items = _answered(_pool(tmp_path / "pool"), tmp_path)
     row, request, generation, error = items[0]
     broken = {k: v for k, v in row.items() if k != "source"}  # a bug, not a rule's error: it stops the build
     with Decider(DEFAULT_FAMILIES) as decider:
+        decider.wait_ready()  # from here on, batches go to the process
         with pytest.raises(KeyError, match="source"):
             list(decider.submit([(broken, request, generation, error)], lambda batch: None))
             list(decider.finish())
 
 
-def test_a_process_that_dies_is_an_error_naming_its_exit_code(tmp_path):
+@pytest.mark.parametrize("ready", [False, True])
+def test_a_process_that_dies_is_an_error_naming_its_exit_code(tmp_path, ready):
     items = _answered(_pool(tmp_path / "pool"), tmp_path)
-    with Decider(DEFAULT_FAMILIES) as decider:
+    with Decider(DEFAULT_FAMILIES) as decider:  # killed before it says it is ready, or after
+        if ready:
+            decider.wait_ready()
         os.kill(decider.process.pid, signal.SIGKILL)
         decider.process.join(10)
         with pytest.raises(DeciderError, match="exit code -9"):
@@ -238,6 +279,7 @@ def test_a_rule_registered_at_run_time_decides_there_too(tmp_path, monkeypatch):
     monkeypatch.setitem(RULE_MODULES._targets, "alnum", "always_right_rule")
     monkeypatch.setattr(RULE_MODULES, "_loaded", {})
     with Decider(DEFAULT_FAMILIES) as decider:
+        decider.wait_ready()  # from here on, batches go to the process
         chunks = list(decider.submit(items, lambda batch: None)) + list(decider.finish())
     rows = [r for c in chunks for r in c.table.to_pylist()]
     alnum = [r for r in rows if r["rule"] == "alnum"]
@@ -261,6 +303,7 @@ def test_which_builds_decide_on_a_process(tmp_path, monkeypatch):
 def test_a_decider_started_and_closed_at_once_leaves_nothing_running():
     t0 = time.monotonic()
     with Decider(DEFAULT_FAMILIES) as decider:
+        decider.wait_ready()  # from here on, batches go to the process
         assert list(decider.finish()) == []
     assert decider.process.exitcode == 0 and time.monotonic() - t0 < 60
 

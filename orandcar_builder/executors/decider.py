@@ -13,7 +13,15 @@ process. The records are those of deciding in the build's process, value for val
   in hand is decided in the build's process instead, so neither process waits for the other (a
   rerun, whose generations all come from the cache, keeps both cores busy; a build whose engine
   is the slower side never decides here), and memory holds a few batches whichever side is
-  slower. The process reads its next batch while a thread of its own sends the tables back
+  slower.
+- The chunks are handed back in the order their batches were submitted, wherever each was
+  decided: a batch decided here waits behind the batches still out before it. So when the answers
+  come in pool order (a rerun answered from the cache) the decisions are written in pool order,
+  and ``ordering.sort_by_order`` only renames the file. Until the process says it is ready (its
+  start, about a second, imports the package) every batch is decided here, so none waits behind a
+  batch the process has not begun. When more than HELD batches wait (the process is stuck on one),
+  those decided are handed back at once, out of order (the sort puts them in order): memory stays
+  bounded and the build's process never waits for the order. The process reads its next batch while a thread of its own sends the tables back
   (``childproc.QueuedSender``), so neither side can block the other for ever.
 - The process is given the build's families and the rule registry's entries (a rule registered
   at run time is registered there too) and imports the rules itself.
@@ -54,6 +62,13 @@ from .steps import decided_rows
 DECIDE_BATCH = 256
 # Batches sent and not yet decided (back) at most.
 IN_FLIGHT = 4
+# Batches waiting, decided (here or back from the process), behind a batch still out, at most:
+# 8,192 records as Arrow tables, two row groups of the decisions file (WORK_ROW_GROUP_ROWS). At
+# 200k QA a rerun's batches then came back in order; 8 and 16 let a hiccup of the process (1-2 in
+# a run) reorder a few, and the file then needs the whole sort.
+HELD = 8 * IN_FLIGHT
+# The process's first message: it has started and takes batches.
+READY = "ready"
 # The pipes' buffer (``_widen``): a few batches either way (a batch of the 200k benchmark is about
 # 120 kB pickled, its table about 140 kB), the most Linux allows by default (/proc/sys/fs/pipe-max-size).
 PIPE_BYTES = 1 << 20
@@ -89,10 +104,20 @@ class _Decided:
     seconds: float  # spent deciding and making the table
 
 
+@dataclass
+class _Sent:
+    """A batch handed to the process: what stays here, and its chunk once its table is back."""
+
+    requests: list[Request]
+    generations: list[Optional[Generation]]
+    chunk: Optional[DecidedChunk] = None
+
+
 class Decider:
     """One decider process for one generate stage (see the module docstring). Use as a context
     manager: ``submit`` a batch of answered items, ``finish`` once every batch is submitted; each
-    yields the DecidedChunks (``table`` filled) of the batches decided so far, oldest first."""
+    yields the DecidedChunks of the batches decided so far (``table`` filled for those decided
+    there), in the order the batches were submitted."""
 
     def __init__(self, families: Families):
         self.families = families
@@ -100,7 +125,11 @@ class Decider:
         self.waited = 0.0  # this process's seconds waiting for it (handing over a batch, or for a table)
         self.decided_here = 0  # items decided in the build's process while the process was busy
         self.process = None
-        self._pending: deque[tuple[list[Request], list[Optional[Generation]]]] = deque()
+        self.ready = False  # the process said READY
+        # Every batch submitted and not yet handed back, oldest first: a chunk decided here, or a
+        # batch sent (its chunk filled once its table is back); ``_out``: the sent ones not back.
+        self._pending: deque[DecidedChunk | _Sent] = deque()
+        self._out: deque[_Sent] = deque()
         self._tasks = self._results = None
 
     def __enter__(self) -> "Decider":
@@ -127,12 +156,25 @@ class Decider:
         None, error)`` (the request stays here: the process makes it again from the row); yields
         the chunks of the batches decided meanwhile. While IN_FLIGHT batches are out and none is
         back, the batch is decided here instead (``here(items)``), so that neither process waits
-        for the other: the slower side gets fewer batches."""
-        while self._pending and self._results.poll():
-            yield self._receive()
-        if len(self._pending) >= IN_FLIGHT:
+        for the other: the slower side gets fewer batches. Until the process is ready every
+        batch is decided here."""
+        while self._out and self._results.poll():
+            self._receive()
+        yield from self._ready()
+        if not self.ready and self._results.poll():
+            self._take_ready()
+        if not self.ready or len(self._out) >= IN_FLIGHT:
             self.decided_here += len(items)
-            yield here(list(items))
+            chunk = here(list(items))
+            if not self._pending:  # nothing before it (the process is not ready yet)
+                yield chunk
+                return
+            if chunk.table is None:  # it waits as Arrow, what the decisions file makes of its records anyway
+                chunk = DecidedChunk(chunk.requests, chunk.generations, [],
+                                     pa.Table.from_pylist(chunk.rows, schema=DECISION_SCHEMA))
+            self._pending.append(chunk)
+            if len(self._pending) > HELD:  # the process is stuck on a batch: hand back what is decided
+                yield from self._out_of_order()
             return
         t0 = time.perf_counter()
         try:
@@ -142,12 +184,16 @@ class Decider:
             raise self._died() from None
         finally:
             self.waited += time.perf_counter() - t0
-        self._pending.append(([request for _, request, _, _ in items], [generation for _, _, generation, _ in items]))
+        sent = _Sent([request for _, request, _, _ in items], [generation for _, _, generation, _ in items])
+        self._pending.append(sent)
+        self._out.append(sent)
 
     def finish(self) -> Iterator[DecidedChunk]:
-        """The chunks of every batch not yet received; then the process is told to end."""
-        while self._pending:
-            yield self._receive()
+        """The chunks of every batch not yet handed back; then the process is told to end."""
+        while self._out:
+            self._receive()
+            yield from self._ready()
+        yield from self._ready()
         try:
             self._tasks.send(None)
         except OSError:
@@ -161,7 +207,7 @@ class Decider:
         process = self.process
         if process is None:
             return
-        process.join(0 if self._pending else STOP_WAIT_S)  # told to end (finish), or its pipe closed just now
+        process.join(0 if self._out else STOP_WAIT_S)  # told to end (finish), or its pipe closed just now
         if process.is_alive():
             process.terminate()
             process.join(STOP_WAIT_S)
@@ -169,7 +215,39 @@ class Decider:
             process.kill()
             process.join()
 
-    def _receive(self) -> DecidedChunk:
+    def _ready(self) -> Iterator[DecidedChunk]:
+        """The chunks at the front of the submitted batches that are decided, in order."""
+        pending = self._pending
+        while pending:
+            front = pending[0]
+            chunk = front.chunk if isinstance(front, _Sent) else front
+            if chunk is None:
+                return
+            pending.popleft()
+            yield chunk
+
+    def wait_ready(self) -> None:
+        """Wait until the process takes batches (its start done)."""
+        if not self.ready:
+            self._take_ready()
+
+    def _take_ready(self) -> None:
+        message = self._message()
+        if message != READY:  # a bug: the protocol starts with READY
+            raise DeciderError(f"the decider process sent {type(message).__name__} before saying it was ready")
+        self.ready = True
+
+    def _out_of_order(self) -> Iterator[DecidedChunk]:
+        """Every chunk decided so far, those behind a batch still out too, in the order submitted."""
+        entries = list(self._pending)
+        self._pending = deque(entry for entry in entries if isinstance(entry, _Sent) and entry.chunk is None)
+        for entry in entries:
+            chunk = entry.chunk if isinstance(entry, _Sent) else entry
+            if chunk is not None:
+                yield chunk
+
+    def _message(self):
+        """The process's next message (waiting for it); its error raised here."""
         t0 = time.perf_counter()
         try:
             message = self._results.recv()
@@ -179,18 +257,25 @@ class Decider:
             self.waited += time.perf_counter() - t0
         if isinstance(message, Failed):
             raise error_of(message, lambda text: DeciderError(f"deciding failed in the decider process: {text}"))
-        requests, generations = self._pending.popleft()
+        return message
+
+    def _receive(self) -> None:
+        """The table of the oldest batch out (waiting for it), into that batch's chunk."""
+        message = self._message()
+        sent = self._out.popleft()
         table = pa.ipc.open_stream(message.table).read_all()
         self.seconds += message.seconds
-        return DecidedChunk(requests=requests, generations=generations, rows=[], table=table)
+        sent.chunk = DecidedChunk(requests=sent.requests, generations=sent.generations, rows=[], table=table)
 
     def _drain_after_death(self) -> Iterator[DecidedChunk]:
-        """What the process sent before it ended (its error, if it sent one, is raised)."""
-        while self._pending and self._results.poll():
+        """What the process sent before it ended (its error, if it sent one, is raised), and the
+        batches decided here before the first one it did not send back."""
+        while self._out and self._results.poll():
             try:
-                yield self._receive()
+                self._receive()
             except DeciderError:
-                return
+                break
+        yield from self._ready()
 
     def _died(self) -> DeciderError:
         self.process.join(STOP_WAIT_S)
@@ -236,6 +321,7 @@ def run_decider(tasks, results, families: Families, rules: dict[str, str], paren
 
 
 def _decide_batches(tasks, sender: QueuedSender, families: Families) -> None:
+    sender.put(READY)
     while True:
         try:
             items = tasks.recv()
