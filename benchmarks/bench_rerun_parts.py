@@ -1,7 +1,8 @@
-"""Two parts of a rules-only rerun, timed alone on one build of a synthetic pool (bench_build's):
+"""Three parts of a rules-only rerun, timed alone on one build of a synthetic pool (bench_build's):
 making the replay engine (``ReplayEngine(recordings)``, which reads the file, and, where the tree
 on the path has it, ``lazy=True``, which only hashes it: what a rerun the cache answers whole
-does), before any build in this process, and the tally of a build's decisions (``report.tally``),
+does), before any build in this process, and the tally of a build's decisions (``report.tally``)
+and its side files (``generate.side_files``: prompts.jsonl, unsupported.jsonl, failed.jsonl),
 after one. Each is run ``--repeat`` times (the engine's ways alternated); run the script with
 another tree on PYTHONPATH to time that tree's code on the same kind of pool. ``--against TREE``
 also makes the engine with TREE's ``engines/replay.py`` (loaded beside this tree's, its imports
@@ -60,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from orandcar_builder.engines.replay import ReplayEngine
     from orandcar_builder.families import DEFAULT_FAMILIES
     from orandcar_builder.pipeline.report import tally
+    from orandcar_builder.pipeline.stages.generate import side_files
+    from orandcar_builder.workdir import WorkDir
 
     root = Path(tempfile.mkdtemp(prefix="bench_rerun_parts_"))
     try:
@@ -72,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.against is not None:
             other = _replay_module(args.against).ReplayEngine
             engines[f"{args.against.name}'s engine, file read"] = lambda: other(replay)
-        times: dict[str, list[float]] = {name: [] for name in (*engines, "tally")}
+        times: dict[str, list[float]] = {name: [] for name in (*engines, "tally", "side files")}
         for _ in range(args.repeat):
             for name, call in engines.items():
                 times[name].append(_seconds(call))
@@ -80,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         decisions = root / "work" / "decisions.parquet"
         for _ in range(args.repeat):
             times["tally"].append(_seconds(lambda: tally(decisions, DEFAULT_FAMILIES)))
+            times["side files"].append(_seconds(lambda: side_files(WorkDir(root / "work"), None)))
         print(f"{args.items:,} QA, replay file {replay.stat().st_size:,} bytes (tree: "
               f"{Path(inspect.getfile(tally)).resolve().parents[2]})")
         for name, values in times.items():
