@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from orandcar_builder.executors import decider as decider_module
+from orandcar_builder.executors import local as local_module
 from orandcar_builder.executors.decider import Decider, DeciderError, on_process
 from orandcar_builder.executors.steps import decided_rows, make_request, request_of_row
 from orandcar_builder.families import DEFAULT_FAMILIES
@@ -114,7 +115,25 @@ def _seed_work(tmp_path: Path) -> Path:
     return tmp_path / "work"
 
 
-def test_a_build_deciding_on_its_own_process_gives_the_same_bytes(tmp_path):
+def test_a_build_deciding_on_its_own_process_gives_the_same_bytes(tmp_path, monkeypatch):
+    # Small batches, and the process waited for: a pool this small would otherwise be decided
+    # here before the process is ready, and the build would not test the process at all.
+    monkeypatch.setattr(local_module, "DECIDE_BATCH", 16)
+    enter = Decider.__enter__
+    seconds = []
+
+    def ready_at_once(self):
+        enter(self)
+        self.wait_ready()
+        return self
+
+    def finish_counted(self):
+        yield from finish(self)
+        seconds.append((self.seconds, self.decided_here))
+
+    finish = Decider.finish
+    monkeypatch.setattr(Decider, "__enter__", ready_at_once)
+    monkeypatch.setattr(Decider, "finish", finish_counted)
     pool = _pool(tmp_path / "pool")
     results = {}
     for name, process in (("here", False), ("proc", True)):
@@ -137,6 +156,8 @@ def test_a_build_deciding_on_its_own_process_gives_the_same_bytes(tmp_path):
                   decide_process=True)
     assert again.report["cache"]["generate"]["hits"] > 0
     assert _tree(tmp_path / "out-again") == _tree(tmp_path / "out-here")
+    # both builds on the process decided there (the rest, if any, here, in between)
+    assert len(seconds) == 2 and all(spent > 0 and here < 240 for spent, here in seconds)
 
 
 def _orders(chunks) -> list[int]:
@@ -169,7 +190,8 @@ def test_batches_decided_there_are_the_records_decided_here(tmp_path):
     assert decider.process.exitcode == 0
 
 
-def test_while_the_process_is_busy_the_batch_is_decided_here(tmp_path):
+def test_while_the_process_is_busy_the_batch_is_decided_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(decider_module, "HELD", decider_module.IN_FLIGHT + 3)  # reached: some go out of order
     items = _answered(_pool(tmp_path / "pool"), tmp_path)
     decided_here = []
 
@@ -179,20 +201,27 @@ def test_while_the_process_is_busy_the_batch_is_decided_here(tmp_path):
 
         return DecidedChunk([i[1] for i in batch], [i[2] for i in batch], decided_rows(batch, DEFAULT_FAMILIES))
 
+    flushed = 0
     with Decider(DEFAULT_FAMILIES) as decider:
         decider.wait_ready()  # from here on, batches go to the process
         os.kill(decider.process.pid, signal.SIGSTOP)  # it takes nothing while stopped
         try:
             chunks = []
             for start in range(0, len(items), 20):
+                before = len(chunks)
                 chunks.extend(decider.submit(items[start:start + 20], here))
                 # a stuck process: what is decided here is handed back out of order, not held
                 assert len(decider._pending) <= decider_module.HELD
+                if len(chunks) > before:
+                    flushed += 1
+                    assert len(decider._pending) == decider_module.IN_FLIGHT  # only the batches out wait
         finally:
             os.kill(decider.process.pid, signal.SIGCONT)
         chunks.extend(decider.finish())
     assert len(decided_here) == len(items) - decider_module.IN_FLIGHT * 20 == decider.decided_here
-    assert _orders(chunks) == sorted(i[0]["order"] for i in items)
+    assert flushed >= 2
+    assert _orders(chunks) == sorted(i[0]["order"] for i in items)  # each item once
+    assert len(_orders(chunks)) == len(set(_orders(chunks)))
     rows = [r for c in chunks for r in (c.table.to_pylist() if c.table is not None else c.rows)]
     assert sorted(rows, key=lambda r: r["order"]) == sorted(decided_rows(items, DEFAULT_FAMILIES),
                                                              key=lambda r: r["order"])

@@ -69,8 +69,8 @@ class DecidedChunk:
     """Admitted items (in the order their generations finished, or were found in the cache): their
     requests, their generations (None where generation failed) and their decision records
     (records.DECISION_SCHEMA), each with its pool ``order``: as dicts in ``rows``, or as one Arrow
-    table in ``table`` (``rows`` then empty) where they were decided on another process
-    (``executors.decider``)."""
+    table in ``table`` (``rows`` then empty) where they were decided on another process or waited
+    behind batches that were (``executors.decider``)."""
 
     requests: list[Request]
     generations: list[Optional[Generation]]

@@ -13,16 +13,17 @@ process. The records are those of deciding in the build's process, value for val
   in hand is decided in the build's process instead, so neither process waits for the other (a
   rerun, whose generations all come from the cache, keeps both cores busy; a build whose engine
   is the slower side never decides here), and memory holds a few batches whichever side is
-  slower.
+  slower. The process reads its next batch while a thread of its own sends the tables back
+  (``childproc.QueuedSender``), so neither side can block the other for ever.
 - The chunks are handed back in the order their batches were submitted, wherever each was
   decided: a batch decided here waits behind the batches still out before it. So when the answers
   come in pool order (a rerun answered from the cache) the decisions are written in pool order,
   and ``ordering.sort_by_order`` only renames the file. Until the process says it is ready (its
-  start, about a second, imports the package) every batch is decided here, so none waits behind a
-  batch the process has not begun. When more than HELD batches wait (the process is stuck on one),
-  those decided are handed back at once, out of order (the sort puts them in order): memory stays
-  bounded and the build's process never waits for the order. The process reads its next batch while a thread of its own sends the tables back
-  (``childproc.QueuedSender``), so neither side can block the other for ever.
+  start, about a second, imports the package) every batch is decided here and handed back at once,
+  so none waits behind a batch the process has not begun. When more than HELD batches are
+  submitted and not handed back (the process is stuck on one), those decided are handed back at
+  once, out of order (the sort puts them in order): memory stays bounded and the build's process
+  never waits for the order.
 - The process is given the build's families and the rule registry's entries (a rule registered
   at run time is registered there too) and imports the rules itself.
 - A rule's own error is a ``decision_failed`` record there, as here; any other error (a bug) is
@@ -62,8 +63,9 @@ from .steps import decided_rows
 DECIDE_BATCH = 256
 # Batches sent and not yet decided (back) at most.
 IN_FLIGHT = 4
-# Batches waiting, decided (here or back from the process), behind a batch still out, at most:
-# 8,192 records as Arrow tables, two row groups of the decisions file (WORK_ROW_GROUP_ROWS). At
+# Batches submitted and not handed back (out, or decided and waiting behind one out), at most:
+# 8,192 items, their records as Arrow tables (two row groups of the decisions file,
+# WORK_ROW_GROUP_ROWS) beside their requests and generations, which every batch out holds too. At
 # 200k QA a rerun's batches then came back in order; 8 and 16 let a hiccup of the process (1-2 in
 # a run) reorder a few, and the file then needs the whole sort.
 HELD = 8 * IN_FLIGHT
@@ -116,14 +118,15 @@ class _Sent:
 class Decider:
     """One decider process for one generate stage (see the module docstring). Use as a context
     manager: ``submit`` a batch of answered items, ``finish`` once every batch is submitted; each
-    yields the DecidedChunks of the batches decided so far (``table`` filled for those decided
-    there), in the order the batches were submitted."""
+    yields the DecidedChunks of the batches decided so far, in the order the batches were
+    submitted (``table`` filled for those decided there and for those decided here that waited
+    behind them; ``rows`` for the others)."""
 
     def __init__(self, families: Families):
         self.families = families
         self.seconds = 0.0  # the process's seconds deciding
         self.waited = 0.0  # this process's seconds waiting for it (handing over a batch, or for a table)
-        self.decided_here = 0  # items decided in the build's process while the process was busy
+        self.decided_here = 0  # items decided in the build's process: before it was ready, or while it was busy
         self.process = None
         self.ready = False  # the process said READY
         # Every batch submitted and not yet handed back, oldest first: a chunk decided here, or a
