@@ -119,7 +119,7 @@ def test_a_build_deciding_on_its_own_process_gives_the_same_bytes(tmp_path, monk
     # Small batches, and the process waited for: a pool this small would otherwise be decided
     # here before the process is ready, and the build would not test the process at all.
     monkeypatch.setattr(local_module, "DECIDE_BATCH", 16)
-    enter = Decider.__enter__
+    enter, finish = Decider.__enter__, Decider.finish
     seconds = []
 
     def ready_at_once(self):
@@ -131,7 +131,6 @@ def test_a_build_deciding_on_its_own_process_gives_the_same_bytes(tmp_path, monk
         yield from finish(self)
         seconds.append((self.seconds, self.decided_here))
 
-    finish = Decider.finish
     monkeypatch.setattr(Decider, "__enter__", ready_at_once)
     monkeypatch.setattr(Decider, "finish", finish_counted)
     pool = _pool(tmp_path / "pool")
@@ -161,8 +160,20 @@ def test_a_build_deciding_on_its_own_process_gives_the_same_bytes(tmp_path, monk
 
 
 def _orders(chunks) -> list[int]:
-    return sorted(o for c in chunks for o in (c.table.column("order").to_pylist() if c.table is not None
-                                                 else [r["order"] for r in c.rows]))
+    """The pool orders of the chunks' records, in the order handed back."""
+    return [o for c in chunks for o in (c.table.column("order").to_pylist() if c.table is not None
+                                        else [r["order"] for r in c.rows])]
+
+
+def _deciding_here(decided: list):
+    """A decider's ``here``: decides a batch in this process, noting its items in ``decided``."""
+    from orandcar_builder.executors.base import DecidedChunk
+
+    def here(batch):
+        decided.extend(batch)
+        return DecidedChunk([i[1] for i in batch], [i[2] for i in batch], decided_rows(batch, DEFAULT_FAMILIES))
+
+    return here
 
 
 def test_batches_decided_there_are_the_records_decided_here(tmp_path):
@@ -194,13 +205,7 @@ def test_while_the_process_is_busy_the_batch_is_decided_here(tmp_path, monkeypat
     monkeypatch.setattr(decider_module, "HELD", decider_module.IN_FLIGHT + 3)  # reached: some go out of order
     items = _answered(_pool(tmp_path / "pool"), tmp_path)
     decided_here = []
-
-    def here(batch):
-        decided_here.extend(batch)
-        from orandcar_builder.executors.base import DecidedChunk
-
-        return DecidedChunk([i[1] for i in batch], [i[2] for i in batch], decided_rows(batch, DEFAULT_FAMILIES))
-
+    here = _deciding_here(decided_here)
     flushed = 0
     with Decider(DEFAULT_FAMILIES) as decider:
         decider.wait_ready()  # from here on, batches go to the process
@@ -220,7 +225,7 @@ def test_while_the_process_is_busy_the_batch_is_decided_here(tmp_path, monkeypat
         chunks.extend(decider.finish())
     assert len(decided_here) == len(items) - decider_module.IN_FLIGHT * 20 == decider.decided_here
     assert flushed >= 2
-    assert _orders(chunks) == sorted(i[0]["order"] for i in items)  # each item once
+    assert sorted(_orders(chunks)) == sorted(i[0]["order"] for i in items)  # each item once
     assert len(_orders(chunks)) == len(set(_orders(chunks)))
     rows = [r for c in chunks for r in (c.table.to_pylist() if c.table is not None else c.rows)]
     assert sorted(rows, key=lambda r: r["order"]) == sorted(decided_rows(items, DEFAULT_FAMILIES),
@@ -234,13 +239,7 @@ def test_chunks_come_back_in_the_order_submitted_wherever_they_were_decided(tmp_
     submitted = decider_module.IN_FLIGHT + decider_module.HELD // 2  # some decided here, fewer than HELD wait
     items = _answered(_pool(tmp_path / "pool"), tmp_path)[:batch * submitted]
     decided_here = []
-
-    def here(part):
-        decided_here.extend(i[0]["order"] for i in part)
-        from orandcar_builder.executors.base import DecidedChunk
-
-        return DecidedChunk([i[1] for i in part], [i[2] for i in part], decided_rows(part, DEFAULT_FAMILIES))
-
+    here = _deciding_here(decided_here)
     chunks = []
     with Decider(DEFAULT_FAMILIES) as decider:
         decider.wait_ready()  # from here on, batches go to the process
@@ -253,9 +252,7 @@ def test_chunks_come_back_in_the_order_submitted_wherever_they_were_decided(tmp_
             os.kill(decider.process.pid, signal.SIGCONT)
         chunks.extend(decider.finish())
     assert len(decided_here) == batch * (submitted - decider_module.IN_FLIGHT)
-    orders = [o for c in chunks for o in (c.table.column("order").to_pylist() if c.table is not None
-                                         else [r["order"] for r in c.rows])]
-    assert orders == [i[0]["order"] for i in items]
+    assert _orders(chunks) == [i[0]["order"] for i in items]
     assert [r.item_id for c in chunks for r in c.requests] == [i[1].item_id for i in items]
 
 

@@ -115,6 +115,11 @@ class _Sent:
     chunk: Optional[DecidedChunk] = None
 
 
+def _decided(entry: DecidedChunk | _Sent) -> Optional[DecidedChunk]:
+    """A submitted batch's chunk: itself (decided here), or its table's once back (None before)."""
+    return entry.chunk if isinstance(entry, _Sent) else entry
+
+
 class Decider:
     """One decider process for one generate stage (see the module docstring). Use as a context
     manager: ``submit`` a batch of answered items, ``finish`` once every batch is submitted; each
@@ -221,13 +226,8 @@ class Decider:
     def _ready(self) -> Iterator[DecidedChunk]:
         """The chunks at the front of the submitted batches that are decided, in order."""
         pending = self._pending
-        while pending:
-            front = pending[0]
-            chunk = front.chunk if isinstance(front, _Sent) else front
-            if chunk is None:
-                return
-            pending.popleft()
-            yield chunk
+        while pending and _decided(pending[0]) is not None:
+            yield _decided(pending.popleft())
 
     def wait_ready(self) -> None:
         """Wait until the process takes batches (its start done)."""
@@ -243,11 +243,8 @@ class Decider:
     def _out_of_order(self) -> Iterator[DecidedChunk]:
         """Every chunk decided so far, those behind a batch still out too, in the order submitted."""
         entries = list(self._pending)
-        self._pending = deque(entry for entry in entries if isinstance(entry, _Sent) and entry.chunk is None)
-        for entry in entries:
-            chunk = entry.chunk if isinstance(entry, _Sent) else entry
-            if chunk is not None:
-                yield chunk
+        self._pending = deque(entry for entry in entries if _decided(entry) is None)
+        yield from (_decided(entry) for entry in entries if _decided(entry) is not None)
 
     def _message(self):
         """The process's next message (waiting for it); its error raised here."""

@@ -161,20 +161,14 @@ def side_files(work: WorkDir, export_generations: Optional[Path]) -> GenerationF
             answered = batch
             if pc.any(failed).as_py():
                 gone = batch.filter(failed)
-                files.failed.write_columns({"id": gone.column("id").to_pylist(),
-                                            "reason": gone.column("reason").to_pylist(),
-                                            "detail": gone.column("error").to_pylist()})
+                files.failed.write_columns(_fields(gone, id="id", reason="reason", detail="error"))
                 facts.failed += gone.num_rows
                 answered = batch.filter(pc.invert(failed))
-            files.prompts.write_columns({"id": answered.column("id").to_pylist(),
-                                         "question": answered.column("question").to_pylist(),
-                                         "prompt": answered.column("prompt").to_pylist()})
+            files.prompts.write_columns(_fields(answered, id="id", question="question", prompt="prompt"))
             said = pc.fill_null(pc.not_equal(answered.column("unsupported"), ""), False)  # neither null nor ""
             if pc.any(said).as_py():
-                unsupported = answered.filter(said)
-                files.unsupported.write_columns({"id": unsupported.column("id").to_pylist(),
-                                                 "family": unsupported.column("family").to_pylist(),
-                                                 "explanation": unsupported.column("unsupported").to_pylist()})
+                files.unsupported.write_columns(_fields(answered.filter(said), id="id", family="family",
+                                                        explanation="unsupported"))
             for name, seen in (("model", facts.models), ("revision", facts.revisions)):
                 seen.update(value for value in pc.unique(answered.column(name)).to_pylist() if value)
             if files.export is not None:
@@ -182,3 +176,8 @@ def side_files(work: WorkDir, export_generations: Optional[Path]) -> GenerationF
                 for i, question in enumerate(cols["question"]):
                     files.export.add(generation_from_row({name: values[i] for name, values in cols.items()}), question)
     return facts
+
+
+def _fields(batch, **columns: str) -> dict[str, list]:
+    """A side file's fields (in the order given), each the values of its decision column."""
+    return {field: batch.column(column).to_pylist() for field, column in columns.items()}
