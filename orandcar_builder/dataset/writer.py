@@ -11,13 +11,14 @@ Python objects are held for a few rows only; the Arrow chunks gather into the op
 is written out before a chunk would take its Arrow size past ROW_GROUP_MAX_BYTES. A row group
 exceeds the bound only when one chunk alone does (one row of an image larger than the bound). A row
 group that grows past SPILL_BYTES waits on disk, in unnamed files in the config's folder
-(``_GroupSpill``), and is read back a column at a time when it is written, so memory holds it once,
-contiguous, rather than as thousands of chunks. A shard is closed once its rows reach the shard's
-byte bound, so memory holds one row group, not one shard, and a reader's row group stays within
-``parquetio.MAX_ROW_GROUP_BYTES``. Shards are written under temporary names and renamed once their
-total is known. Nothing here depends on the clock or the machine: the same rows give the same
-bytes (a row group is written from one contiguous table, so a shard whose rows fit in one row
-group has the same bytes as writing them with one ``pq.write_table``).
+(``_GroupSpill``). A row group is written a leaf column at a time (``leafwise.LeafwiseWriter``),
+its columns combined one at a time as they are written, so memory holds one column of the row
+group, not the row group (nor thousands of chunks of it). A shard is closed once its rows reach
+the shard's byte bound, and a reader's row group stays within ``parquetio.MAX_ROW_GROUP_BYTES``.
+Shards are written under temporary names and renamed once their total is known. Nothing here
+depends on the clock or the machine: the same rows give the same bytes (the leaf-wise writer gives
+the bytes pyarrow's ``ParquetWriter`` gives for the row group as one contiguous table, so a shard
+whose rows fit in one row group has the same bytes as writing them with one ``pq.write_table``).
 
 Like datasets' ``ArrowWriter``, the writer counts what it writes: per shard the rows, the file's
 bytes and the Arrow size of its row groups (the ``num_bytes`` of a card's ``dataset_info``), so
@@ -35,7 +36,7 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,6 +44,7 @@ import pyarrow.parquet as pq
 from ..files import naming
 from ..vocab import CONFIGS, SPLIT, shard_name
 from .features import features
+from .leafwise import LeafwiseWriter, leaves, table_columns
 
 DEFAULT_MAX_SHARD_BYTES = 256 * 1024 * 1024
 # The Arrow bytes a row group may hold: datasets' config.MAX_ROW_GROUP_SIZE ("100MB", decimal).
@@ -88,7 +90,7 @@ class ConfigWriter:
     _group_arrow_bytes: int = 0  # the Arrow size of the row group's chunks, spilled ones included
     _unspilled_bytes: int = 0  # the Arrow size of ``_group``
     _spill: Optional["_GroupSpill"] = None  # the row group's spilled columns (none while it is small)
-    _shard: Optional[pq.ParquetWriter] = None
+    _shard: Optional["_Shard"] = None
     _shard_bytes: int = 0  # the byte rule's estimate of the open shard (see _row_bytes)
     _shard_rows: int = 0
     _shard_arrow_bytes: int = 0
@@ -112,15 +114,14 @@ class ConfigWriter:
                 self._spill.close()
                 self._spill = None
             if self._shard is not None:
-                self._shard.close()
+                self._shard.abort()
                 self._shard = None
             for path in self._temp_shards:
                 path.unlink(missing_ok=True)
 
     def write(self, row: dict) -> None:
         if self._shard is None:
-            path = self._next_temp_shard()
-            self._shard = pq.ParquetWriter(path, self.schema, compression="snappy")
+            self._shard = _Shard(self._next_temp_shard(), self.schema)
         size = _row_bytes(row)
         convert_bytes = min(CONVERT_BYTES, ROW_GROUP_MAX_BYTES // 16)  # chunks well under the bound
         if self._pending and self._pending_bytes + size > convert_bytes:
@@ -168,25 +169,29 @@ class ConfigWriter:
 
     def _write_group(self) -> None:
         if self._group_open():
-            table = self._contiguous()
+            rows, columns = self._columns()
+            sizes: list[int] = []
             with naming(self._temp_shards[-1]):
-                self._shard.write_table(table, row_group_size=max(1, table.num_rows))
-            self._shard_rows += table.num_rows
-            self._shard_arrow_bytes += table.nbytes  # a reader's row group is contiguous too
+                self._shard.write_row_group(rows, leaves(self.schema, _sized(columns, sizes)))
+            self._shard_rows += rows
+            self._shard_arrow_bytes += sum(sizes)  # a reader's row group is contiguous too
             self._group_arrow_bytes = 0
 
-    def _contiguous(self) -> pa.Table:
-        """The row group as one contiguous table (what a reader gets back, so its Arrow size is
-        the reader's). A row group that stayed under SPILL_BYTES is combined from its chunks in
-        memory; a larger one is read back from its spill a column at a time (``_GroupSpill``)."""
+    def _columns(self) -> tuple[int, Iterator[pa.Array]]:
+        """The row group's rows and its columns, one contiguous array at a time in schema order
+        (contiguous as a reader gets them back, so their Arrow size is the reader's). A row group
+        that stayed under SPILL_BYTES is combined from its chunks in memory; a larger one is read
+        back from its spill a column at a time (``_GroupSpill``)."""
         chunks = self._take_group()
         if self._spill is None:
-            return _combined(chunks)
+            table = pa.concat_tables(chunks)
+            del chunks[:]
+            return table.num_rows, table_columns(table)
         spill, self._spill = self._spill, None
         with naming(self.dir):
             if chunks:
                 spill.append(_combined(chunks))  # empties ``chunks``: the spill holds them
-            return pa.Table.from_arrays(spill.columns(), schema=self.schema)
+        return spill.rows, spill.columns()
 
     def _close_shard(self) -> None:
         self._convert()
@@ -231,23 +236,54 @@ def _combined(chunks: list[pa.Table]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def _sized(columns: Iterable[pa.Array], sizes: list[int]) -> Iterator[pa.Array]:
+    """``columns`` as they come, each one's Arrow size appended to ``sizes``."""
+    for column in columns:
+        sizes.append(column.nbytes)
+        yield column
+        del column
+
+
+class _Shard:
+    """An open shard: its file and the writer that writes its row groups a leaf column at a time
+    (``leafwise.LeafwiseWriter``: the bytes of ``pq.ParquetWriter``, one column in memory)."""
+
+    def __init__(self, path: Path, schema: pa.Schema):
+        self.handle = open(path, "wb")
+        try:
+            self.writer = LeafwiseWriter(self.handle, schema, compression="snappy")
+        except BaseException:
+            self.handle.close()
+            raise
+
+    def write_row_group(self, rows: int, columns) -> None:
+        self.writer.write_row_group(rows, columns)
+
+    def close(self) -> None:
+        with self.handle:
+            self.writer.close()
+
+    def abort(self) -> None:
+        self.handle.close()
+
+
 class _GroupSpill:
     """A row group's columns on disk while it fills: one unnamed file per column (gone when closed,
     or when the process ends), an Arrow IPC stream of the column's batches.
 
     Held in memory as it fills, a row group near its 100 MB bound took about 1.4 times its Arrow
     size in resident memory (thousands of chunks of a few rows each, every one of them dozens of
-    small buffers), then one column more while it was combined. Here each batch of SPILL_BYTES is
-    combined and written out; ``columns()`` reads the columns back largest first, each combined
-    into one array before the next is read, so memory holds the row group's contiguous columns
-    and one column's batches besides: about the row group, once. The arrays are equal value for
-    value, and the parquet writer, given one contiguous table either way, writes the same bytes."""
+    small buffers). Here each batch of SPILL_BYTES is combined and written out; ``columns()``
+    reads the columns back one at a time, in schema order, each combined into one array and let go
+    before the next is read, so memory holds one column (its batches, then the array), not the row
+    group. The arrays are equal value for value to the columns of the row group combined in
+    memory, and the shard writer writes the same bytes from them."""
 
     def __init__(self, schema: pa.Schema, directory: Path):
         self.schemas = [pa.schema([column]) for column in schema]
         self.files: list = []
         self.writers: list = []
-        self.sizes = [0] * len(self.schemas)
+        self.rows = 0
         try:
             for column_schema in self.schemas:
                 handle = tempfile.TemporaryFile(dir=directory, prefix=".spill-")
@@ -259,27 +295,26 @@ class _GroupSpill:
 
     def append(self, table: pa.Table) -> None:
         """Write one combined table's columns (one chunk each) to their files."""
-        for index, (column, writer, schema) in enumerate(zip(table.columns, self.writers, self.schemas)):
+        for column, writer, schema in zip(table.columns, self.writers, self.schemas):
             for chunk in column.chunks:
                 writer.write_batch(pa.record_batch([chunk], schema=schema))
-                self.sizes[index] += chunk.nbytes
+        self.rows += table.num_rows
 
-    def columns(self) -> list[pa.Array]:
-        """The row group's columns, each one contiguous array, in schema order; the spill is
-        closed afterwards."""
+    def columns(self) -> Iterator[pa.Array]:
+        """The row group's columns, each one contiguous array, in schema order, read when asked
+        for; the spill is closed once they are all read (or the reading stops)."""
         try:
             for writer in self.writers:
                 writer.close()
-            arrays: list[Optional[pa.Array]] = [None] * len(self.schemas)
-            for index in sorted(range(len(self.schemas)), key=lambda i: -self.sizes[i]):
-                handle = self.files[index]
+            for handle in self.files:
                 handle.seek(0)
                 with pa.ipc.open_stream(handle) as reader:
                     column = reader.read_all().column(0)
-                arrays[index] = column.combine_chunks()
+                array = column.combine_chunks()
                 del column
                 handle.close()
-            return arrays  # type: ignore[return-value]
+                yield array
+                del array
         finally:
             self.close()
 
