@@ -12,6 +12,10 @@ byte for byte.
 
     .venv/bin/python benchmarks/bench_write.py --sizes 200000 1000000
     .venv/bin/python benchmarks/bench_write.py --sizes 50000 --repeat 3 --json write.json
+
+``--against TREE`` compares another checkout of the package instead (``git worktree add TREE
+COMMIT``): the two ways are then "base" (the child imports the package from TREE) and "this" (this
+checkout), each with its writer's defaults, on the same work dir, and their shards are compared.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -44,7 +49,6 @@ def _status_mb(key: str) -> float:
 
 def child(work: Path, out: Path, way: str) -> dict:
     import importlib
-    import os
 
     importlib.import_module("datasets")  # as in the build's process
     import pyarrow as pa
@@ -89,23 +93,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[200_000], help="QA items per pool")
     parser.add_argument("--repeat", type=int, default=2, help="turns of both ways, alternated")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another checkout of the package: compare its writer with this one's")
     parser.add_argument("--child", nargs=3, metavar=("WORK", "OUT", "WAY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         work, out, way = args.child
         print(json.dumps(child(Path(work), Path(out), way)))
         return 0
+    ways = ("base", "this") if args.against else WAYS
     figures = []
     for size in args.sizes:
         root = Path(tempfile.mkdtemp(prefix=f"bench_write_{size}_"))
         try:
             work = build(root, size)
             for turn in range(args.repeat):
-                for way in WAYS:
+                for way in ways:
                     out = root / way
                     shutil.rmtree(out, ignore_errors=True)
+                    env = dict(os.environ)
+                    if way == "base":
+                        env["PYTHONPATH"] = str(args.against.resolve())
+                    elif args.against:
+                        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
                     proc = subprocess.run([sys.executable, __file__, "--child", str(work), str(out), way],
-                                          capture_output=True, text=True, check=False)
+                                          capture_output=True, text=True, check=False, env=env)
                     if proc.returncode != 0:
                         raise SystemExit(f"write failed:\n{proc.stderr[-3000:]}")
                     fig = {"size": size, "turn": turn, **json.loads(proc.stdout.strip().splitlines()[-1])}
@@ -113,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"{size:>8} QA  {way:<8} rise {fig['rss_rise_mb']:6.1f} MiB  Arrow pool peak "
                           f"{fig['arrow_pool_peak_mb']:6.1f} MiB  {fig['seconds']:6.2f} s  CPU {fig['cpu_s']:6.2f} s",
                           flush=True)
-                print(f"{'':>12}same shards: {same_shards(root / 'held', root / 'spilled')}", flush=True)
+                print(f"{'':>12}same shards: {same_shards(root / ways[0], root / ways[1])}", flush=True)
         finally:
             shutil.rmtree(root, ignore_errors=True)
     if args.json:

@@ -158,6 +158,8 @@ def test_refuses_what_it_cannot_write():
     schema = features("rejected").arrow_schema
     with pytest.raises(ValueError, match="write_page_index"):
         LeafwiseWriter(io.BytesIO(), schema, write_page_index=True)
+    with pytest.raises(ValueError, match="sorting_columns"):
+        LeafwiseWriter(io.BytesIO(), schema, sorting_columns=[pq.SortingColumn(0)])
     writer = LeafwiseWriter(io.BytesIO(), schema)
     with pytest.raises(ValueError, match="schema differs"):
         writer.write_table(pa.table({"x": [1]}))

@@ -244,11 +244,11 @@ class LeafwiseWriter:
     """Writes a parquet file row group by row group, each row group a leaf column at a time
     (``write_row_group``), or from a whole table (``write_table``, as ``pq.ParquetWriter`` does).
     ``options`` are ``pq.ParquetWriter``'s (the scratch files are written with them); options that
-    write anything between the row groups and the footer (the page index, bloom filters) or encrypt
-    it are refused."""
+    write anything between the row groups and the footer (the page index, bloom filters), name
+    columns by their index in the file (sorting columns) or encrypt it are refused."""
 
     def __init__(self, sink: BinaryIO, schema: pa.Schema, **options):
-        for option in ("write_page_index", "encryption_properties", "bloom_filter_options"):
+        for option in ("write_page_index", "encryption_properties", "bloom_filter_options", "sorting_columns"):
             if options.get(option):
                 raise ValueError(f"LeafwiseWriter cannot write parquet files with {option}")
         self.sink = sink
