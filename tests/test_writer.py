@@ -284,3 +284,28 @@ def test_a_failure_with_a_spilled_row_group_leaves_nothing(tmp_path, monkeypatch
     assert spill_files and all(handle.closed for handle in spill_files)
     assert writer._spill is None
     assert list((tmp_path / "rejected").iterdir()) == []
+
+
+def test_a_failure_while_a_spilled_row_group_is_written_closes_its_files_at_once(tmp_path, monkeypatch):
+    """The spill's files are closed when writing the row group fails, not later when the error
+    (whose traceback holds the writer's frames) is let go."""
+    from orandcar_builder.dataset.leafwise import LeafwiseWriter
+
+    monkeypatch.setattr(writer_module, "SPILL_BYTES", 5_000)
+
+    def failing(self, rows, columns):
+        next(iter(columns))  # the first leaf is read, then the disk fills
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(LeafwiseWriter, "write_row_group", failing)
+    spill_files = []
+    with pytest.raises(OSError) as caught:
+        with ConfigWriter(tmp_path, "rejected", 10**9) as writer:
+            for row in _rows(400):
+                writer.write(row)
+                if writer._spill is not None and not spill_files:
+                    spill_files.extend(writer._spill.files)
+            writer.finalize()
+    assert caught.value.filename == str(tmp_path / "rejected" / ".train-00000.parquet.partial")
+    assert spill_files and all(handle.closed for handle in spill_files)
+    assert list((tmp_path / "rejected").iterdir()) == []

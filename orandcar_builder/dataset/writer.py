@@ -36,7 +36,7 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Generator, Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -171,13 +171,16 @@ class ConfigWriter:
         if self._group_open():
             rows, columns = self._columns()
             sizes: list[int] = []
-            with naming(self._temp_shards[-1]):
-                self._shard.write_row_group(rows, leaves(self.schema, _sized(columns, sizes)))
+            try:
+                with naming(self._temp_shards[-1]):
+                    self._shard.write_row_group(rows, leaves(self.schema, _sized(columns, sizes)))
+            finally:
+                columns.close()  # a spill's files are closed now, not when the error is let go
             self._shard_rows += rows
             self._shard_arrow_bytes += sum(sizes)  # a reader's row group is contiguous too
             self._group_arrow_bytes = 0
 
-    def _columns(self) -> tuple[int, Iterator[pa.Array]]:
+    def _columns(self) -> tuple[int, Generator[pa.Array, None, None]]:
         """The row group's rows and its columns, one contiguous array at a time in schema order
         (contiguous as a reader gets them back, so their Arrow size is the reader's). A row group
         that stayed under SPILL_BYTES is combined from its chunks in memory; a larger one is read
