@@ -26,3 +26,36 @@ def objects_before_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+def release_free_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``), where there is one.
+
+    A stage ends having freed what it held (the generate stage: its keys, its batches), but glibc
+    keeps freed memory inside its heap for the next allocation unless it lies at the heap's top, so
+    the next stage starts from a resident size that carries the last one's peak. Called between
+    stages; a no-op on other C libraries."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+_TRIM: list = []
+
+
+def _malloc_trim():
+    if not _TRIM:
+        function = None
+        try:
+            import ctypes
+            import ctypes.util
+
+            name = ctypes.util.find_library("c")
+            if name:
+                function = getattr(ctypes.CDLL(name), "malloc_trim", None)
+                if function is not None:
+                    function.argtypes, function.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):
+            function = None
+        _TRIM.append(function)
+    return _TRIM[0]

@@ -232,9 +232,12 @@ def leaves(schema: pa.Schema, columns: Iterable[pa.Array]) -> Iterator[tuple[pa.
 
 def table_columns(table: pa.Table) -> Iterator[pa.Array]:
     """``table``'s columns, each combined into one array as it is asked for and then dropped from
-    the table: memory holds the table's chunks and one column combined."""
+    the table: memory holds the table's chunks and one column combined (a column of one chunk that
+    is no slice is that chunk, not a copy)."""
     while table.num_columns:
-        column = table.column(0).combine_chunks()
+        chunks = table.column(0).chunks
+        column = chunks[0] if len(chunks) == 1 and chunks[0].offset == 0 else table.column(0).combine_chunks()
+        del chunks
         table = table.remove_column(0)
         yield column
         del column

@@ -18,7 +18,7 @@ from ..cache import CacheFullError, storage_problem
 from ..dataset.output import OutputLock, StagedOutput, WorkLock, check_paths
 from ..executors import executor_for
 from ..figures import BuildFigures
-from ..heap import objects_before_frozen
+from ..heap import objects_before_frozen, release_free_memory
 from ..images import ImageError
 from ..workdir import WorkDir
 from .config import BuildConfig, BuildError, BuildObjects
@@ -161,7 +161,9 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
             admitted = plan.admit.run(context, admission) if plan.admit is not None else None
             generated = plan.generate.run(context, engines.engine, cache, admission)
             judged = plan.judge.run(context, engines.judge, cache) if plan.judge is not None else None
+            release_free_memory()  # what generating held, before the write stage's row groups
             written = plan.write.run(context)
+            release_free_memory()
             ran = recipe_ran(config, engines.engine, engines.judge, engine_given=objects.engine is not None,
                              judge_given=objects.judge_engine is not None)
             figures = build_figures(config, engines, generated, judged, written, ran)
