@@ -192,3 +192,22 @@ def test_memory_holds_one_column_of_the_row_group():
     writer.close()
     assert len(before_each) == 8 and max(before_each) < column_bytes / 2
     assert pq.read_table(io.BytesIO(sink.getvalue())).column("c7").to_pylist() == texts
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("nulls", [False, True])
+def test_a_column_in_parts_gives_the_leaves_and_the_size_of_the_column_combined(config, nulls):
+    """``column_leaves`` combines each leaf from the parts of a column (as a spilled row group
+    holds it) and counts the column's Arrow size from the leaves alone: the same leaves and the
+    same size as the column combined first."""
+    schema = features(config).arrow_schema
+    table = _table(schema, 700, seed=21 + nulls, nulls=nulls)
+    cuts = [0, 1, 90, 91, 400, 700]
+    for index, field in enumerate(schema):
+        column = table.column(index).combine_chunks()
+        parts = [pa.concat_arrays([column.slice(a, b - a)]) for a, b in zip(cuts, cuts[1:])]  # as spilled: unsliced
+        sizes: list[int] = []
+        got = list(leafwise.column_leaves(field, parts, sizes))
+        assert sizes == [column.nbytes]
+        for (leaf_field, leaf), path in zip(got, leaf_paths(field.type), strict=True):
+            assert leaf.equals(leaf_only(column, path)) and leaf_field.type == leaf.type

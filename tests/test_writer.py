@@ -309,3 +309,24 @@ def test_a_failure_while_a_spilled_row_group_is_written_closes_its_files_at_once
     assert caught.value.filename == str(tmp_path / "rejected" / ".train-00000.parquet.partial")
     assert spill_files and all(handle.closed for handle in spill_files)
     assert list((tmp_path / "rejected").iterdir()) == []
+
+
+def test_a_spilled_column_is_mapped_and_unmapped_leaf_by_leaf(tmp_path, monkeypatch):
+    """A spilled row group's column files are mapped into memory when written, and each mapping is
+    closed once its column's leaves are written (not left for the garbage collector)."""
+    import mmap as mmap_module
+
+    closed = []
+
+    class Mapping(mmap_module.mmap):
+        def close(self):
+            super().close()  # a BufferError here would mean an array still refers to the pages
+            closed.append(self)
+
+    class MmapModule:
+        mmap, ACCESS_READ = Mapping, mmap_module.ACCESS_READ
+
+    monkeypatch.setattr(writer_module, "mmap", MmapModule)
+    summary = _write_with_spill(tmp_path / "spilled", lambda: _rows_with_null_values(600, 9), monkeypatch, 5_000)
+    columns = len(features("rejected").arrow_schema)
+    assert len(closed) == columns * len(summary["rejected"]["shards"]) and all(m.closed for m in closed)

@@ -230,6 +230,48 @@ def leaves(schema: pa.Schema, columns: Iterable[pa.Array]) -> Iterator[tuple[pa.
         del column
 
 
+def column_leaves(field: pa.Field, chunks: list[pa.Array], sizes: list[int]) -> Iterator[tuple[pa.Field, pa.Array]]:
+    """The leaves of one column given as ``chunks`` (consecutive parts of it), each combined from
+    the chunks' pruned copies as it is asked for: memory holds one leaf combined, never the column.
+    Once the last leaf is taken, the Arrow size the column would have as one contiguous array (what
+    a reader gets back) is appended to ``sizes``, counted from the leaves (``_NodeSizes``)."""
+    nodes = _NodeSizes()
+    for path in leaf_paths(field.type):
+        parts = [leaf_only(chunk, path) for chunk in chunks]
+        array = pa.concat_arrays(parts)
+        del parts
+        nodes.add(path, array)
+        yield field.with_type(array.type), array
+        del array
+    sizes.append(nodes.total())
+
+
+class _NodeSizes:
+    """The Arrow size of a contiguous column from its leaves alone. A leaf pruned from the column
+    (``leaf_only``) carries every node on its path with that node's own buffers (validity, list
+    offsets) as the column has them, and its values; summed over the leaves, a node under k leaves
+    is counted k times. So the column's size is the leaves' sizes less k - 1 times each node's own
+    bytes, which a leaf gives as its node's size less its child's."""
+
+    def __init__(self):
+        self.leaves = 0
+        self.own: dict[tuple, int] = {}
+        self.count: dict[tuple, int] = {}
+
+    def add(self, path: tuple, leaf: pa.Array) -> None:
+        self.leaves += leaf.nbytes
+        node = leaf
+        for depth in range(len(path)):
+            child = node.field(0) if pa.types.is_struct(node.type) else node.values
+            prefix = path[:depth]
+            self.own[prefix] = node.nbytes - child.nbytes
+            self.count[prefix] = self.count.get(prefix, 0) + 1
+            node = child
+
+    def total(self) -> int:
+        return self.leaves - sum((self.count[prefix] - 1) * own for prefix, own in self.own.items())
+
+
 def table_columns(table: pa.Table) -> Iterator[pa.Array]:
     """``table``'s columns, each combined into one array as it is asked for and then dropped from
     the table: memory holds the table's chunks and one column combined (a column of one chunk that

@@ -11,9 +11,10 @@ Python objects are held for a few rows only; the Arrow chunks gather into the op
 is written out before a chunk would take its Arrow size past ROW_GROUP_MAX_BYTES. A row group
 exceeds the bound only when one chunk alone does (one row of an image larger than the bound). A row
 group that grows past SPILL_BYTES waits on disk, in unnamed files in the config's folder
-(``_GroupSpill``). A row group is written a leaf column at a time (``leafwise.LeafwiseWriter``),
-its columns combined one at a time as they are written, so memory holds one column of the row
-group, not the row group (nor thousands of chunks of it). A shard is closed once its rows reach
+(``_GroupSpill``). A row group is written a leaf column at a time (``leafwise.LeafwiseWriter``):
+one held in memory is combined a column at a time as it is written; one spilled is read back a
+leaf at a time from its files mapped into memory, so memory holds one leaf column of the row group
+(``qa``'s questions, the largest), not the row group (nor thousands of chunks of it). A shard is closed once its rows reach
 the shard's byte bound, and a reader's row group stays within ``parquetio.MAX_ROW_GROUP_BYTES``.
 Shards are written under temporary names and renamed once their total is known. Nothing here
 depends on the clock or the machine: the same rows give the same bytes (the leaf-wise writer gives
@@ -30,6 +31,7 @@ then gives the struct's fields validity bitmaps of their own, a few bytes more).
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import tempfile
@@ -44,7 +46,7 @@ import pyarrow.parquet as pq
 from ..files import naming
 from ..vocab import CONFIGS, SPLIT, shard_name
 from .features import features
-from .leafwise import LeafwiseWriter, leaves, table_columns
+from .leafwise import LeafwiseWriter, column_leaves, leaves, table_columns
 
 DEFAULT_MAX_SHARD_BYTES = 256 * 1024 * 1024
 # The Arrow bytes a row group may hold: datasets' config.MAX_ROW_GROUP_SIZE ("100MB", decimal).
@@ -169,32 +171,33 @@ class ConfigWriter:
 
     def _write_group(self) -> None:
         if self._group_open():
-            rows, columns = self._columns()
             sizes: list[int] = []
+            rows, columns = self._leaves(sizes)
             try:
                 with naming(self._temp_shards[-1]):
-                    self._shard.write_row_group(rows, leaves(self.schema, _sized(columns, sizes)))
+                    self._shard.write_row_group(rows, columns)
             finally:
                 columns.close()  # a spill's files are closed now, not when the error is let go
             self._shard_rows += rows
             self._shard_arrow_bytes += sum(sizes)  # a reader's row group is contiguous too
             self._group_arrow_bytes = 0
 
-    def _columns(self) -> tuple[int, Generator[pa.Array, None, None]]:
-        """The row group's rows and its columns, one contiguous array at a time in schema order
-        (contiguous as a reader gets them back, so their Arrow size is the reader's). A row group
-        that stayed under SPILL_BYTES is combined from its chunks in memory; a larger one is read
-        back from its spill a column at a time (``_GroupSpill``)."""
+    def _leaves(self, sizes: list[int]) -> tuple[int, Generator[tuple[pa.Field, pa.Array], None, None]]:
+        """The row group's rows and its leaf columns, one contiguous array at a time in the file's
+        order; each column's Arrow size as one contiguous array (a reader's) is appended to
+        ``sizes``. A row group that stayed under SPILL_BYTES is combined a column at a time from its
+        chunks in memory; a larger one is read back from its spill a leaf at a time
+        (``_GroupSpill``)."""
         chunks = self._take_group()
         if self._spill is None:
             table = pa.concat_tables(chunks)
             del chunks[:]
-            return table.num_rows, table_columns(table)
+            return table.num_rows, leaves(self.schema, _sized(table_columns(table), sizes))
         spill, self._spill = self._spill, None
         with naming(self.dir):
             if chunks:
                 spill.append(_combined(chunks))  # empties ``chunks``: the spill holds them
-        return spill.rows, spill.columns()
+        return spill.rows, spill.leaves(sizes)
 
     def _close_shard(self) -> None:
         self._convert()
@@ -276,11 +279,11 @@ class _GroupSpill:
 
     Held in memory as it fills, a row group near its 100 MB bound took about 1.4 times its Arrow
     size in resident memory (thousands of chunks of a few rows each, every one of them dozens of
-    small buffers). Here each batch of SPILL_BYTES is combined and written out; ``columns()``
-    reads the columns back one at a time, in schema order, each combined into one array and let go
-    before the next is read, so memory holds one column (its batches, then the array), not the row
-    group. The arrays are equal value for value to the columns of the row group combined in
-    memory, and the shard writer writes the same bytes from them."""
+    small buffers). Here each batch of SPILL_BYTES is combined and written out; ``leaves()`` maps
+    the files back one at a time, in schema order, and combines each leaf column from the batches'
+    pages, so memory holds one leaf combined and the pages it was read from, not the row group.
+    The leaves are equal value for value to those of the row group combined in memory, and the
+    shard writer writes the same bytes from them."""
 
     def __init__(self, schema: pa.Schema, directory: Path):
         self.schemas = [pa.schema([column]) for column in schema]
@@ -303,21 +306,31 @@ class _GroupSpill:
                 writer.write_batch(pa.record_batch([chunk], schema=schema))
         self.rows += table.num_rows
 
-    def columns(self) -> Iterator[pa.Array]:
-        """The row group's columns, each one contiguous array, in schema order, read when asked
-        for; the spill is closed once they are all read (or the reading stops)."""
+    def leaves(self, sizes: list[int]) -> Iterator[tuple[pa.Field, pa.Array]]:
+        """The row group's leaf columns in the file's order, each one contiguous array combined
+        when asked for (``leafwise.column_leaves``); each column's Arrow size as one contiguous
+        array is appended to ``sizes``. A column's file is mapped into memory, not read: its batches
+        are the file's pages, and only the pages of the leaf being combined are read. The spill is
+        closed once every leaf is taken (or the taking stops)."""
         try:
             for writer in self.writers:
                 writer.close()
-            for handle in self.files:
-                handle.seek(0)
-                with pa.ipc.open_stream(handle) as reader:
-                    column = reader.read_all().column(0)
-                array = column.combine_chunks()
-                del column
+            for handle, schema in zip(self.files, self.schemas):
+                handle.flush()
+                mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+                try:
+                    buffer = pa.py_buffer(mapped)
+                    with pa.ipc.open_stream(pa.BufferReader(buffer)) as reader:
+                        chunks = [batch.column(0) for batch in reader]
+                    del reader, buffer
+                    yield from column_leaves(schema.field(0), chunks, sizes)
+                    del chunks
+                finally:
+                    try:
+                        mapped.close()
+                    except BufferError:  # an array still refers to it (the taking stopped): unmapped with the last
+                        pass
                 handle.close()
-                yield array
-                del array
         finally:
             self.close()
 
