@@ -160,12 +160,22 @@ def test_refuses_what_it_cannot_write():
         LeafwiseWriter(io.BytesIO(), schema, write_page_index=True)
     with pytest.raises(ValueError, match="sorting_columns"):
         LeafwiseWriter(io.BytesIO(), schema, sorting_columns=[pq.SortingColumn(0)])
+    with pytest.raises(ValueError, match="use_content_defined_chunking"):
+        LeafwiseWriter(io.BytesIO(), schema, use_content_defined_chunking=True)
+    for kind in (pa.dictionary(pa.int32(), pa.string()), pa.large_list(pa.string()), pa.map_(pa.string(), pa.string()),
+                 pa.list_(pa.string(), 2), pa.uuid()):
+        sink = io.BytesIO()
+        with pytest.raises(TypeError, match="not written here"):
+            LeafwiseWriter(sink, pa.schema([("ok", pa.string()), ("x", kind)]))
+        assert sink.getvalue() == b""  # refused before anything is written
     writer = LeafwiseWriter(io.BytesIO(), schema)
     with pytest.raises(ValueError, match="schema differs"):
         writer.write_table(pa.table({"x": [1]}))
     column = next(leaves(schema, table_columns(_table(schema, 3, seed=1))))
     with pytest.raises(ValueError, match="has 3 rows, the row group 4"):
         writer.write_row_group(4, iter([column]))
+    with pytest.raises(ValueError, match="a row group of 1 leaf columns, the schema has"):
+        writer.write_row_group(3, iter([column]))  # a row group short of leaves
     with pytest.raises(ValueError, match="not a parquet file"):
         leafwise._footer(b"not parquet at all")
 
@@ -174,8 +184,8 @@ def test_memory_holds_one_column_of_the_row_group():
     """While a row group is written from its columns one at a time, each column is let go (by the
     leaves and by the writer) before the next one is made: pyarrow's pool then holds less than one
     column, far under the row group."""
-    schema = pa.schema([pa.field(f"c{i}", pa.string()) for i in range(8)])
-    texts = [f"{i:08d}" * 50 for i in range(20_000)]
+    schema = pa.schema([pa.field(f"c{i}", pa.binary()) for i in range(8)])
+    texts = [random.Random(i).randbytes(400) for i in range(20_000)]  # incompressible: scratch files as large
     column_bytes = pa.array(texts).nbytes
     pool = pa.default_memory_pool()
     start = pool.bytes_allocated()

@@ -311,10 +311,13 @@ def test_a_failure_while_a_spilled_row_group_is_written_closes_its_files_at_once
     assert list((tmp_path / "rejected").iterdir()) == []
 
 
-def test_a_spilled_column_is_mapped_and_unmapped_leaf_by_leaf(tmp_path, monkeypatch):
-    """A spilled row group's column files are mapped into memory when written, and each mapping is
-    closed once its column's leaves are written (not left for the garbage collector)."""
+def test_a_spilled_column_is_mapped_and_its_pages_dropped_leaf_by_leaf(tmp_path, monkeypatch):
+    """A spilled row group's column files are mapped into memory when written, the pages read for
+    a leaf are dropped once it is written, and each mapping is closed once its column's leaves are
+    written (not left for the garbage collector)."""
     import mmap as mmap_module
+
+    from orandcar_builder.dataset.leafwise import leaf_paths
 
     closed = []
 
@@ -323,10 +326,22 @@ def test_a_spilled_column_is_mapped_and_unmapped_leaf_by_leaf(tmp_path, monkeypa
             super().close()  # a BufferError here would mean an array still refers to the pages
             closed.append(self)
 
+    released = []
+
     class MmapModule:
-        mmap, ACCESS_READ = Mapping, mmap_module.ACCESS_READ
+        mmap, ACCESS_READ, MADV_DONTNEED = Mapping, mmap_module.ACCESS_READ, mmap_module.MADV_DONTNEED
+
+    original = Mapping.madvise
+
+    def madvise(self, option, *args):
+        released.append(option)
+        return original(self, option, *args)
+
+    Mapping.madvise = madvise
 
     monkeypatch.setattr(writer_module, "mmap", MmapModule)
     summary = _write_with_spill(tmp_path / "spilled", lambda: _rows_with_null_values(600, 9), monkeypatch, 5_000)
     columns = len(features("rejected").arrow_schema)
     assert len(closed) == columns * len(summary["rejected"]["shards"]) and all(m.closed for m in closed)
+    leaves = sum(len(list(leaf_paths(field.type))) for field in features("rejected").arrow_schema)
+    assert released == [mmap_module.MADV_DONTNEED] * leaves  # each leaf's pages dropped once it is written

@@ -10,7 +10,9 @@ for the schema with no rows, given the copied chunks' metadata with their offset
 the chunks now lie. Parquet encodes, compresses and describes each column chunk on its own (its
 pages carry no file offsets; its statistics are its values'), so the file is byte for byte the one
 ``ParquetWriter.write_table`` writes from the same rows (tests/test_leafwise.py compares them on
-every config's rows, nulls, empty lists, several row groups and row groups of no rows).
+every config's rows, nulls, empty lists, several row groups and row groups of no rows), as long as
+each row group's columns are contiguous arrays, which is how ``write_row_group`` takes them (a
+table of many chunks per column, given to ``ParquetWriter`` as it is, can cut its pages elsewhere).
 
 A leaf alone is the column's array with every other branch pruned (``leaf_only``): the same lists'
 offsets and the same nulls on its path, so the same repetition and definition levels. Memory holds
@@ -189,7 +191,8 @@ def leaf_paths(data_type: pa.DataType, prefix: tuple = ()) -> Iterator[tuple]:
             yield from leaf_paths(data_type.field(index).type, prefix + (index,))
     elif pa.types.is_list(data_type):
         yield from leaf_paths(data_type.value_type, prefix + (0,))
-    elif pa.types.is_nested(data_type) or pa.types.is_dictionary(data_type):
+    elif (pa.types.is_nested(data_type) or pa.types.is_dictionary(data_type)
+          or isinstance(data_type, pa.BaseExtensionType)):
         raise TypeError(f"leaf columns of {data_type} are not written here")
     else:
         yield prefix
@@ -293,9 +296,11 @@ class LeafwiseWriter:
     columns by their index in the file (sorting columns) or encrypt it are refused."""
 
     def __init__(self, sink: BinaryIO, schema: pa.Schema, **options):
-        for option in ("write_page_index", "encryption_properties", "bloom_filter_options", "sorting_columns"):
+        for option in ("write_page_index", "encryption_properties", "bloom_filter_options", "sorting_columns",
+                       "use_content_defined_chunking"):  # its chunking state runs across row groups
             if options.get(option):
                 raise ValueError(f"LeafwiseWriter cannot write parquet files with {option}")
+        self._leaves = sum(len(list(leaf_paths(field.type))) for field in schema)  # refuses what it cannot write
         self.sink = sink
         self.schema = schema
         self.options = options
@@ -331,10 +336,15 @@ class LeafwiseWriter:
             writer = pq.ParquetWriter(scratch, schema, **self.options)
             writer.write_table(pa.Table.from_arrays([array], schema=schema), row_group_size=max(1, num_rows))
             writer.close()
-            del array
+            del array, writer  # the closed writer still holds its sink
             data = scratch.getvalue()
-            row_group = _field(_footer(data), _FILE_ROW_GROUPS)[2][1][0]
-            column_chunk = _field(row_group, _RG_COLUMNS)[2][1][0]
+            del scratch
+            row_groups = _field(_footer(data), _FILE_ROW_GROUPS)[2][1]
+            columns_written = _field(row_groups[0], _RG_COLUMNS)[2][1] if len(row_groups) == 1 else []
+            if len(columns_written) != 1:
+                raise ValueError(f"LeafwiseWriter: leaf column {field.name} ({field.type}) gave "
+                                 f"{len(row_groups)} row groups of {len(columns_written)} column chunks, not one")
+            row_group, column_chunk = row_groups[0], columns_written[0]
             if any(_field(column_chunk, index) for index in _CC_INDEX_FIELDS):
                 raise ValueError("LeafwiseWriter: the scratch file has a page index")
             meta = _field(column_chunk, _CC_META)[2]
@@ -343,6 +353,7 @@ class LeafwiseWriter:
             size = _field(meta, _META_COMPRESSED)[2]
             shift = self._position - start
             self._write(memoryview(data)[start:start + size])
+            del data  # the scratch file goes before the next leaf is made
             # Offsets into the scratch file become offsets into this one; 0 means "none".
             for entry in [_field(meta, index) for index in _META_OFFSETS] + [_field(column_chunk, _CC_FILE_OFFSET)]:
                 if entry is not None and entry[2]:
@@ -350,8 +361,8 @@ class LeafwiseWriter:
             chunks.append(column_chunk)
             if group is None:
                 group, first_shift = row_group, shift
-        if group is None:
-            raise ValueError("a row group needs at least one column")
+        if len(chunks) != self._leaves:
+            raise ValueError(f"LeafwiseWriter: a row group of {len(chunks)} leaf columns, the schema has {self._leaves}")
         for entry in group:
             if entry[0] == _RG_COLUMNS:
                 entry[2] = (_STRUCT, chunks)

@@ -281,7 +281,8 @@ class _GroupSpill:
     size in resident memory (thousands of chunks of a few rows each, every one of them dozens of
     small buffers). Here each batch of SPILL_BYTES is combined and written out; ``leaves()`` maps
     the files back one at a time, in schema order, and combines each leaf column from the batches'
-    pages, so memory holds one leaf combined and the pages it was read from, not the row group.
+    pages (dropped from resident memory after each leaf), so memory holds one leaf combined and
+    the pages it was read from, not the row group.
     The leaves are equal value for value to those of the row group combined in memory, and the
     shard writer writes the same bytes from them."""
 
@@ -323,7 +324,10 @@ class _GroupSpill:
                     with pa.ipc.open_stream(pa.BufferReader(buffer)) as reader:
                         chunks = [batch.column(0) for batch in reader]
                     del reader, buffer
-                    yield from column_leaves(schema.field(0), chunks, sizes)
+                    for leaf in column_leaves(schema.field(0), chunks, sizes):
+                        yield leaf
+                        del leaf
+                        _release_pages(mapped)
                     del chunks
                 finally:
                     try:
@@ -338,6 +342,14 @@ class _GroupSpill:
         for handle in self.files:
             handle.close()
         self.files, self.writers = [], []
+
+
+def _release_pages(mapped: mmap.mmap) -> None:
+    """Drop the pages of ``mapped`` read so far from this process's resident memory (they stay in
+    the page cache and are read again if touched: the mapping is of a file, read-only), so a
+    column's leaves do not add up to the column."""
+    if hasattr(mmap, "MADV_DONTNEED"):
+        mapped.madvise(mmap.MADV_DONTNEED)
 
 
 class DatasetWriter:
