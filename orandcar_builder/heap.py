@@ -11,6 +11,7 @@ still collected as before. Where the heap is frozen already (a caller froze it),
 
 from __future__ import annotations
 
+import functools
 import gc
 from contextlib import contextmanager
 from typing import Iterator
@@ -40,22 +41,14 @@ def release_free_memory() -> None:
         trim(0)
 
 
-_TRIM: list = []
-
-
+@functools.cache
 def _malloc_trim():
-    if not _TRIM:
-        function = None
-        try:
-            import ctypes
-            import ctypes.util
+    """glibc's ``malloc_trim`` from the process's own symbols, or None (another C library)."""
+    import ctypes
 
-            name = ctypes.util.find_library("c")
-            if name:
-                function = getattr(ctypes.CDLL(name), "malloc_trim", None)
-                if function is not None:
-                    function.argtypes, function.restype = [ctypes.c_size_t], ctypes.c_int
-        except (OSError, AttributeError):
-            function = None
-        _TRIM.append(function)
-    return _TRIM[0]
+    try:
+        function = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows takes no None
+        return None
+    function.argtypes, function.restype = [ctypes.c_size_t], ctypes.c_int
+    return function

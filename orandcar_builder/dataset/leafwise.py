@@ -147,10 +147,9 @@ class _Thrift:
     def write_struct(cls, fields: list, out: bytearray) -> None:
         last = 0
         for field_id, kind, value in fields:
-            if kind in (_TRUE, _FALSE):  # a bool field is its header's type
-                kind, value, boolean = (_TRUE if value else _FALSE), None, True
-            else:
-                boolean = False
+            boolean = kind in (_TRUE, _FALSE)
+            if boolean:  # a bool field's value is its header's type
+                kind = _TRUE if value else _FALSE
             if 0 < field_id - last <= 15:
                 out.append((field_id - last) << 4 | kind)
             else:
@@ -168,6 +167,13 @@ def _field(fields: list, field_id: int):
         if entry[0] == field_id:
             return entry
     return None
+
+
+def _value(fields: list, field_id: int):
+    """The value of ``field_id`` in a decoded struct, or 0 where it is absent (parquet's offsets and
+    sizes: 0 is "none")."""
+    entry = _field(fields, field_id)
+    return 0 if entry is None else entry[2]
 
 
 def _footer(data) -> list:
@@ -347,10 +353,9 @@ class LeafwiseWriter:
             row_group, column_chunk = row_groups[0], columns_written[0]
             if any(_field(column_chunk, index) for index in _CC_INDEX_FIELDS):
                 raise ValueError("LeafwiseWriter: the scratch file has a page index")
-            meta = _field(column_chunk, _CC_META)[2]
-            start = _field(meta, _META_DICTIONARY_PAGE) or _field(meta, _META_DATA_PAGE)
-            start = start[2] if start[2] else _field(meta, _META_DATA_PAGE)[2]
-            size = _field(meta, _META_COMPRESSED)[2]
+            meta = _value(column_chunk, _CC_META)
+            start = _value(meta, _META_DICTIONARY_PAGE) or _value(meta, _META_DATA_PAGE)
+            size = _value(meta, _META_COMPRESSED)
             shift = self._position - start
             self._write(memoryview(data)[start:start + size])
             del data  # the scratch file goes before the next leaf is made
@@ -367,9 +372,9 @@ class LeafwiseWriter:
             if entry[0] == _RG_COLUMNS:
                 entry[2] = (_STRUCT, chunks)
             elif entry[0] == _RG_BYTES:
-                entry[2] = sum(_field(_field(chunk, _CC_META)[2], _META_UNCOMPRESSED)[2] for chunk in chunks)
+                entry[2] = sum(_value(_value(chunk, _CC_META), _META_UNCOMPRESSED) for chunk in chunks)
             elif entry[0] == _RG_COMPRESSED:
-                entry[2] = sum(_field(_field(chunk, _CC_META)[2], _META_COMPRESSED)[2] for chunk in chunks)
+                entry[2] = sum(_value(_value(chunk, _CC_META), _META_COMPRESSED) for chunk in chunks)
             elif entry[0] == _RG_OFFSET and entry[2]:
                 entry[2] += first_shift
             elif entry[0] == _RG_ORDINAL:

@@ -175,7 +175,7 @@ class ConfigWriter:
             rows, columns = self._leaves(sizes)
             try:
                 with naming(self._temp_shards[-1]):
-                    self._shard.write_row_group(rows, columns)
+                    self._shard.writer.write_row_group(rows, columns)
             finally:
                 columns.close()  # a spill's files are closed now, not when the error is let go
             self._shard_rows += rows
@@ -261,9 +261,6 @@ class _Shard:
         except BaseException:
             self.handle.close()
             raise
-
-    def write_row_group(self, rows: int, columns) -> None:
-        self.writer.write_row_group(rows, columns)
 
     def close(self) -> None:
         with self.handle:
