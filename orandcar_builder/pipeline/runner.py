@@ -12,7 +12,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..cache import CacheFullError, storage_problem
 from ..dataset.output import OutputLock, StagedOutput, WorkLock, check_paths
@@ -27,6 +27,9 @@ from .report import build_figures, manifest, recipe_ran, without_secrets, write_
 from .reuse import forget as forget_admission
 from .stages import Admission, open_cache, open_engines, stages_for
 from .work import BuildContext, StageStats
+
+if TYPE_CHECKING:
+    from ..review.ahead import PageAhead
 
 
 @dataclass
@@ -104,13 +107,14 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
     check_paths(target, work)
     try:
         work.mkdir(parents=True, exist_ok=True)
-        with WorkLock(work), OutputLock(target, work), StagedOutput(target, work) as staged:
-            result, manifest_data = _run_stages(config, objects, staged.path)
-            from ..review import review_after_build
+        from ..review import review_after_build
+        from ..review.ahead import PageAhead
 
+        with WorkLock(work), OutputLock(target, work), StagedOutput(target, work) as staged, PageAhead() as ahead:
+            result, manifest_data = _run_stages(config, objects, staged.path, ahead)
             failure = result.figures.build_failed
             if failure:  # its review page shows why; leaving the block with an error removes the staged folder
-                review_after_build(staged.path, work)
+                review_after_build(staged.path, work, ahead)
                 raise BuildFailed(f"the build failed: {failure}; {_kept(out)}", result.figures)
             if result.ok:
                 staged.publish()
@@ -121,7 +125,7 @@ def run_build(config: BuildConfig, objects: Optional[BuildObjects] = None) -> Bu
                 result.staged = staged.path
             result.out = out
             # work/report.html, of the folder as it now stands (the staged one when it was not swapped in)
-            review_after_build(out if result.ok else result.staged, work)
+            review_after_build(out if result.ok else result.staged, work, ahead)
     except (OSError, ImageError, sqlite3.DatabaseError) as exc:
         if isinstance(exc, ImageError):
             forget_admission(work)  # an image changed since it was admitted: the next build admits again
@@ -144,10 +148,13 @@ def _executor(config: BuildConfig, objects: BuildObjects):
     return executor
 
 
-def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[BuildResult, dict]:
+def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path,
+                ahead: Optional[PageAhead] = None) -> tuple[BuildResult, dict]:
     """The stages over ``out`` (the staged folder), each handed the results it reads; then
     work/report.json (the figures with this run's timings and cache counts) and work/manifest.json.
-    Also returns what it wrote to work/manifest.json (naming ``out``)."""
+    Also returns what it wrote to work/manifest.json (naming ``out``). Once the figures are
+    known, ``ahead`` starts preparing the review page's part of the decisions (final by then)
+    beside the card and validate."""
     executor = _executor(config, objects)
     context = BuildContext(config=config, objects=objects, out=out, work=WorkDir(config.work), executor=executor)
     admission = Admission(config.pool, context.work.path, config.limit, {}, config.image_policy(), config.workers(),
@@ -167,6 +174,8 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path) -> tuple[
             ran = recipe_ran(config, engines.engine, engines.judge, engine_given=objects.engine is not None,
                              judge_given=objects.judge_engine is not None)
             figures = build_figures(config, engines, generated, judged, written, ran)
+            if ahead is not None:
+                ahead.start(context.work.path, figures)
             carded = plan.card.run(context, figures, ran)
             validated = plan.validate.run(context)
     finally:

@@ -263,6 +263,11 @@ def dropped_examples(path: Path, per_reason: int = DROPPED_EXAMPLES_PER_REASON) 
     return out
 
 
+def wanted_ids(calibration: Optional[dict]) -> frozenset:
+    """The item ids whose rows the page shows by name: the calibration's disagreements."""
+    return frozenset(str(d.get("id")) for d in (calibration or {}).get("disagreements") or [])
+
+
 def calibration_of(figures: BuildFigures, work: WorkDir) -> tuple[Optional[dict], Optional[str]]:
     """The judge's calibration and where it came from: the build's figures, else the file
     ``orandcar calibrate`` writes (``work/calibration.json``)."""

@@ -14,7 +14,7 @@ import base64
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..figures import BuildFigures, JudgeFigures
 from ..files import read_json_lines, write_bytes_atomic
@@ -33,8 +33,12 @@ from .collect import (
     collect,
     dropped_examples,
     read_figures,
+    wanted_ids,
 )
 from .thumbnails import thumbnails
+
+if TYPE_CHECKING:
+    from .ahead import PageAhead
 
 TEMPLATE = "review.html.j2"
 TEXT_SHOWN_CHARS = 1500  # longer texts (replies, reasoning, judge replies) are cut, with the rest counted
@@ -51,6 +55,27 @@ class ReviewResult:
     bytes: int
     items: int  # QA items the decisions hold
     sampled: int  # items shown with their image
+
+
+@dataclass(frozen=True)
+class DecisionsPart:
+    """What the page takes from ``work/decisions.parquet`` alone: the counts, samples and lengths
+    (``collect``) and the three charts drawn from them (SVG bytes), the page's costly part at scale,
+    which ``ahead.PageAhead`` prepares in a process of its own."""
+
+    collected: Collected
+    charts: dict[str, bytes]
+
+
+def decisions_part(decisions: Path, wanted: frozenset, per_kind: int) -> DecisionsPart:
+    """The page's part of the decisions: every row read once, the charts drawn."""
+    collected = collect(decisions, wanted_ids=wanted, per_kind=per_kind)
+    family_counts = collected.family_counts()
+    return DecisionsPart(collected, {
+        "acceptance": charts.acceptance_chart(family_counts),
+        "rejection": charts.rejection_chart(family_counts),
+        "lengths": charts.length_chart([collected.reasoning.histogram(), collected.final_answer.histogram()]),
+    })
 
 
 def kind_label(kind: str) -> str:
@@ -236,17 +261,23 @@ def _run(figures: BuildFigures) -> dict:
     return {"cache": cache, "timings": timings}
 
 
-def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -> tuple[dict, int]:
+def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND,
+                   ahead: Optional["PageAhead"] = None) -> tuple[dict, int]:
     """The template's context for the build that wrote dataset folder ``out`` from work dir
     ``work``, and the number of items shown with their image (the QA items read are
-    ``context["items"]``)."""
+    ``context["items"]``). ``ahead``: the decisions' part prepared in a process of its own
+    while the build ran its last stages, used when it was prepared from this very file for the
+    same samples, else made here."""
     if per_kind < 0:
         raise ReviewError(f"samples per family and outcome must be 0 or more, not {per_kind}")
     out, work = Path(out), WorkDir(work)
     figures = read_figures(work.report)
     calibration, calibration_source = calibration_of(figures, work)
-    wanted = frozenset(str(d.get("id")) for d in (calibration or {}).get("disagreements") or [])
-    collected = collect(work.decisions, wanted_ids=wanted, per_kind=per_kind)
+    wanted = wanted_ids(calibration)
+    part = ahead.take(work.decisions, wanted, per_kind) if ahead is not None else None
+    if part is None:
+        part = decisions_part(work.decisions, wanted, per_kind)
+    collected = part.collected
     family_counts = collected.family_counts()
 
     sampled_rows = [row for (_, _), items in collected.samples.items() for row in (s.row for s in items)]
@@ -263,18 +294,13 @@ def review_context(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -
         families.append({"family": f.family, "anchor": "family-" + _anchor(f.family), "kinds": kinds,
                          "total": f.total})
 
-    length_histograms = [collected.reasoning.histogram(), collected.final_answer.histogram()]
     context = {
         "title": out.name or str(out),
         "figures": figures,
         "generation": figures.generation or {},
         "glance": _glance(figures),
         "run": _run(figures),
-        "charts": {
-            "acceptance": _svg_uri(charts.acceptance_chart(family_counts)),
-            "rejection": _svg_uri(charts.rejection_chart(family_counts)),
-            "lengths": _svg_uri(charts.length_chart(length_histograms)),
-        },
+        "charts": {name: _svg_uri(data) for name, data in part.charts.items()},
         "families_table": _family_rows(figures, family_counts),
         "judge": _judge(figures, calibration, calibration_source, collected, thumbs),
         "lengths": _lengths(collected),
@@ -310,24 +336,25 @@ def _environment():
     return env
 
 
-def render_review(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND) -> tuple[str, int, int]:
+def render_review(out: Path, work: Path, *, per_kind: int = SAMPLES_PER_KIND,
+                  ahead: Optional["PageAhead"] = None) -> tuple[str, int, int]:
     """The page's HTML text (writes nothing), the QA items read and the items shown with their image."""
-    context, sampled = review_context(out, work, per_kind=per_kind)
+    context, sampled = review_context(out, work, per_kind=per_kind, ahead=ahead)
     return _environment().get_template(TEMPLATE).render(**context), context["items"], sampled
 
 
 def write_review(out: Path, work: Path, target: Optional[Path] = None, *,
-                 per_kind: int = SAMPLES_PER_KIND) -> ReviewResult:
+                 per_kind: int = SAMPLES_PER_KIND, ahead: Optional["PageAhead"] = None) -> ReviewResult:
     """Write the review page of the build (dataset folder ``out``, work dir ``work``) to
     ``target`` (default ``work/report.html``), replacing it only once complete; ``per_kind``
-    items are shown per family and outcome."""
+    items are shown per family and outcome (``ahead``: see ``review_context``)."""
     out, work = Path(out), Path(work)
     if not work.is_dir():
         raise ReviewError(f"{work}: work dir not found; run `orandcar build` first")
     if not out.is_dir():
         raise ReviewError(f"{out}: dataset folder not found (the page shows images the build routed there)")
     target = Path(target) if target is not None else WorkDir(work).review
-    html, items, sampled = render_review(out, work, per_kind=per_kind)
+    html, items, sampled = render_review(out, work, per_kind=per_kind, ahead=ahead)
     data = html.encode("utf-8")
     try:
         write_bytes_atomic(target, data)

@@ -1,0 +1,153 @@
+"""The review page's costly part, prepared in a process of its own while the build ends.
+
+At the end of a large build the page reads every decision once and draws three charts
+(``page.decisions_part``: some 1.5-2.5 s at 200k QA, matplotlib's import included), on one core,
+after the card and validate have run on that same core. The decisions are final once the write
+stage has begun, so ``PageAhead.start`` hands that part to a fresh interpreter (``python -c``, as
+``pipeline.writeproc`` does) when the figures are known, and the card and validate run beside it;
+the page then takes the child's answer (``take``) and does the rest here (the thumbnails, the
+other work-dir files, the template).
+
+The answer is used only when it was made from the very file the page reads (its device, inode,
+size and modification time) for the same samples (the calibration's disagreements, the samples per
+kind); in every other case (the child failed, was killed, answered something else, or was never
+started) the page makes the part itself with the same function, so the page's bytes cannot depend
+on where its part was made. The child writes nothing: stopping it needs no clean-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import orandcar_builder
+
+from ..figures import BuildFigures
+from ..parquetio import open_parquet
+from ..pool.prefetch import usable_cpus
+from ..workdir import WorkDir
+from .collect import SAMPLES_PER_KIND, ReviewError, calibration_of, wanted_ids
+
+# Decisions from which the part is prepared apart, on two cores or more: below, the child's start
+# (the interpreter, pyarrow, matplotlib: about 1 s of CPU) costs more than the part itself.
+AHEAD_MIN_DECISIONS = 50_000
+# The child's program (not ``-m``: the package imports this module before it would run as __main__).
+_CHILD = f"import sys; from {__name__} import main; sys.exit(main())"
+_PACKAGE_ROOT = str(Path(orandcar_builder.__file__).resolve().parent.parent)
+
+
+def _identity(path: Path) -> Optional[tuple[int, int, int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class PageAhead:
+    """The page's part of the decisions, prepared by a child process; a context manager that
+    stops a child still running when the build leaves it (an error, Ctrl-C)."""
+
+    def __init__(self, min_decisions: Optional[int] = None):
+        self.min_decisions = AHEAD_MIN_DECISIONS if min_decisions is None else min_decisions
+        self._child: Optional[subprocess.Popen] = None
+        self._task: Optional[tuple] = None
+
+    def __enter__(self) -> "PageAhead":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.stop()
+
+    @property
+    def started(self) -> bool:
+        return self._child is not None
+
+    def start(self, work: Path, figures: BuildFigures, per_kind: int = SAMPLES_PER_KIND) -> bool:
+        """Start the child for the build of work dir ``work`` (its decisions final, ``figures``
+        the build's); False, and nothing started, where the page is better made in this process
+        (one core, a small build) or cannot be made at all (the page says why when it is made)."""
+        self.stop()
+        work = WorkDir(work)
+        try:
+            if usable_cpus() < 2 or open_parquet(work.decisions).metadata.num_rows < self.min_decisions:
+                return False
+            calibration, _ = calibration_of(figures, work)
+        except (OSError, ValueError, ReviewError):  # pyarrow's errors are ValueErrors and OSErrors
+            return False
+        identity = _identity(work.decisions)
+        if identity is None:
+            return False
+        wanted = wanted_ids(calibration)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH"))
+                                                          if p)}
+        try:
+            child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env)
+        except OSError:
+            return False
+        self._child, self._task = child, (identity, wanted, per_kind)
+        task = {"decisions": str(work.decisions), "wanted": sorted(wanted), "per_kind": per_kind}
+        try:
+            child.stdin.write((json.dumps(task) + "\n").encode("utf-8"))
+            child.stdin.close()
+        except OSError:  # the child is gone already
+            self.stop()
+            return False
+        return True
+
+    def take(self, decisions: Path, wanted: frozenset, per_kind: int):
+        """The child's ``page.DecisionsPart`` when it was made from ``decisions`` as it is now for
+        ``wanted`` and ``per_kind``; else None (the caller makes the part itself). Waits for the child."""
+        child, task = self._child, self._task
+        if child is None:
+            return None
+        try:
+            data = child.stdout.read()
+            code = child.wait()
+        finally:
+            self.stop()  # interrupted while waiting: the child ends too
+        if code != 0 or task != (_identity(decisions), wanted, per_kind):
+            return None
+        from .page import DecisionsPart
+
+        try:
+            part = pickle.loads(data)
+        except Exception:
+            return None
+        return part if isinstance(part, DecisionsPart) else None
+
+    def stop(self) -> None:
+        """End a child still running and forget it."""
+        child, self._child, self._task = self._child, None, None
+        if child is None:
+            return
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def main() -> int:
+    """The child: one JSON task on stdin, the pickled ``DecisionsPart`` on stdout; any error
+    ends it with code 1 and no answer (the page then makes the part itself and reports what
+    went wrong)."""
+    answer = sys.stdout.buffer
+    sys.stdout = sys.stderr  # a library's print cannot reach the answer
+    try:
+        from .page import decisions_part
+
+        task = json.loads(sys.stdin.readline())
+        part = decisions_part(Path(task["decisions"]), frozenset(task["wanted"]), int(task["per_kind"]))
+        answer.write(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+        answer.flush()
+    except BaseException:  # Ctrl-C included: the build's process makes the part, or has stopped
+        return 1
+    return 0
