@@ -165,6 +165,13 @@ def profiled(profile: Path | None, what: str, *args) -> tuple[float, dict]:
     return result
 
 
+def _timings_line(label: str, seconds: float, timings: dict) -> str:
+    """The build's seconds, its stages' (report.json), and what came after the stages: the swap of
+    the staged folder and the review page (``after``)."""
+    stages = "  ".join(f"{k} {v:.2f}" for k, v in timings.items() if k != "total")
+    return f"{label:<9} {seconds:8.2f}s  {stages}  after {seconds - timings['total']:.2f}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000, help="QA items in the synthetic pool")
@@ -197,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours, report = profiled(args.profile, "build", pool, replay, root / "out", root / "work", args.admit_workers,
                                 decide)
         stages = report["timings_s"]
-        print(f"ours      {ours:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "total"))
+        print(_timings_line("ours", ours, stages))
         print(f"          accepted {report['accepted']}  rejected {report['rejected']}  "
               + "  ".join(f"{c} {s['rows']} rows" for c, s in report["configs"].items()))
 
@@ -205,8 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.rerun:
             rerun, again = profiled(args.profile_rerun, "rerun", pool, replay, root / "out_rerun", root / "work",
                                     args.admit_workers, decide)
-            print(f"rerun     {rerun:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in again["timings_s"].items()
-                                                     if k != "total"))
+            print(_timings_line("rerun", rerun, again["timings_s"]))
             print(f"ratio rerun/ours = {rerun / ours:.2f} wall, {again['cpu_s'] / report['cpu_s']:.2f} CPU "
                   f"({again['cpu_s']:.1f} / {report['cpu_s']:.1f} s)  (target <= 0.50)  "
                   f"admission reused: {again['reused']}")
