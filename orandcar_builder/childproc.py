@@ -10,6 +10,11 @@ messages to a pipe from a thread of its own, and how an error crosses the pipe.
 - ``Failed`` / ``failed`` / ``error_of``: an exception is sent pickled where the build's process
   can rebuild it (so the build stops with the message it would have given in its own process),
   else as text with its traceback.
+- ``program`` / ``child_env``: a fresh interpreter (``python -c``, for the write stage's second
+  process and the review page's) that runs this package's code and no other: the current folder,
+  which ``-c`` puts first on ``sys.path``, is taken off it (a folder holding another checkout, or a
+  ``json.py``, would be imported instead), and the package's root is put on ``PYTHONPATH`` unless
+  it is a site folder, which the interpreter reads anyway, after the standard library.
 """
 
 from __future__ import annotations
@@ -22,7 +27,33 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def program(module: str) -> str:
+    """The ``python -c`` text that runs ``module``'s ``main()`` and exits with its code, the
+    current folder taken off ``sys.path`` (an empty entry; ``-m`` would not do: the package imports
+    such a module before it could run as ``__main__``)."""
+    return f"import sys; sys.path[:] = [p for p in sys.path if p]; from {module} import main; sys.exit(main())"
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a ``program`` child: this one's, with the package's root on PYTHONPATH
+    where a fresh interpreter would not find the package (a source checkout; an installed package
+    lives in a site folder, which stays after the standard library)."""
+    import site
+
+    env = dict(os.environ)
+    try:
+        site_folders = {os.path.realpath(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
+    except AttributeError:  # a virtualenv's old site.py
+        site_folders = set()
+    if os.path.realpath(_PACKAGE_ROOT) not in site_folders:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+    return env
 
 
 def can_spawn() -> bool:

@@ -102,3 +102,16 @@ def test_a_build_that_stops_interrupts_the_apart_process_and_leaves_no_partial_f
     assert process.returncode is not None  # ended, not left running
     assert not [p for p in decisions.parent.iterdir() if p.name.startswith((".write-apart-", ".route-"))]
     assert not [p for p in out.rglob("*.partial")] if out.exists() else True
+
+
+def test_the_apart_process_runs_this_package_not_the_current_folders(tmp_path, monkeypatch):
+    """``python -c`` puts the current folder first on sys.path: a package of that name there (another
+    checkout, say) must not write the shards."""
+    pool, replay = _pool(tmp_path / "pool", items=20)
+    monkeypatch.setattr(write_stage, "apart_configs", lambda decisions: ("RS_nothink",))
+    here = tmp_path / "here"
+    (here / "orandcar_builder").mkdir(parents=True)
+    (here / "orandcar_builder" / "__init__.py").write_text("raise SystemExit(5)\n")
+    monkeypatch.chdir(here)
+    result = _build(pool, replay, tmp_path / "b")
+    assert result.ok and result.report["configs"]["RS_nothink"]["rows"] > 0

@@ -25,15 +25,13 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-import orandcar_builder
-
+from ..childproc import child_env, program
 from ..images import ImageError
 
 # Seconds a child that was interrupted gets to remove its files before it is killed.
 STOP_GRACE_S = 10.0
-# The child's program (not ``-m``: the package imports this module before it would run as __main__).
-_CHILD = f"import sys; from {__name__} import main; sys.exit(main())"
-_PACKAGE_ROOT = str(Path(orandcar_builder.__file__).resolve().parent.parent)
+# The child's program (``childproc.program``).
+_CHILD = program(__name__)
 
 
 class ApartWriter:
@@ -45,10 +43,8 @@ class ApartWriter:
         self.scratch = Path(tempfile.mkdtemp(prefix=".write-apart-", dir=Path(decisions).parent))
         task = {"decisions": str(decisions), "out": str(out), "configs": list(configs),
                 "max_shard_bytes": max_shard_bytes, "scratch": str(self.scratch)}
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH"))
-                                                          if p)}
         self.child: Optional[subprocess.Popen] = subprocess.Popen(
-            [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
         try:
             self.child.stdin.write((json.dumps(task) + "\n").encode("utf-8"))
             self.child.stdin.close()
