@@ -173,6 +173,10 @@ def generation_to_json(generation: Generation) -> str:
 
 def generation_from_json(blob: str) -> Generation:
     data = json.loads(blob)
+    try:
+        return Generation(**data)  # what generation_to_json wrote: the fields, no other key
+    except TypeError:
+        pass
     if "answer" in data and "final_answer" not in data:  # stored before the field was renamed (issue 17)
         data["final_answer"] = data.pop("answer")
     return Generation(**{k: v for k, v in data.items() if k in _GENERATION_FIELDS})

@@ -278,25 +278,38 @@ def admitted_from_row(row: dict) -> Admitted:
 def decision_row(outcome: Outcome, generation: Generation, decision: Optional[Decision],
                  verdict: Optional[Verdict] = None) -> dict:
     return {
-        **outcome_record(outcome),
+        **outcome_record(outcome), **generation_columns(generation), **decision_columns(decision),
+        "verdict": verdict.label if verdict else None,
+        "verdict_raw": verdict.raw if verdict else None,
+        "error": None,
+    }
+
+
+def generation_columns(generation: Generation) -> dict:
+    """The generation's columns of a decision record."""
+    return {
         "text": generation.text, "think": generation.think,
         "final_answer": generation.final_answer, "finish_reason": generation.finish_reason,
         "unsupported": generation.unsupported, "model": generation.model,
         "revision": generation.revision, "prompt": generation.prompt,
         "prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens,
-        "rule": decision.rule if decision else None,
-        "rule_version": decision.rule_version if decision else None,
-        "candidate": decision.candidate if decision else None,
-        "score": decision.score if decision else None,
-        "rule_passed": decision.passed if decision else None,
-        "extraction": decision.extraction if decision else None,
-        "extraction_version": decision.extraction_version if decision else None,
-        "decided_text": decision.text if decision else None,
-        "reject_kind": (decision.reject_kind or None) if decision else None,
-        "verdict": verdict.label if verdict else None,
-        "verdict_raw": verdict.raw if verdict else None,
-        "error": None,
     }
+
+
+def decision_columns(decision: Optional[Decision]) -> dict:
+    """The rule's decision's columns of a decision record (all null without one)."""
+    if decision is None:
+        return dict(_NO_DECISION)
+    return {
+        "rule": decision.rule, "rule_version": decision.rule_version, "candidate": decision.candidate,
+        "score": decision.score, "rule_passed": decision.passed, "extraction": decision.extraction,
+        "extraction_version": decision.extraction_version, "decided_text": decision.text,
+        "reject_kind": decision.reject_kind or None,
+    }
+
+
+_NO_DECISION = dict.fromkeys(("rule", "rule_version", "candidate", "score", "rule_passed", "extraction",
+                              "extraction_version", "decided_text", "reject_kind"))
 
 
 def generation_from_row(row: dict) -> Generation:

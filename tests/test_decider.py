@@ -101,6 +101,12 @@ def _answered(pool: Path, tmp_path: Path):
     return items
 
 
+def _decided(items) -> list[dict]:
+    """``decided_rows`` of items as the executors hold them (admitted row, request, generation, error)."""
+    return decided_rows([(row, request.question, generation, error) for row, request, generation, error in items],
+                        DEFAULT_FAMILIES)
+
+
 def test_a_request_made_from_the_row_is_the_items_request(tmp_path):
     rows = pq.read_table(_seed_work(tmp_path) / "admitted.parquet").to_pylist()
     assert {r["family"] for r in rows} == {"scene_text", "vqa", "multiple_choice"}
@@ -171,14 +177,14 @@ def _deciding_here(decided: list):
 
     def here(batch):
         decided.extend(batch)
-        return DecidedChunk([i[1] for i in batch], [i[2] for i in batch], decided_rows(batch, DEFAULT_FAMILIES))
+        return DecidedChunk([i[1] for i in batch], [i[2] for i in batch], _decided(batch))
 
     return here
 
 
 def test_batches_decided_there_are_the_records_decided_here(tmp_path):
     items = _answered(_pool(tmp_path / "pool"), tmp_path)
-    expected = pa.Table.from_pylist(decided_rows(items, DEFAULT_FAMILIES), schema=DECISION_SCHEMA)
+    expected = pa.Table.from_pylist(_decided(items), schema=DECISION_SCHEMA)
     here_calls = []
 
     def here(batch):
@@ -228,7 +234,7 @@ def test_while_the_process_is_busy_the_batch_is_decided_here(tmp_path, monkeypat
     assert sorted(_orders(chunks)) == sorted(i[0]["order"] for i in items)  # each item once
     assert len(_orders(chunks)) == len(set(_orders(chunks)))
     rows = [r for c in chunks for r in (c.table.to_pylist() if c.table is not None else c.rows)]
-    assert sorted(rows, key=lambda r: r["order"]) == sorted(decided_rows(items, DEFAULT_FAMILIES),
+    assert sorted(rows, key=lambda r: r["order"]) == sorted(_decided(items),
                                                              key=lambda r: r["order"])
 
 
@@ -310,7 +316,7 @@ def test_a_rule_registered_at_run_time_decides_there_too(tmp_path, monkeypatch):
     rows = [r for c in chunks for r in c.table.to_pylist()]
     alnum = [r for r in rows if r["rule"] == "alnum"]
     assert alnum and all(r["rule_version"] == "x1" and r["rule_passed"] for r in alnum)
-    assert alnum == [r for r in decided_rows(items, DEFAULT_FAMILIES) if r["rule"] == "alnum"]
+    assert alnum == [r for r in _decided(items) if r["rule"] == "alnum"]
 
 
 def test_which_builds_decide_on_a_process(tmp_path, monkeypatch):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import operator
 import os
 import signal
 import time
@@ -161,7 +162,7 @@ class Decider:
     def submit(self, items: Sequence[tuple[dict, Request, Optional[Generation], Optional[str]]],
                here: Callable[[list], DecidedChunk]) -> Iterator[DecidedChunk]:
         """Hand over a batch of answered items, each ``(admitted row, request, generation or
-        None, error)`` (the request stays here: the process makes it again from the row); yields
+        None, error)`` (the request stays here: the process gets its question); yields
         the chunks of the batches decided meanwhile. While IN_FLIGHT batches are out and none is
         back, the batch is decided here instead (``here(items)``), so that neither process waits
         for the other: the slower side gets fewer batches. Until the process is ready every
@@ -186,7 +187,8 @@ class Decider:
             return
         t0 = time.perf_counter()
         try:
-            self._tasks.send([(row, _fields(generation), error) for row, _, generation, error in items])
+            self._tasks.send([(row, request.question, _fields(generation), error)
+                              for row, request, generation, error in items])
         except OSError:  # the process is gone: its message, or its exit code
             yield from self._drain_after_death()
             raise self._died() from None
@@ -297,11 +299,14 @@ def _widen(connection) -> None:
 _GENERATION_FIELDS = tuple(f.name for f in fields(Generation))
 
 
+_field_values = operator.attrgetter(*_GENERATION_FIELDS)
+
+
 def _fields(generation: Optional[Generation]) -> Optional[tuple]:
     """A generation as the tuple of its fields: pickled and rebuilt in about half the time."""
     if generation is None:
         return None
-    return tuple(getattr(generation, name) for name in _GENERATION_FIELDS)
+    return _field_values(generation)
 
 
 # --- the decider process ----------------------------------------------------------------------
@@ -330,8 +335,8 @@ def _decide_batches(tasks, sender: QueuedSender, families: Families) -> None:
         if items is None:
             return
         t0 = time.perf_counter()
-        items = [(row, None, Generation(*values) if values is not None else None, error)
-                 for row, values, error in items]
+        items = [(row, question, Generation(*values) if values is not None else None, error)
+                 for row, question, values, error in items]
         table = pa.Table.from_pylist(decided_rows(items, families), schema=DECISION_SCHEMA)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, DECISION_SCHEMA) as writer:

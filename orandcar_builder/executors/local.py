@@ -50,7 +50,8 @@ class LocalExecutor:
 
         def decide_here(items: list) -> DecidedChunk:
             t1 = time.perf_counter()
-            rows = decided_rows(items, job.families)
+            rows = decided_rows([(row, request.question, generation, error)
+                                 for row, request, generation, error in items], job.families)
             timer["verify"] += time.perf_counter() - t1
             return DecidedChunk(requests=[i[1] for i in items], generations=[i[2] for i in items], rows=rows)
 

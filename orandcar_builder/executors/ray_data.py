@@ -59,7 +59,7 @@ from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Admitted, Generation, Re
 from ..workdir import WorkDir
 from .base import ChunkGatherer, DecidedChunk, GenerationJob, admitted_rows
 from .generation import ASK, HIT, SHARED, CachedGeneration, cached_generation, for_request
-from .steps import SAME_REQUEST_FAILED, decided_or_failed, failed_row, make_request
+from .steps import SAME_REQUEST_FAILED, decided_or_failed, decided_rows, failed_row, make_request, request_of_row
 
 RAY_MISSING = "the ray executor needs Ray: pip install 'orandcar-builder[ray]' (it installs ray[data])"
 # Batches each actor runs at the same time on its one engine.
@@ -151,17 +151,13 @@ class GenerateAndDecide:
     def _records(self, rows: list[dict]) -> tuple[list[dict], list[Optional[str]]]:
         """One engine batch of admitted rows: their decision records, and their generations as
         JSON (None where the request failed)."""
-        admitted = [admitted_from_row(row) for row in rows]
-        requests = [make_request(a, self.families) for a in admitted]
+        requests = [request_of_row(row, self.families) for row in rows]
         generations, errors = self._generate(requests)
-        records, blobs = [], []
-        for a, request, generation, error in zip(admitted, requests, generations, errors):
-            if generation is None:
-                records.append(failed_row(a, request, error))
-                blobs.append(None)
-                continue
-            records.append(decided_or_failed(a, request, generation, self.families))  # a rule that raises fails only its item
-            blobs.append(generation_to_json(generation))
+        # a rule that raises fails only its item; no generation: failed, with the request's error
+        records = decided_rows([(row, request.question, generation, error)
+                                for row, request, generation, error in zip(rows, requests, generations, errors)],
+                               self.families)
+        blobs = [generation_to_json(generation) if generation is not None else None for generation in generations]
         return records, blobs
 
     def _generate(self, requests: list[Request]) -> tuple[list[Optional[Generation]], list[Optional[str]]]:

@@ -1,6 +1,9 @@
 """The per-item steps of the generation stage: the request an admitted item makes
-(``make_request``), its string-rule outcome (``outcome_of``) and its decision record
-(``decided_row``, or ``failed_row`` for an item with no generation).
+(``make_request``, ``request_of_row``), its string-rule outcome (``outcome_of``) and its decision
+record (``decided_rows`` from admitted rows, ``decided_or_failed`` from an Admitted item, or
+``failed_row`` for an item with no generation). A record is made from the item's columns and the
+rule's decision directly: it equals ``records.decision_row`` of ``outcome_of``'s Outcome, without
+making the Admitted item, the Outcome or their parts for each item (tests/test_decision_records.py).
 
 An executor (``local``, ``ray``) decides where these run; the steps do not know. The records they
 read and write, and their row codecs (``admitted_row``/``admitted_from_row`` for
@@ -12,6 +15,7 @@ the span of the reply's explicit final-answer statement when it made one ("C" fr
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 from ..cache import is_complete
@@ -27,9 +31,9 @@ from ..records import (
     Generation,
     Outcome,
     Request,
-    admitted_from_row,
-    decision_row,
-    outcome_record,
+    Source,
+    decision_columns,
+    generation_columns,
 )
 from ..redact import scrub
 from ..verify import verify
@@ -80,10 +84,32 @@ def _common(admitted: Admitted, request: Request) -> dict:
     return dict(
         order=admitted.order, item_id=item.id, image=item.image, question=request.question,
         references=tuple(item.references), options=tuple(item.options or ()), family=item.family,
-        source={"dataset": item.source.dataset, "split": item.source.split, "id": item.source.id,
-                "origin": item.source.origin},
-        policy=admitted.policy, actions=admitted.actions,
+        source=_source_fields(item.source), policy=admitted.policy, actions=admitted.actions,
     )
+
+
+def _source_fields(source: Source) -> dict:
+    """The source's fields a decision record keeps (records.SOURCE_TYPE)."""
+    return {"dataset": source.dataset, "split": source.split, "id": source.id, "origin": source.origin}
+
+
+def _answered(family: str, references: list[str], options: Optional[tuple[str, ...]], question: str,
+              generation: Generation, families: Families) -> tuple[dict, Optional[Decision]]:
+    """The outcome fields the answer decides (``route``, and those of ``accepted_text``,
+    ``verifier``, ``wrong_vlm``, ``reason`` that differ from an Outcome's defaults; an accepted
+    outcome carries the generation's ``think`` too), and the rule's decision where one was made:
+    ``outcome_of``'s work, on the item's fields."""
+    answer = generation.final_answer
+    if generation.unsupported:
+        return {"route": REJECTED, "wrong_vlm": "", "reason": NO_ANSWER}, None
+    # Leaked reasoning alone is no answer: the rule and the judge would see nothing else.
+    status = answer_status(strip_reasoning(answer), generation.finish_reason)
+    if status != ANSWER_OK:
+        return {"route": REJECTED, "wrong_vlm": answer, "reason": status}, None
+    decision = verify(families.rule_for(family, options), answer, references, options, question=question)
+    if decision.passed:
+        return {"route": ACCEPTED, "accepted_text": decision.text, "verifier": decision.rule}, decision
+    return {"route": REJECTED, "wrong_vlm": answer, "reason": WRONG_ANSWER}, decision
 
 
 def outcome_of(admitted: Admitted, request: Request, generation: Generation,
@@ -96,70 +122,108 @@ def outcome_of(admitted: Admitted, request: Request, generation: Generation,
     """
     item = admitted.item
     common = _common(admitted, request)
-    answer = generation.final_answer
-    if generation.unsupported:
-        return Outcome(route=REJECTED, wrong_vlm="", reason=NO_ANSWER, **common), None
-    # Leaked reasoning alone is no answer: the rule and the judge would see nothing else.
-    status = answer_status(strip_reasoning(answer), generation.finish_reason)
-    if status != ANSWER_OK:
-        return Outcome(route=REJECTED, wrong_vlm=answer, reason=status, **common), None
-    decision = verify(families.rule_for(item.family, item.options), answer, item.references, item.options,
-                      question=request.question)
-    if decision.passed:
-        return Outcome(route=ACCEPTED, think=generation.think, accepted_text=decision.text,
-                       verifier=decision.rule, **common), decision
-    return Outcome(route=REJECTED, wrong_vlm=answer, reason=WRONG_ANSWER, **common), decision
+    fields, decision = _answered(item.family, item.references, item.options, request.question, generation, families)
+    think = generation.think if fields["route"] == ACCEPTED else ""
+    return Outcome(**common, **fields, think=think), decision
 
 
 # --- decision records -----------------------------------------------------------------------
+# A decision record (records.DECISION_SCHEMA) is made here from the item's columns as the record
+# holds them (``_item_columns``: an admitted row's, or an Admitted item's), never through an
+# Outcome: ``outcome_record(outcome_of(...))`` gives the same columns, at some fifteen microseconds
+# more per item (the item's, the image's, the source's and the outcome's records built and read).
+
+# The outcome columns an answer leaves as an Outcome's defaults leave them (records.outcome_record).
+_UNANSWERED = {"route": None, "accepted_text": "", "verifier": "", "wrong_vlm": "", "reason": None}
+# The columns of a record before any value: DECISION_SCHEMA's names, in order.
+_EMPTY_RECORD = dict.fromkeys(DECISION_SCHEMA.names)
+
+
+def _item_columns(row: dict, question: str) -> dict:
+    """The outcome columns an admitted row (``records.admitted_row``) gives a decision record
+    asked with ``question``, as ``outcome_record`` gives them, before the route."""
+    return {
+        "order": row["order"], "id": row["id"], "family": row["family"], "image_sha256": row["image_sha256"],
+        "image": row["image"], "question": question, "references": list(row["references"]),
+        "options": list(row["options"] or ()),
+        "source": _source_fields(Source(**json.loads(row["source"]))),
+        "policy": row["policy"], "actions": list(row["actions"] or ()),
+    }
+
+
+def _admitted_columns(admitted: Admitted, question: str) -> dict:
+    """``_item_columns`` of an Admitted item."""
+    item = admitted.item
+    return {
+        "order": admitted.order, "id": item.id, "family": item.family, "image_sha256": item.image.sha256,
+        "image": item.image.path, "question": question, "references": list(item.references),
+        "options": list(item.options or ()),
+        "source": _source_fields(item.source), "policy": admitted.policy, "actions": list(admitted.actions),
+    }
+
+
+def _failed_record(columns: dict, error: str, reason: str = GENERATION_FAILED) -> dict:
+    row = dict(_EMPTY_RECORD)
+    row.update(columns)
+    row.update(_UNANSWERED)
+    row["route"], row["reason"], row["error"] = FAILED, reason, scrub(error)
+    return row
+
+
+def _decided_record(columns: dict, references: list[str], options: Optional[tuple[str, ...]],
+                    generation: Generation, families: Families) -> dict:
+    """``decided_or_failed``'s record from the item's columns (``_item_columns``) and the rule's
+    inputs (its references, and its options as a tuple or None)."""
+    if not is_complete(generation):
+        return _failed_record(columns, f"the engine did not complete the generation "
+                                       f"(finish_reason {generation.finish_reason!r})")
+    try:
+        fields, decision = _answered(columns["family"], references, options, columns["question"], generation,
+                                     families)
+    except Exception as exc:  # the rule's error fails only its item
+        raise_if_interrupted(exc)
+        return _failed_record(columns, f"{type(exc).__name__}: {exc}", DECISION_FAILED)
+    row = dict(columns)
+    row.update(_UNANSWERED)
+    row.update(fields)
+    row.update(generation_columns(generation))
+    row.update(decision_columns(decision))
+    row.update(verdict=None, verdict_raw=None, error=None)
+    return row
 
 
 def failed_row(admitted: Admitted, request: Request, error: str) -> dict:
     """The record of an item with no generation: route ``failed``, the error kept for the report
     (without a URL's user-info or anything shaped like a credential: ``redact.scrub``)."""
-    outcome = Outcome(route=FAILED, reason=GENERATION_FAILED, **_common(admitted, request))
-    row = {name: None for name in DECISION_SCHEMA.names}
-    row.update(outcome_record(outcome))
-    row["error"] = scrub(error)
-    return row
-
-
-def decided_row(admitted: Admitted, request: Request, generation: Generation, families: Families) -> dict:
-    """The decision record of one item. A generation the engine did not complete (a finish
-    reason other than stop or length, e.g. an abort) is never decided: it is not cached either,
-    so deciding it would let a rerun change the dataset; the item is recorded as failed and a
-    rerun asks for it again."""
-    if not is_complete(generation):
-        return failed_row(admitted, request, f"the engine did not complete the generation "
-                                             f"(finish_reason {generation.finish_reason!r})")
-    outcome, decision = outcome_of(admitted, request, generation, families)
-    return decision_row(outcome, generation, decision)
+    return _failed_record(_admitted_columns(admitted, request.question), error)
 
 
 def decided_rows(items, families: Families) -> list[dict]:
-    """The decision records of answered items, each ``(admitted row, its request or None, its
-    generation or None, the error of a failed request)``: ``decided_or_failed``, or ``failed_row``
-    where there is no generation. A None request is made again from the row (``make_request``:
-    the one ``request_of_row`` made). The same here and on the decider's process
-    (``executors.decider``)."""
+    """The decision records of answered items, each ``(admitted row, the question its request
+    asked or None, its generation or None, the error of a failed request)``: ``decided_or_failed``,
+    or ``failed_row`` where there is no generation, made from the row without an Admitted item. A
+    None question is made again from the row (``request_of_row``'s). The same here and on the
+    decider's process (``executors.decider``)."""
     out = []
-    for row, request, generation, error in items:
-        admitted = admitted_from_row(row)
-        if request is None:
-            request = make_request(admitted, families)
+    for row, question, generation, error in items:
+        if question is None:
+            question = request_of_row(row, families).question
+        columns = _item_columns(row, question)
         if generation is None:
-            out.append(failed_row(admitted, request, error or "the engine gave no answer"))
-        else:
-            out.append(decided_or_failed(admitted, request, generation, families))
+            out.append(_failed_record(columns, error or "the engine gave no answer"))
+            continue
+        options = row["options"]
+        out.append(_decided_record(columns, list(row["references"]),
+                                   tuple(options) if options is not None else None, generation, families))
     return out
 
 
 def decided_or_failed(admitted: Admitted, request: Request, generation: Generation, families: Families) -> dict:
-    """``decided_row``, or a failed record (``decision_failed``) when the rule raises: one item
-    never sinks the rest."""
-    try:
-        return decided_row(admitted, request, generation, families)
-    except Exception as exc:
-        raise_if_interrupted(exc)
-        row = failed_row(admitted, request, f"{type(exc).__name__}: {exc}")
-        return {**row, "reason": DECISION_FAILED}
+    """The decision record of one item; a failed record (``decision_failed``) when the rule raises:
+    one item never sinks the rest. A generation the engine did not complete (a finish reason other
+    than stop or length, e.g. an abort) is never decided: it is not cached either, so deciding it
+    would let a rerun change the dataset; the item is recorded as failed and a rerun asks for it
+    again."""
+    item = admitted.item
+    return _decided_record(_admitted_columns(admitted, request.question), item.references, item.options,
+                           generation, families)
