@@ -425,3 +425,16 @@ def test_a_generation_stored_before_the_final_answer_rename_reads_back():
     assert "final_answer" in blob and "answer" not in blob
     blob["answer"] = blob.pop("final_answer")
     assert generation_from_json(json.dumps(blob)) == gen
+
+
+def test_a_stored_generation_with_other_keys_reads_back_its_fields():
+    """A blob with a key Generation lacks (a field of another version) gives the fields it has;
+    one with the old ``answer`` beside ``final_answer`` keeps ``final_answer``."""
+    from orandcar_builder.cache import generation_from_json, generation_to_json
+
+    gen = Generation("a", "B", "", "B", "stop", "m", prompt_tokens=3)
+    blob = json.loads(generation_to_json(gen))
+    assert generation_from_json(json.dumps({**blob, "logprobs": [0.1]})) == gen
+    assert generation_from_json(json.dumps({**blob, "answer": "C"})) == gen
+    with pytest.raises(TypeError):  # a required field missing: get_many names it as damaged
+        generation_from_json(json.dumps({k: v for k, v in blob.items() if k != "model"}))
