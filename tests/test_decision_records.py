@@ -1,7 +1,15 @@
 """A decision record is made from the admitted row's columns (``steps.decided_rows``), without an
-Admitted item or an Outcome; it must equal, value for value and column for column, the record
-the records' codecs make through them: ``records.decision_row(*steps.outcome_of(...))`` for a
-decided item, ``outcome_record`` of a failed Outcome for the others."""
+Admitted item or an Outcome. Checked two ways:
+
+- against the records' codecs through an Outcome (``records.decision_row(*steps.outcome_of(...))``,
+  ``outcome_record`` of a failed Outcome), value for value and column for column, on a build's
+  items with every kind of answer; these share ``steps._answered`` and the generation's and
+  decision's columns with the code under test, so
+- each record of hand-written items (two references, no options, options given as an empty
+  list, actions, a failed request with an empty error) is also checked against what its item and
+  answer say, written out here: the outcome, the generation's columns and ``verify``'s decision;
+  and the Ray actor's records against the local executor's.
+"""
 
 from __future__ import annotations
 
@@ -117,3 +125,139 @@ def test_a_rule_that_raises_fails_its_item_only(items, monkeypatch):
     assert any(r["route"] == "accepted" for r in records)  # the other families were decided
     for item, record in zip(items, records, strict=True):
         _same(record, _through_outcome(*item))
+
+
+# --- expectations written out, not derived from the code under test ----------------------------
+
+def _row(item_id: str, family: str, references: list, options=None, actions=None, source=None) -> dict:
+    """An admitted row as records.admitted_row writes it."""
+    import json
+
+    return {"order": int(item_id[1:]), "id": item_id, "where": f"pool.jsonl:{item_id[1:]}",
+            "image": "/data/img/a.png", "image_sha256": "ab" * 32, "question": "What is shown?",
+            "references": references, "family": family, "options": options,
+            "source": json.dumps(source or {"dataset": "ds", "split": "val", "id": item_id, "origin": "benchmark",
+                                            "image": None, "image_sha256": None}, sort_keys=True),
+            "policy": "p1", "actions": actions}
+
+
+def _generation(item_id: str, final: str, finish: str = "stop", think: str = "", unsupported=None) -> Generation:
+    return Generation(item_id, f"<think>{think}</think>{final}" if think else final, think, final, finish, "m",
+                      revision="r1", unsupported=unsupported, prompt="P", prompt_tokens=7, completion_tokens=3)
+
+
+_CASES = [
+    # (row, generation, error, the outcome columns expected)
+    (_row("q1", "scene_text", ["EXIT"]), _generation("q1", "The answer is EXIT.", think="it reads EXIT"), None,
+     {"route": "accepted", "accepted_text": "EXIT", "verifier": "alnum", "wrong_vlm": "", "reason": None,
+      "think": "it reads EXIT", "extraction": "answer_is"}),
+    (_row("q2", "vqa", ["cat", "kitten"], options=[]), _generation("q2", "dog"), None,
+     {"route": "rejected", "accepted_text": "", "verifier": "", "wrong_vlm": "dog", "reason": "wrong_answer"}),
+    (_row("q3", "multiple_choice", ["B"], options=["red", "blue"], actions=["normalised"]),
+     _generation("q3", "The answer is (B)."), None,
+     {"route": "accepted", "verifier": "choice", "wrong_vlm": "", "reason": None}),
+    (_row("q4", "scene_text", ["EXIT"]), _generation("q4", "", unsupported="no images"), None,
+     {"route": "rejected", "accepted_text": "", "verifier": "", "wrong_vlm": "", "reason": "no_answer",
+      "rule": None, "unsupported": "no images"}),
+    (_row("q5", "scene_text", ["EXIT"]),  # cut off inside its reasoning: no final answer
+     Generation("q5", "<think>EX", "EX", "", "length", "m", revision="r1", prompt="P", prompt_tokens=7,
+                completion_tokens=3), None,
+     {"route": "rejected", "accepted_text": "", "verifier": "", "wrong_vlm": "", "reason": "truncated",
+      "rule": None}),
+    (_row("q6", "scene_text", ["EXIT"]), _generation("q6", "EXIT", finish="abort"), None,
+     {"route": "failed", "accepted_text": "", "verifier": "", "wrong_vlm": "", "reason": "generation_failed",
+      "text": None, "think": None, "rule": None,
+      "error": "the engine did not complete the generation (finish_reason 'abort')"}),
+    (_row("q7", "scene_text", ["EXIT"]), None, "HTTP 500 from https://user:pw@example.org/v1",
+     {"route": "failed", "accepted_text": "", "verifier": "", "wrong_vlm": "", "reason": "generation_failed",
+      "text": None, "model": None, "rule": None}),
+    (_row("q8", "scene_text", ["EXIT"]), None, "",
+     {"route": "failed", "reason": "generation_failed", "error": "the engine gave no answer"}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_CASES)))
+def test_a_record_holds_what_its_item_and_answer_say(case):
+    """Each record written out against its item: the item's columns as the row holds them, the
+    outcome its answer leads to, the generation's columns, and the rule's decision as ``verify``
+    makes it."""
+    from orandcar_builder.prompts import question_text
+    from orandcar_builder.verify import verify
+
+    row, generation, error, expected = _CASES[case]
+    (record,) = decided_rows([(row, None, generation, error)], DEFAULT_FAMILIES)
+    options = tuple(row["options"]) if row["options"] is not None else None
+    assert record["question"] == question_text("What is shown?", DEFAULT_FAMILIES[row["family"]], options)
+    item = {"order": row["order"], "id": row["id"], "family": row["family"], "image_sha256": "ab" * 32,
+            "image": "/data/img/a.png", "references": row["references"], "options": row["options"] or [],
+            "source": {"dataset": "ds", "split": "val", "id": row["id"], "origin": "benchmark"}, "policy": "p1",
+            "actions": row["actions"] or [], "verdict": None, "verdict_raw": None}
+    assert {name: record[name] for name in item} == item
+    assert {name: record[name] for name in expected if name != "error"} == \
+        {name: value for name, value in expected.items() if name != "error"}
+    if "error" in expected:
+        assert record["error"] == expected["error"]
+    if record["route"] == "failed":
+        assert record["rule"] is None and record["text"] is None and record["model"] is None
+        assert record["error"] and "pw@" not in record["error"]
+        return
+    assert record["error"] is None
+    assert (record["text"], record["final_answer"], record["finish_reason"], record["model"], record["revision"],
+            record["prompt"], record["prompt_tokens"], record["completion_tokens"]) == \
+        (generation.text, generation.final_answer, generation.finish_reason, "m", "r1", "P", 7, 3)
+    assert record["think"] == generation.think  # the generation's, whatever the route
+    if expected.get("rule", "") is None:
+        assert all(record[name] is None for name in ("rule", "rule_version", "candidate", "score", "rule_passed",
+                                                     "extraction", "extraction_version", "decided_text",
+                                                     "reject_kind"))
+        return
+    rule = DEFAULT_FAMILIES.rule_for(row["family"], options)
+    decision = verify(rule, generation.final_answer, row["references"], options, question=record["question"])
+    assert (record["rule"], record["rule_version"], record["candidate"], record["score"], record["rule_passed"],
+            record["extraction"], record["extraction_version"], record["decided_text"], record["reject_kind"]) == \
+        (decision.rule, decision.rule_version, decision.candidate, decision.score, decision.passed,
+         decision.extraction, decision.extraction_version, decision.text, decision.reject_kind or None)
+    assert record["accepted_text"] == (decision.text if record["route"] == "accepted" else "")
+
+
+class _Scripted:
+    """An engine with a stream of its own that answers each request as _CASES says (a failed
+    Completion where the case has no generation)."""
+
+    kind = "scripted"
+
+    def fingerprint(self):
+        return {"kind": self.kind}
+
+    def stream(self, requests):
+        from orandcar_builder.engines.base import Completion
+
+        by_id = {row["id"]: (generation, error) for row, generation, error, _ in _CASES}
+        for request in requests:
+            generation, error = by_id[request.item_id]
+            yield Completion(request, generation=generation, error=None if generation else error)
+
+
+class _ScriptedFactory:
+    def create(self):
+        return _Scripted()
+
+
+def test_the_ray_actor_writes_the_local_executors_records():
+    """The Ray actor (``GenerateAndDecide``) decides its rows with ``decided_rows``: the records
+    of the same answers are the local executor's, a failed request with an empty error included."""
+    import pyarrow as pa
+
+    from orandcar_builder.cache import engine_hash
+    from orandcar_builder.engines.base import public_fingerprint
+    from orandcar_builder.executors.ray_data import GENERATION_COLUMN, GenerateAndDecide
+    from orandcar_builder.records import ADMITTED_SCHEMA
+
+    actor = GenerateAndDecide(_ScriptedFactory(), engine_hash(public_fingerprint(_Scripted())), DEFAULT_FAMILIES)
+    rows = [row for row, _, _, _ in _CASES]
+    table = actor.decide(pa.Table.from_pylist(rows, schema=ADMITTED_SCHEMA), 3)
+    local = pa.Table.from_pylist(decided_rows([(row, None, generation, error) for row, generation, error, _ in _CASES],
+                                              DEFAULT_FAMILIES), schema=DECISION_SCHEMA)
+    assert table.drop_columns([GENERATION_COLUMN]).equals(local)
+    assert [blob is None for blob in table.column(GENERATION_COLUMN).to_pylist()] == \
+        [generation is None for _, generation, _, _ in _CASES]
