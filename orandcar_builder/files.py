@@ -145,6 +145,24 @@ def write_text_atomic(path: PathLike, text: str, suffix: str = ".partial") -> No
         tmp.write_text(text, encoding="utf-8")
 
 
+# file_stat of a path where no file is.
+ABSENT = (-1, -1, -1, -1, -1)
+
+
+def file_stat(path: PathLike) -> Optional[tuple]:
+    """A file's identity: (size, mtime_ns, ctime_ns, inode, device) of ``path`` (links followed);
+    ABSENT when no file is there; None when it cannot be told (a permission error). A write to
+    the file moves its ctime, which no tool can set back, and a file put in its place has
+    another inode."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return ABSENT
+    except (OSError, ValueError):
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
 def within(path: PathLike, root: str) -> bool:
     """Whether ``path`` lies inside the folder ``root`` (links resolved in ``root``
     by the caller: ``os.path.realpath``) once the links of ``path`` are resolved."""

@@ -308,8 +308,7 @@ def decision_columns(decision: Optional[Decision]) -> dict:
     }
 
 
-_NO_DECISION = dict.fromkeys(("rule", "rule_version", "candidate", "score", "rule_passed", "extraction",
-                              "extraction_version", "decided_text", "reject_kind"))
+_NO_DECISION = dict.fromkeys(name for name, _ in _DECISION_FIELDS)
 
 
 def generation_from_row(row: dict) -> Generation:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from orandcar_builder.executors.steps import decided_or_failed, decided_rows, failed_row, outcome_of
+from orandcar_builder.executors.steps import decided_rows, outcome_of
 from orandcar_builder.families import DEFAULT_FAMILIES
 from orandcar_builder.records import (
     DECISION_SCHEMA,
@@ -32,7 +32,7 @@ from .test_decider import _answered, _pool
 
 
 def _failed_outcome(admitted, request, error: str, reason: str = GENERATION_FAILED) -> dict:
-    """The record of a failed item through an Outcome (what failed_row made before)."""
+    """The record of a failed item through an Outcome (what the steps made before)."""
     item = admitted.item
     outcome = Outcome(order=admitted.order, item_id=item.id, image=item.image, question=request.question,
                       references=tuple(item.references), options=tuple(item.options or ()), family=item.family,
@@ -93,18 +93,6 @@ def test_a_question_not_given_is_made_from_the_row(items):
     given = decided_rows([(row, request.question, generation, error) for row, request, generation, error in items],
                          DEFAULT_FAMILIES)
     assert without == given
-
-
-def test_the_admitted_items_records_are_the_rows_records(items):
-    """decided_or_failed and failed_row (the Ray executor's driver: Admitted items) give the
-    records decided_rows gives for their rows."""
-    for row, request, generation, error in items:
-        admitted = admitted_from_row(row)
-        if generation is None:
-            got = failed_row(admitted, request, error)
-        else:
-            got = decided_or_failed(admitted, request, generation, DEFAULT_FAMILIES)
-        _same(got, decided_rows([(row, request.question, generation, error)], DEFAULT_FAMILIES)[0])
 
 
 def test_a_rule_that_raises_fails_its_item_only(items, monkeypatch):

@@ -184,14 +184,13 @@ class _FakeReplicas:
         import pyarrow as pa
 
         from orandcar_builder.executors.ray_data import GENERATION_COLUMN
-        from orandcar_builder.executors.steps import failed_row, make_request
-        from orandcar_builder.records import DECISION_SCHEMA, admitted_from_row
+        from orandcar_builder.executors.steps import decided_rows
+        from orandcar_builder.records import DECISION_SCHEMA
 
         if not self.running:
             return []
         block = self.running.pop(0)
-        rows = [failed_row(a, make_request(a, DEFAULT_FAMILIES), "no engine here")
-                for a in map(admitted_from_row, block.to_pylist())]
+        rows = decided_rows([(row, None, None, "no engine here") for row in block.to_pylist()], DEFAULT_FAMILIES)
         table = pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
         return [table.append_column(GENERATION_COLUMN, pa.array([None] * len(rows), pa.string()))]
 

@@ -55,11 +55,11 @@ from ..engines.base import EngineUnavailable, public_fingerprint, stream_of
 from ..errors import OrandCarError
 from ..families import Families
 from ..images import ImageRef
-from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Admitted, Generation, Request, admitted_from_row
+from ..records import ADMITTED_SCHEMA, DECISION_SCHEMA, Generation, Request
 from ..workdir import WorkDir
 from .base import ChunkGatherer, DecidedChunk, GenerationJob, admitted_rows
 from .generation import ASK, HIT, SHARED, CachedGeneration, cached_generation, for_request
-from .steps import SAME_REQUEST_FAILED, decided_or_failed, decided_rows, failed_row, make_request, request_of_row
+from .steps import SAME_REQUEST_FAILED, decided_rows, request_of_row
 
 RAY_MISSING = "the ray executor needs Ray: pip install 'orandcar-builder[ray]' (it installs ray[data])"
 # Batches each actor runs at the same time on its one engine.
@@ -296,7 +296,7 @@ class _Driver:
         self.most_pending = HELD_ASKS
         self.pending = _Pending()  # asks for the next blocks
         self.open: set[str] = set()  # keys asked and not yet received
-        self.waiting: dict[str, list[tuple[Admitted, Request]]] = {}  # items sharing an open key
+        self.waiting: dict[str, list[tuple[dict, Request]]] = {}  # items (admitted rows) sharing an open key
         self.sent = self.received = 0
         self.ray_start: Optional[_RayStart] = None  # Ray's thread, from the run's start
         self.replicas: Optional[_Replicas] = None  # the actors, once Ray is up
@@ -336,30 +336,30 @@ class _Driver:
         """Classify ``rows``: asks wait for the next block, hits are decided now, items sharing
         an earlier ask's key when that ask is received (at once when it was)."""
         job, cached = self.job, self.cached
-        admitted = [admitted_from_row(row) for row in rows]
-        requests = [make_request(a, job.families) for a in admitted]
+        requests = [request_of_row(row, job.families) for row in rows]
         keys, classes, hits = cached.classify(requests)  # hits: the stored generations, one query
         if not self.ray_start.asked and ASK in classes:  # Ray starts while admission goes on
             self.ray_start.go()
         self.pending.add([row for row, kind in zip(rows, classes) if kind == ASK])
-        for a, request, key, kind in zip(admitted, requests, keys, classes):
+        for row, request, key, kind in zip(rows, requests, keys, classes):
             if kind == ASK:
                 if key is not None:
                     self.open.add(key)
                 continue
             if kind == SHARED and key in self.open:
-                self.waiting.setdefault(key, []).append((a, request))
+                self.waiting.setdefault(key, []).append((row, request))
                 continue
-            chunk = self._decided(a, request, hits.get(key) if kind == HIT else cached.answer(key))
+            chunk = self._decided(row, request, hits.get(key) if kind == HIT else cached.answer(key))
             if chunk is not None:
                 yield chunk
 
-    def _decided(self, a: Admitted, request: Request, generation: Optional[Generation]) -> Optional[DecidedChunk]:
-        """A cached or shared item's record: decided on the stored generation, failed without one."""
-        if generation is None:
-            return self.out.add(request, None, failed_row(a, request, SAME_REQUEST_FAILED))
-        generation = for_request(generation, request)
-        return self.out.add(request, generation, decided_or_failed(a, request, generation, self.job.families))
+    def _decided(self, row: dict, request: Request, generation: Optional[Generation]) -> Optional[DecidedChunk]:
+        """A cached or shared item's record (its admitted row): decided on the stored generation,
+        failed without one."""
+        if generation is not None:
+            generation = for_request(generation, request)
+        (record,) = decided_rows([(row, request.question, generation, SAME_REQUEST_FAILED)], self.job.families)
+        return self.out.add(request, generation, record)
 
     def _send(self, final: bool) -> None:
         """The pending asks as blocks (``block_sizes``) to the actors with room for them; with
@@ -420,8 +420,8 @@ class _Driver:
                 continue
             self.open.discard(key)
             stored = generation if generation is not None and is_complete(generation) else None
-            for a, shared in self.waiting.pop(key, ()):
-                chunk = self._decided(a, shared, stored)
+            for sharing, shared in self.waiting.pop(key, ()):
+                chunk = self._decided(sharing, shared, stored)
                 if chunk is not None:
                     yield chunk
         job.progress(job.stats)

@@ -1,9 +1,9 @@
 """The per-item steps of the generation stage: the request an admitted item makes
-(``make_request``, ``request_of_row``), its string-rule outcome (``outcome_of``) and its decision
-record (``decided_rows`` from admitted rows, ``decided_or_failed`` from an Admitted item, or
-``failed_row`` for an item with no generation). A record is made from the item's columns and the
-rule's decision directly: it equals ``records.decision_row`` of ``outcome_of``'s Outcome, without
-making the Admitted item, the Outcome or their parts for each item (tests/test_decision_records.py).
+(``make_request``, ``request_of_row``), its string-rule outcome (``outcome_of``) and the decision
+records of answered items (``decided_rows``, failed records included). A record is made from the
+admitted row's columns and the rule's decision directly: it equals ``records.decision_row`` of
+``outcome_of``'s Outcome, without making an Admitted item, an Outcome or their parts for each
+item (tests/test_decision_records.py).
 
 An executor (``local``, ``ray``) decides where these run; the steps do not know. The records they
 read and write, and their row codecs (``admitted_row``/``admitted_from_row`` for
@@ -32,8 +32,10 @@ from ..records import (
     Outcome,
     Request,
     Source,
+    admitted_row,
     decision_columns,
     generation_columns,
+    outcome_from_record,
 )
 from ..redact import scrub
 from ..verify import verify
@@ -79,20 +81,6 @@ def request_of_row(row: dict, families: Families) -> Request:
     )
 
 
-def _common(admitted: Admitted, request: Request) -> dict:
-    item = admitted.item
-    return dict(
-        order=admitted.order, item_id=item.id, image=item.image, question=request.question,
-        references=tuple(item.references), options=tuple(item.options or ()), family=item.family,
-        source=_source_fields(item.source), policy=admitted.policy, actions=admitted.actions,
-    )
-
-
-def _source_fields(source: Source) -> dict:
-    """The source's fields a decision record keeps (records.SOURCE_TYPE)."""
-    return {"dataset": source.dataset, "split": source.split, "id": source.id, "origin": source.origin}
-
-
 def _answered(family: str, references: list[str], options: Optional[tuple[str, ...]], question: str,
               generation: Generation, families: Families) -> tuple[dict, Optional[Decision]]:
     """The outcome fields the answer decides (``route``, and those of ``accepted_text``,
@@ -120,18 +108,17 @@ def outcome_of(admitted: Admitted, request: Request, generation: Generation,
     An engine that could not answer, a reasoning that never ended (``truncated``) and an empty
     final answer (``no_answer``) are rejected without a rule decision; they never go to the judge.
     """
-    item = admitted.item
-    common = _common(admitted, request)
-    fields, decision = _answered(item.family, item.references, item.options, request.question, generation, families)
-    think = generation.think if fields["route"] == ACCEPTED else ""
-    return Outcome(**common, **fields, think=think), decision
+    row = admitted_row(admitted)
+    fields, decision = _answered(row["family"], *_rule_inputs(row), request.question, generation, families)
+    record = {**_item_columns(row, request.question), **_UNANSWERED, **fields, "think": generation.think}
+    return outcome_from_record(record), decision
 
 
 # --- decision records -----------------------------------------------------------------------
-# A decision record (records.DECISION_SCHEMA) is made here from the item's columns as the record
-# holds them (``_item_columns``: an admitted row's, or an Admitted item's), never through an
-# Outcome: ``outcome_record(outcome_of(...))`` gives the same columns, at some fifteen microseconds
-# more per item (the item's, the image's, the source's and the outcome's records built and read).
+# A decision record (records.DECISION_SCHEMA) is made here from the admitted row's columns as the
+# record holds them (``_item_columns``), never through an Outcome: ``outcome_record(outcome_of(...))``
+# gives the same columns at some fifteen microseconds more per item (the item's, the image's, the
+# source's and the outcome's records built and read).
 
 # The outcome columns an answer leaves as an Outcome's defaults leave them (records.outcome_record).
 _UNANSWERED = {"route": None, "accepted_text": "", "verifier": "", "wrong_vlm": "", "reason": None}
@@ -146,20 +133,22 @@ def _item_columns(row: dict, question: str) -> dict:
         "order": row["order"], "id": row["id"], "family": row["family"], "image_sha256": row["image_sha256"],
         "image": row["image"], "question": question, "references": list(row["references"]),
         "options": list(row["options"] or ()),
-        "source": _source_fields(Source(**json.loads(row["source"]))),
+        "source": _source_fields(row["source"]),
         "policy": row["policy"], "actions": list(row["actions"] or ()),
     }
 
 
-def _admitted_columns(admitted: Admitted, question: str) -> dict:
-    """``_item_columns`` of an Admitted item."""
-    item = admitted.item
-    return {
-        "order": admitted.order, "id": item.id, "family": item.family, "image_sha256": item.image.sha256,
-        "image": item.image.path, "question": question, "references": list(item.references),
-        "options": list(item.options or ()),
-        "source": _source_fields(item.source), "policy": admitted.policy, "actions": list(admitted.actions),
-    }
+def _source_fields(source: str) -> dict:
+    """The fields of an admitted row's source (its JSON text) that a decision record keeps
+    (records.SOURCE_TYPE); a key Source lacks is a TypeError."""
+    source = Source(**json.loads(source))
+    return {"dataset": source.dataset, "split": source.split, "id": source.id, "origin": source.origin}
+
+
+def _rule_inputs(row: dict) -> tuple[list[str], Optional[tuple[str, ...]]]:
+    """What the rule is given of an admitted row: its references, and its options (None: none)."""
+    options = row["options"]
+    return list(row["references"]), tuple(options) if options is not None else None
 
 
 def _failed_record(columns: dict, error: str, reason: str = GENERATION_FAILED) -> dict:
@@ -172,8 +161,12 @@ def _failed_record(columns: dict, error: str, reason: str = GENERATION_FAILED) -
 
 def _decided_record(columns: dict, references: list[str], options: Optional[tuple[str, ...]],
                     generation: Generation, families: Families) -> dict:
-    """``decided_or_failed``'s record from the item's columns (``_item_columns``) and the rule's
-    inputs (its references, and its options as a tuple or None)."""
+    """The decision record of one answered item, from its columns (``_item_columns``) and the
+    rule's inputs (``_rule_inputs``); a failed record (``decision_failed``) when the rule raises:
+    one item never sinks the rest. A generation the engine did not complete (a finish reason other
+    than stop or length, e.g. an abort) is never decided: it is not cached either, so deciding it
+    would let a rerun change the dataset; the item is recorded as failed and a rerun asks for it
+    again."""
     if not is_complete(generation):
         return _failed_record(columns, f"the engine did not complete the generation "
                                        f"(finish_reason {generation.finish_reason!r})")
@@ -192,18 +185,13 @@ def _decided_record(columns: dict, references: list[str], options: Optional[tupl
     return row
 
 
-def failed_row(admitted: Admitted, request: Request, error: str) -> dict:
-    """The record of an item with no generation: route ``failed``, the error kept for the report
-    (without a URL's user-info or anything shaped like a credential: ``redact.scrub``)."""
-    return _failed_record(_admitted_columns(admitted, request.question), error)
-
-
 def decided_rows(items, families: Families) -> list[dict]:
     """The decision records of answered items, each ``(admitted row, the question its request
-    asked or None, its generation or None, the error of a failed request)``: ``decided_or_failed``,
-    or ``failed_row`` where there is no generation, made from the row without an Admitted item. A
-    None question is made again from the row (``request_of_row``'s). The same here and on the
-    decider's process (``executors.decider``)."""
+    asked or None, its generation or None, the error of a failed request)``: ``_decided_record``,
+    or where there is no generation a failed record (``generation_failed``) that keeps the error,
+    without a URL's user-info or anything shaped like a credential (``redact.scrub``). A None
+    question is made again from the row (``request_of_row``'s). The same here, on the decider's
+    process (``executors.decider``) and on the Ray executor's driver and actors."""
     out = []
     for row, question, generation, error in items:
         if question is None:
@@ -212,18 +200,5 @@ def decided_rows(items, families: Families) -> list[dict]:
         if generation is None:
             out.append(_failed_record(columns, error or "the engine gave no answer"))
             continue
-        options = row["options"]
-        out.append(_decided_record(columns, list(row["references"]),
-                                   tuple(options) if options is not None else None, generation, families))
+        out.append(_decided_record(columns, *_rule_inputs(row), generation, families))
     return out
-
-
-def decided_or_failed(admitted: Admitted, request: Request, generation: Generation, families: Families) -> dict:
-    """The decision record of one item; a failed record (``decision_failed``) when the rule raises:
-    one item never sinks the rest. A generation the engine did not complete (a finish reason other
-    than stop or length, e.g. an abort) is never decided: it is not cached either, so deciding it
-    would let a rerun change the dataset; the item is recorded as failed and a rerun asks for it
-    again."""
-    item = admitted.item
-    return _decided_record(_admitted_columns(admitted, request.question), item.references, item.options,
-                           generation, families)

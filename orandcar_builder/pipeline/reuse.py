@@ -48,7 +48,7 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from ..files import sha256_of_file, write_text_atomic
+from ..files import ABSENT, file_stat, sha256_of_file, write_text_atomic
 from ..images import ImagePolicy
 from ..parquetio import open_parquet
 from ..workdir import WorkDir
@@ -64,21 +64,8 @@ ADMISSION_MODULES = ("orandcar_builder.clean.policy", "orandcar_builder.clean.pr
                      "orandcar_builder.clean.purity", "orandcar_builder.clean.choices",
                      "orandcar_builder.clean.pool_file", "orandcar_builder.pool.jsonl",
                      "orandcar_builder.pool.seal", "orandcar_builder.images", "orandcar_builder.records")
-ABSENT = (-1, -1, -1, -1, -1)
-STAT_FIELDS = ("size", "mtime_ns", "ctime_ns", "ino", "dev")
+STAT_FIELDS = ("size", "mtime_ns", "ctime_ns", "ino", "dev")  # files.file_stat's (ABSENT: no file there)
 IMAGES_SCHEMA = pa.schema([("path", pa.string())] + [(name, pa.int64()) for name in STAT_FIELDS])
-
-
-def file_stat(path: str) -> Optional[tuple]:
-    """(size, mtime_ns, ctime_ns, inode, device) of ``path`` (links followed); ABSENT when no file
-    is there; None when it cannot be told (a permission error: the admission is not recorded)."""
-    try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return ABSENT
-    except (OSError, ValueError):
-        return None
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
 def _code_digest() -> str:

@@ -8,8 +8,8 @@ stage has begun, so ``PageAhead.start`` hands that part to a fresh interpreter (
 the page then takes the child's answer (``take``) and does the rest here (the thumbnails, the
 other work-dir files, the template).
 
-The answer is used only when it was made from the very file the page reads (its device, inode,
-size and modification time) for the same samples (the calibration's disagreements, the samples per
+The answer is used only when it was made from the very file the page reads (``files.file_stat``:
+its size, times, inode and device) for the same samples (the calibration's disagreements, the samples per
 kind); in every other case (the child failed, was killed, answered something else, or was never
 started) the page makes the part itself with the same function, so the page's bytes cannot depend
 on where its part was made. The child writes no file of the build's: stopping it needs no clean-up.
@@ -20,7 +20,6 @@ warning line before the page is made in the build's process.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from typing import Optional
 
 from ..childproc import child_env, program
 from ..figures import BuildFigures
+from ..files import ABSENT, file_stat
 from ..parquetio import open_parquet
 from ..pool.prefetch import usable_cpus
 from ..workdir import WorkDir
@@ -42,14 +42,6 @@ AHEAD_MIN_DECISIONS = 50_000
 _CHILD = program(__name__)
 # The last characters of a failed child's error shown in the build's warning.
 ERROR_SHOWN_CHARS = 300
-
-
-def _identity(path: Path) -> Optional[tuple[int, int, int, int]]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class PageAhead:
@@ -89,8 +81,8 @@ class PageAhead:
             return False
         calibration, _ = calibration_of(figures, work)
         wanted = wanted_ids(calibration)
-        identity = _identity(work.decisions)
-        if identity is None:
+        identity = file_stat(work.decisions)
+        if identity is None or identity == ABSENT:
             return False
         errors = tempfile.TemporaryFile()  # the child's error, for the warning when it fails
         try:
@@ -113,7 +105,7 @@ class PageAhead:
         if child is None:
             return None
         try:
-            if task != (_identity(decisions), wanted, per_kind):
+            if task != (file_stat(decisions), wanted, per_kind):
                 return None  # an answer for another file or other samples: not waited for
             data = child.stdout.read()
             code = child.wait()
