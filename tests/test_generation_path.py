@@ -283,18 +283,84 @@ def test_the_ray_executor_uses_the_one_path(tmp_path, made):
     assert (stats.total, stats.hits, stats.asked) == (2, 2, 0)
 
 
-def test_the_commit_buffer_never_holds_a_full_transaction_uncommitted(tmp_path):
+def _recording_commits(monkeypatch) -> list[tuple[str, int]]:
+    """Every ``put_many`` from now on, as (the committing thread's name, entries)."""
+    import threading
+
+    commits = []
+    put_many = GenerationCache.put_many
+
+    def recording(self, fingerprint, entries):
+        commits.append((threading.current_thread().name, len(entries)))
+        return put_many(self, fingerprint, entries)
+
+    monkeypatch.setattr(GenerationCache, "put_many", recording)
+    return commits
+
+
+def _wait_for(condition, seconds: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return condition()
+
+
+def test_the_commit_buffer_commits_each_full_transaction_at_once_on_its_writer(tmp_path, monkeypatch):
+    """A full transaction's worth is committed as soon as it is added, long before ``max_seconds``,
+    by the buffer's writer thread: the caller (the build's main thread) does not wait for SQLite.
+    What is below the count waits for the time bound or ``close``."""
     from orandcar_builder.executors.generation import CommitBuffer
 
+    commits = _recording_commits(monkeypatch)
     stats = CacheStats()
-    most = 0
     with CommitBuffer(tmp_path / "g.sqlite", FP, max_entries=5, max_seconds=60, stats=stats) as buffer:
         for i in range(23):
             text = f"A:{i}"
             buffer.add(f"k{i}", Generation(str(i), text, "", text, "stop", "m"))
+        assert _wait_for(lambda: stats.stored == 20), stats  # four full transactions, the minute not waited for
+        assert len(buffer._pending) == 3 and stats.batches == 4
+        assert {name for name, _ in commits} == {"cache-commits"}
+    assert stats.stored == 23 and stats.batches == 5 and max(n for _, n in commits) <= 5
+    with GenerationCache(tmp_path / "g.sqlite") as cache:
+        assert len(cache) == 23
+
+
+def test_the_commit_buffer_caller_commits_itself_when_the_writer_falls_behind(tmp_path, monkeypatch):
+    """Backpressure: while the writer is slow (a slow disk), the entries not committed stay below
+    BACKLOG_TRANSACTIONS full transactions: past that the caller commits a full one itself as it
+    adds, so a process killed at any moment loses a bounded number of generations."""
+    import threading
+
+    from orandcar_builder.executors.generation import BACKLOG_TRANSACTIONS, CommitBuffer
+
+    commits = _recording_commits(monkeypatch)
+    recorded = GenerationCache.put_many
+    release = threading.Event()
+
+    def slow_writer(self, fingerprint, entries):
+        if threading.current_thread().name == "cache-commits":
+            release.wait(10)
+        return recorded(self, fingerprint, entries)
+
+    monkeypatch.setattr(GenerationCache, "put_many", slow_writer)
+    stats = CacheStats()
+    most, bound = 0, 4 * BACKLOG_TRANSACTIONS
+    with CommitBuffer(tmp_path / "g.sqlite", FP, max_entries=4, max_seconds=60, stats=stats) as buffer:
+        for i in range(200):
+            text = f"A:{i}"
+            buffer.add(f"k{i}", Generation(str(i), text, "", text, "stop", "m"))
             most = max(most, len(buffer._pending))
-        assert stats.stored == 20  # four full transactions, committed as they filled
-    assert most < 5 and stats.stored == 23 and stats.batches == 5
+            if i == 3:
+                assert _wait_for(lambda: buffer._writer_busy)  # the writer took the first four and hangs
+        callers = [n for name, n in commits if name != "cache-commits"]
+        assert callers and all(n == 4 for n in callers), commits
+        assert most <= bound, most
+        release.set()
+    assert stats.stored == 200
+    with GenerationCache(tmp_path / "g.sqlite") as cache:
+        assert len(cache) == 200
 
 
 def test_cache_py_is_storage_only():

@@ -45,6 +45,8 @@ from .steps import SAME_REQUEST_FAILED
 # A streaming build commits its finished generations at least this often (count, seconds).
 COMMIT_ENTRIES = 64
 COMMIT_SECONDS = 0.05
+# Full transactions the commit buffer's writer may fall behind before the caller commits one itself.
+BACKLOG_TRANSACTIONS = 8
 # Requests taken from the caller and looked up in the cache at a time: the first takes are small
 # (the caller may still be admitting them: the first request goes out after a few), growing to
 # CLASSIFY_BATCH.
@@ -71,10 +73,14 @@ class CommitBuffer:
     most ``max_entries`` per transaction, and none waits longer than ``max_seconds``, so a process
     killed at any moment loses only what was in flight and the last fraction of a second.
 
-    A full transaction's worth is committed by the caller as it adds the last entry (as it would
-    with ``put_many``); what is left below the count is committed by a thread of its own (with its
-    own connection) once the oldest entry has waited ``max_seconds``, so an entry never waits on
-    the next completion. ``flush()`` commits everything added so far; ``get(key)`` sees an entry
+    The commits run on a thread of its own (with its own connection): a full transaction's worth
+    as soon as it is added, what is left below the count once the oldest entry has waited
+    ``max_seconds``, so an entry never waits on the next completion, and the caller does not wait
+    for SQLite's writes and the syncs of its write-ahead log's checkpoints (25-30 us of the
+    caller's CPU an entry, and more of its wall, when it committed: benchmarks/bench_commits.py).
+    Should the writer fall ``BACKLOG_TRANSACTIONS`` transactions behind, the caller commits a full
+    one itself as it adds its last entry, so what is uncommitted stays bounded; ``flush()``
+    commits everything added so far; ``get(key)`` sees an entry
     from the moment it is added. ``close()`` commits the rest and raises any error a commit met
     (a full disk, say); ``add`` raises it too once known. ``stats.stored`` and ``stats.batches``
     count what was committed.
@@ -94,6 +100,7 @@ class CommitBuffer:
         self._cond = threading.Condition()
         self._closing = False
         self._writer_busy = False
+        self._writer_idle = False  # the writer waits for a full transaction or its oldest entry's time
         self._flushing = 0  # flushes waiting for the writer's commit
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="cache-commits", daemon=True)
@@ -116,7 +123,9 @@ class CommitBuffer:
             if self._since is None:
                 self._since = time.monotonic()
             self._pending.update(entries)
-        while len(self._pending) >= self.max_entries:
+            if self._writer_idle and len(self._pending) >= self.max_entries:
+                self._cond.notify_all()
+        while len(self._pending) >= self.max_entries * BACKLOG_TRANSACTIONS:
             self._commit_some()
 
     def get(self, key: str) -> Optional[Generation]:
@@ -204,15 +213,18 @@ class CommitBuffer:
             raise CacheError(f"{self.path}: cannot store generations ({type(error).__name__}: {error})") from error
 
     def _run(self) -> None:
-        """The writer: every ``max_seconds / 2`` it commits what has waited half that long below
-        the count (so nothing waits longer than ``max_seconds``; an add never wakes it)."""
+        """The writer: it commits each full transaction's worth as soon as it is there (an add
+        that fills one wakes it), and every ``max_seconds / 2`` what has waited half that long
+        below the count (so nothing waits longer than ``max_seconds``)."""
         tick = self.max_seconds / 2
         try:
             with GenerationCache(self.path) as cache:
                 while True:
                     with self._cond:
-                        while not self._closing and not self._due(tick):
+                        while not self._closing and len(self._pending) < self.max_entries and not self._due(tick):
+                            self._writer_idle = True
                             self._cond.wait(tick)
+                            self._writer_idle = False
                         if self._closing:
                             return
                         entries = self._take()

@@ -1,0 +1,59 @@
+"""The generation cache's commit buffer alone (``executors.generation.CommitBuffer``), as a fast
+engine's build uses it: N finished generations added 64 at a time by a caller that does some work
+of its own between two adds (busy CPU, ``--work-us`` per generation, standing for the build's
+main thread classifying and deciding), then ``close``. Prints the caller's wall seconds for the
+adds, its own thread's CPU seconds (of which the work is ``N * work-us``), the close, and the
+process's CPU (the writer thread included). Run it with another tree on PYTHONPATH to time that
+tree's buffer, the trees alternated:
+
+    for t in /tmp/base /work/main /tmp/base /work/main; do
+        PYTHONPATH=$t .venv/bin/python benchmarks/bench_commits.py; done
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from orandcar_builder.executors.generation import CommitBuffer
+from orandcar_builder.records import Generation
+
+
+def _work(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=200_000)
+    parser.add_argument("--work-us", type=float, default=20.0, help="the caller's own CPU per generation")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    n, per = args.items, 64
+    generations = [Generation(item_id=f"q{i}", text=f"Word{i}", final_answer=f"Word{i}", think=None,
+                              finish_reason="stop", model="replay") for i in range(n)]
+    keys = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(n)]
+    for _ in range(args.repeat):
+        folder = tempfile.mkdtemp(prefix="bench-commits-")
+        try:
+            t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+            with CommitBuffer(Path(folder) / "generations.sqlite", {"engine": "replay"}) as buffer:
+                for start in range(0, n, per):
+                    buffer.add_many(list(zip(keys[start:start + per], generations[start:start + per])))
+                    _work(per * args.work_us / 1e6)
+                t1, c1 = time.perf_counter(), time.thread_time()
+            t2, p2 = time.perf_counter(), time.process_time()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        print(f"{n} generations: adds {t1 - t0:.2f} s wall, caller CPU {c1 - c0:.2f} s (its own work "
+              f"{n * args.work_us / 1e6:.2f}); close {t2 - t1:.2f} s; process CPU {p2 - p0:.2f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
