@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orandcar_builder.cache import CacheStats, GenerationCache
+from orandcar_builder.cache import CacheError, CacheStats, GenerationCache
 from orandcar_builder.cli import main
 from orandcar_builder.engines.base import Completion
 from orandcar_builder.executors import generation
@@ -361,6 +361,78 @@ def test_the_commit_buffer_caller_commits_itself_when_the_writer_falls_behind(tm
     assert stats.stored == 200
     with GenerationCache(tmp_path / "g.sqlite") as cache:
         assert len(cache) == 200
+
+
+def test_the_commit_buffer_caller_commits_a_full_transaction_the_writer_let_wait(tmp_path, monkeypatch):
+    """The time bound holds when the writer is slow (it shares the interpreter lock with a busy
+    caller): a full transaction that has waited ``max_seconds`` is committed by the caller at its
+    next add, far below the backlog's count."""
+    import threading
+    import time
+
+    from orandcar_builder.executors.generation import CommitBuffer
+
+    commits = _recording_commits(monkeypatch)
+    recorded = GenerationCache.put_many
+    release = threading.Event()
+
+    def slow_writer(self, fingerprint, entries):
+        if threading.current_thread().name == "cache-commits":
+            release.wait(10)
+        return recorded(self, fingerprint, entries)
+
+    monkeypatch.setattr(GenerationCache, "put_many", slow_writer)
+
+    def gen(i):
+        return Generation(str(i), f"A:{i}", "", f"A:{i}", "stop", "m")
+
+    with CommitBuffer(tmp_path / "g.sqlite", FP, max_entries=4, max_seconds=0.2) as buffer:
+        buffer.add_many([(f"k{i}", gen(i)) for i in range(4)])
+        assert _wait_for(lambda: buffer._writer_busy)  # the writer took them and hangs
+        buffer.add_many([(f"k{i}", gen(i)) for i in range(4, 8)])  # a full one waits
+        assert not [c for c in commits if c[0] != "cache-commits"]
+        time.sleep(0.3)
+        buffer.add("k8", gen(8))
+        assert [n for name, n in commits if name != "cache-commits"] == [4]
+        assert len(buffer._pending) == 1
+        release.set()
+    with GenerationCache(tmp_path / "g.sqlite") as cache:
+        assert len(cache) == 9
+
+
+def test_a_flush_while_the_writer_fails_raises_its_error(tmp_path, monkeypatch):
+    """A commit of the writer that fails (a full disk) is the error of a flush made while the
+    writer winds down (here: its connection slow to close), never a flush that returns as if
+    everything were committed: the Ray driver hands a block's records on once flush returns."""
+    import threading
+    import time
+
+    from orandcar_builder.executors.generation import CommitBuffer
+
+    tried = threading.Event()
+    exit_ = GenerationCache.__exit__
+
+    def full(self, fingerprint, entries):
+        if threading.current_thread().name == "cache-commits":
+            tried.set()
+            raise OSError(28, "No space left on device")
+        raise AssertionError("only the writer commits here")
+
+    def slow_exit(self, *exc_info):
+        if threading.current_thread().name == "cache-commits":
+            time.sleep(0.5)
+        return exit_(self, *exc_info)
+
+    monkeypatch.setattr(GenerationCache, "put_many", full)
+    monkeypatch.setattr(GenerationCache, "__exit__", slow_exit)
+    buffer = CommitBuffer(tmp_path / "g.sqlite", FP, max_entries=2, max_seconds=60)
+    try:
+        buffer.add_many([(f"k{i}", Generation(str(i), "A", "", "A", "stop", "m")) for i in range(2)])
+        assert tried.wait(10) and _wait_for(lambda: not buffer._writer_busy)
+        with pytest.raises(CacheError, match="No space left"):
+            buffer.flush()
+    finally:
+        buffer.close()
 
 
 def test_cache_py_is_storage_only():

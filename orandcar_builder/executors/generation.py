@@ -78,9 +78,11 @@ class CommitBuffer:
     ``max_seconds``, so an entry never waits on the next completion, and the caller does not wait
     for SQLite's writes and the syncs of its write-ahead log's checkpoints (25-30 us of the
     caller's CPU an entry, and more of its wall, when it committed: benchmarks/bench_commits.py).
-    Should the writer fall ``BACKLOG_TRANSACTIONS`` transactions behind, the caller commits a full
-    one itself as it adds its last entry, so what is uncommitted stays bounded; ``flush()``
-    commits everything added so far; ``get(key)`` sees an entry
+    Should the writer fall behind (``BACKLOG_TRANSACTIONS`` full transactions waiting, or one
+    waiting ``max_seconds``: the writer shares the interpreter lock with a busy caller), the
+    caller commits full ones itself as it adds, so what is uncommitted stays bounded in count and
+    in time. ``flush()`` commits everything added so far, on the caller's connection what is
+    pending; ``get(key)`` sees an entry
     from the moment it is added. ``close()`` commits the rest and raises any error a commit met
     (a full disk, say); ``add`` raises it too once known. ``stats.stored`` and ``stats.batches``
     count what was committed.
@@ -101,6 +103,7 @@ class CommitBuffer:
         self._closing = False
         self._writer_busy = False
         self._writer_idle = False  # the writer waits for a full transaction or its oldest entry's time
+        self._full_since: Optional[float] = None  # since when a full transaction has waited for the writer
         self._flushing = 0  # flushes waiting for the writer's commit
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="cache-commits", daemon=True)
@@ -110,8 +113,9 @@ class CommitBuffer:
         self.add_many([(key, generation)])
 
     def add_many(self, entries: Sequence[tuple[str, Generation]]) -> None:
-        """Queue complete generations under their keys (committing each full transaction's worth
-        now); an incomplete one is a ValueError (none queued)."""
+        """Queue complete generations under their keys for the writer (committing full
+        transactions here while the writer is behind: ``_writer_behind``); an incomplete one is a
+        ValueError (none queued)."""
         for _key, generation in entries:
             if not is_complete(generation):
                 raise ValueError(f"generation {generation.item_id!r} is incomplete "
@@ -120,13 +124,27 @@ class CommitBuffer:
             return
         with self._cond:
             self._raise_error()
+            now = time.monotonic()
             if self._since is None:
-                self._since = time.monotonic()
+                self._since = now
             self._pending.update(entries)
-            if self._writer_idle and len(self._pending) >= self.max_entries:
-                self._cond.notify_all()
-        while len(self._pending) >= self.max_entries * BACKLOG_TRANSACTIONS:
+            if len(self._pending) >= self.max_entries:
+                if self._full_since is None:
+                    self._full_since = now
+                if self._writer_idle:
+                    self._cond.notify_all()
+        while self._writer_behind():
             self._commit_some()
+
+    def _writer_behind(self) -> bool:
+        """Whether the caller commits a full transaction itself: the writer has let one wait
+        ``max_seconds`` (it shares the interpreter lock with a busy caller), or has
+        ``BACKLOG_TRANSACTIONS`` of them waiting."""
+        count, full_since = len(self._pending), self._full_since
+        if count < self.max_entries:
+            return False
+        return (count >= self.max_entries * BACKLOG_TRANSACTIONS
+                or (full_since is not None and time.monotonic() - full_since >= self.max_seconds))
 
     def get(self, key: str) -> Optional[Generation]:
         with self._cond:
@@ -170,6 +188,8 @@ class CommitBuffer:
             del self._pending[key]
             self._committing[key] = generation
         self._since = time.monotonic() if self._pending else None
+        if len(self._pending) < self.max_entries:  # else the next one has waited as long, at least
+            self._full_since = None
         return entries
 
     def _done(self, entries: list[tuple[str, Generation]]) -> None:
@@ -197,8 +217,10 @@ class CommitBuffer:
                     self._pending.clear()
                 else:  # interrupted: they stay for close() to commit
                     self._pending.update(entries)
-                self._committing.clear()
+                for key, _ in entries:  # what the writer is committing stays visible to get()
+                    self._committing.pop(key, None)
                 self._since = time.monotonic() if self._pending else None
+                self._full_since = None
             if not isinstance(exc, Exception) or isinstance(exc, CacheError):
                 raise
             raise CacheError(f"{self.path}: cannot store generations ({type(exc).__name__}: {exc})") from exc
@@ -231,19 +253,25 @@ class CommitBuffer:
                         self._writer_busy = True
                     try:
                         cache.put_many(self.fingerprint, entries)
-                    except BaseException:
-                        with self._cond:
-                            self._writer_busy = False
-                        raise
+                    except BaseException as exc:
+                        self._failed(exc)  # in the same hold of the lock as the writer's end: a
+                        return  # flush() then raises the error, never returns as if all were committed
                     with self._cond:
                         self._writer_busy = False
                         self._done(entries)
-        except BaseException as exc:  # handed to the caller's thread
-            with self._cond:
+        except BaseException as exc:  # opening or closing the connection
+            self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        """The writer's error, handed to the caller's thread (its next add, flush or close)."""
+        with self._cond:
+            self._writer_busy = False
+            if self._error is None:
                 self._error = exc
-                self._pending.clear()
-                self._committing.clear()
-                self._cond.notify_all()
+            self._pending.clear()
+            self._committing.clear()
+            self._full_since = None
+            self._cond.notify_all()
 
     def _due(self, age: float) -> bool:
         return bool(self._pending) and self._since is not None and time.monotonic() - self._since >= age
