@@ -78,8 +78,9 @@ class CommitBuffer:
     ``max_seconds``, so an entry never waits on the next completion, and the caller does not wait
     for SQLite's writes and the syncs of its write-ahead log's checkpoints (25-30 us of the
     caller's CPU an entry, and more of its wall, when it committed: benchmarks/bench_commits.py).
-    Should the writer fall behind (``BACKLOG_TRANSACTIONS`` full transactions waiting, or one
-    waiting ``max_seconds``: the writer shares the interpreter lock with a busy caller), the
+    Should the writer fall behind (``BACKLOG_TRANSACTIONS`` full transactions waiting, or a full
+    one pending while the oldest entry has waited ``max_seconds``: the writer shares the
+    interpreter lock with a busy caller), the
     caller commits full ones itself as it adds, so what is uncommitted stays bounded in count and
     in time. ``flush()`` commits everything added so far, on the caller's connection what is
     pending; ``get(key)`` sees an entry
@@ -103,7 +104,6 @@ class CommitBuffer:
         self._closing = False
         self._writer_busy = False
         self._writer_idle = False  # the writer waits for a full transaction or its oldest entry's time
-        self._full_since: Optional[float] = None  # since when a full transaction has waited for the writer
         self._flushing = 0  # flushes waiting for the writer's commit
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="cache-commits", daemon=True)
@@ -124,27 +124,23 @@ class CommitBuffer:
             return
         with self._cond:
             self._raise_error()
-            now = time.monotonic()
             if self._since is None:
-                self._since = now
+                self._since = time.monotonic()
             self._pending.update(entries)
-            if len(self._pending) >= self.max_entries:
-                if self._full_since is None:
-                    self._full_since = now
-                if self._writer_idle:
-                    self._cond.notify_all()
+            if self._writer_idle and len(self._pending) >= self.max_entries:
+                self._cond.notify_all()
         while self._writer_behind():
             self._commit_some()
 
     def _writer_behind(self) -> bool:
-        """Whether the caller commits a full transaction itself: the writer has let one wait
-        ``max_seconds`` (it shares the interpreter lock with a busy caller), or has
-        ``BACKLOG_TRANSACTIONS`` of them waiting."""
-        count, full_since = len(self._pending), self._full_since
+        """Whether the caller commits a full transaction itself: one is pending and the oldest
+        pending entry has waited ``max_seconds`` (the writer shares the interpreter lock with a
+        busy caller), or ``BACKLOG_TRANSACTIONS`` of them are."""
+        count, since = len(self._pending), self._since
         if count < self.max_entries:
             return False
         return (count >= self.max_entries * BACKLOG_TRANSACTIONS
-                or (full_since is not None and time.monotonic() - full_since >= self.max_seconds))
+                or (since is not None and time.monotonic() - since >= self.max_seconds))
 
     def get(self, key: str) -> Optional[Generation]:
         with self._cond:
@@ -188,8 +184,6 @@ class CommitBuffer:
             del self._pending[key]
             self._committing[key] = generation
         self._since = time.monotonic() if self._pending else None
-        if len(self._pending) < self.max_entries:  # else the next one has waited as long, at least
-            self._full_since = None
         return entries
 
     def _done(self, entries: list[tuple[str, Generation]]) -> None:
@@ -220,7 +214,6 @@ class CommitBuffer:
                 for key, _ in entries:  # what the writer is committing stays visible to get()
                     self._committing.pop(key, None)
                 self._since = time.monotonic() if self._pending else None
-                self._full_since = None
             if not isinstance(exc, Exception) or isinstance(exc, CacheError):
                 raise
             raise CacheError(f"{self.path}: cannot store generations ({type(exc).__name__}: {exc})") from exc
@@ -270,7 +263,6 @@ class CommitBuffer:
                 self._error = exc
             self._pending.clear()
             self._committing.clear()
-            self._full_since = None
             self._cond.notify_all()
 
     def _due(self, age: float) -> bool:
