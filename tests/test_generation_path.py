@@ -298,6 +298,24 @@ def _recording_commits(monkeypatch) -> list[tuple[str, int]]:
     return commits
 
 
+def _held_writer(monkeypatch):
+    """``_recording_commits``, with the buffer's writer thread held before each of its commits
+    (a slow disk) until the returned event is set."""
+    import threading
+
+    commits = _recording_commits(monkeypatch)
+    recorded = GenerationCache.put_many
+    release = threading.Event()
+
+    def slow_writer(self, fingerprint, entries):
+        if threading.current_thread().name == "cache-commits":
+            release.wait(10)
+        return recorded(self, fingerprint, entries)
+
+    monkeypatch.setattr(GenerationCache, "put_many", slow_writer)
+    return commits, release
+
+
 def _wait_for(condition, seconds: float = 10.0) -> bool:
     import time
 
@@ -331,20 +349,10 @@ def test_the_commit_buffer_caller_commits_itself_when_the_writer_falls_behind(tm
     """Backpressure: while the writer is slow (a slow disk), the entries not committed stay below
     BACKLOG_TRANSACTIONS full transactions: past that the caller commits a full one itself as it
     adds, so a process killed at any moment loses a bounded number of generations."""
-    import threading
 
     from orandcar_builder.executors.generation import BACKLOG_TRANSACTIONS, CommitBuffer
 
-    commits = _recording_commits(monkeypatch)
-    recorded = GenerationCache.put_many
-    release = threading.Event()
-
-    def slow_writer(self, fingerprint, entries):
-        if threading.current_thread().name == "cache-commits":
-            release.wait(10)
-        return recorded(self, fingerprint, entries)
-
-    monkeypatch.setattr(GenerationCache, "put_many", slow_writer)
+    commits, release = _held_writer(monkeypatch)
     stats = CacheStats()
     most, bound = 0, 4 * BACKLOG_TRANSACTIONS
     with CommitBuffer(tmp_path / "g.sqlite", FP, max_entries=4, max_seconds=60, stats=stats) as buffer:
@@ -367,21 +375,11 @@ def test_the_commit_buffer_caller_commits_a_full_transaction_the_writer_let_wait
     """The time bound holds when the writer is slow (it shares the interpreter lock with a busy
     caller): a full transaction that has waited ``max_seconds`` is committed by the caller at its
     next add, far below the backlog's count."""
-    import threading
     import time
 
     from orandcar_builder.executors.generation import CommitBuffer
 
-    commits = _recording_commits(monkeypatch)
-    recorded = GenerationCache.put_many
-    release = threading.Event()
-
-    def slow_writer(self, fingerprint, entries):
-        if threading.current_thread().name == "cache-commits":
-            release.wait(10)
-        return recorded(self, fingerprint, entries)
-
-    monkeypatch.setattr(GenerationCache, "put_many", slow_writer)
+    commits, release = _held_writer(monkeypatch)
 
     def gen(i):
         return Generation(str(i), f"A:{i}", "", f"A:{i}", "stop", "m")
