@@ -70,23 +70,21 @@ def for_request(generation: Generation, request: Request) -> Generation:
 
 class CommitBuffer:
     """Finished generations committed to a cache file in small transactions as they arrive: at
-    most ``max_entries`` per transaction, and none waits longer than ``max_seconds``, so a process
-    killed at any moment loses only what was in flight and the last fraction of a second.
+    most ``max_entries`` per transaction, and none waits much longer than ``max_seconds``, so a
+    process killed at any moment loses only what was in flight and the last fraction of a second.
 
     The commits run on a thread of its own (with its own connection): a full transaction's worth
     as soon as it is added, what is left below the count once the oldest entry has waited
     ``max_seconds``, so an entry never waits on the next completion, and the caller does not wait
-    for SQLite's writes and the syncs of its write-ahead log's checkpoints (25-30 us of the
+    for SQLite's writes and the syncs of its write-ahead log's checkpoints (23-32 us of the
     caller's CPU an entry, and more of its wall, when it committed: benchmarks/bench_commits.py).
-    Should the writer fall behind (``BACKLOG_TRANSACTIONS`` full transactions waiting, or a full
-    one pending while the oldest entry has waited ``max_seconds``: the writer shares the
-    interpreter lock with a busy caller), the
-    caller commits full ones itself as it adds, so what is uncommitted stays bounded in count and
-    in time. ``flush()`` commits everything added so far, on the caller's connection what is
-    pending; ``get(key)`` sees an entry
-    from the moment it is added. ``close()`` commits the rest and raises any error a commit met
-    (a full disk, say); ``add`` raises it too once known. ``stats.stored`` and ``stats.batches``
-    count what was committed.
+    Should the writer fall behind (``_writer_behind``: it shares the interpreter lock with a busy
+    caller), the caller commits full transactions itself as it adds, so what is uncommitted stays
+    bounded in count and in time. ``flush()`` commits what is pending on the caller's connection
+    and waits for the writer's transaction; ``get(key)`` sees an entry from the moment it is
+    added. ``close()`` commits the rest and raises any error a commit met (a full disk, say);
+    ``add`` raises it too once known. ``stats.stored`` and ``stats.batches`` count what was
+    committed.
     """
 
     def __init__(self, path: str | os.PathLike, fingerprint: dict, *, max_entries: int = COMMIT_ENTRIES,
@@ -133,14 +131,11 @@ class CommitBuffer:
             self._commit_some()
 
     def _writer_behind(self) -> bool:
-        """Whether the caller commits a full transaction itself: one is pending and the oldest
-        pending entry has waited ``max_seconds`` (the writer shares the interpreter lock with a
-        busy caller), or ``BACKLOG_TRANSACTIONS`` of them are."""
-        count, since = len(self._pending), self._since
-        if count < self.max_entries:
-            return False
-        return (count >= self.max_entries * BACKLOG_TRANSACTIONS
-                or (since is not None and time.monotonic() - since >= self.max_seconds))
+        """Whether the caller commits a full transaction itself: one is pending and either the
+        oldest pending entry has waited ``max_seconds`` or ``BACKLOG_TRANSACTIONS`` are pending."""
+        count = len(self._pending)
+        return count >= self.max_entries and (count >= self.max_entries * BACKLOG_TRANSACTIONS
+                                              or self._due(self.max_seconds))
 
     def get(self, key: str) -> Optional[Generation]:
         with self._cond:
@@ -247,8 +242,10 @@ class CommitBuffer:
                     try:
                         cache.put_many(self.fingerprint, entries)
                     except BaseException as exc:
-                        self._failed(exc)  # in the same hold of the lock as the writer's end: a
-                        return  # flush() then raises the error, never returns as if all were committed
+                        # the error is set in the same hold of the lock that ends the writer's
+                        # work, so a flush() waiting on it raises it, never returns as if committed
+                        self._failed(exc)
+                        return
                     with self._cond:
                         self._writer_busy = False
                         self._done(entries)
