@@ -173,3 +173,83 @@ def test_which_admissions_run_on_a_process_of_their_own(tmp_path, monkeypatch):
         admission.start()
         assert admission.task(on_process=True).image_workers == checkers
         assert admission.task(on_process=False).image_workers == workers
+
+
+def _waiting(process, quiet_s: float = 0.5, within_s: float = 20.0) -> None:
+    """Until ``process`` has spent no CPU for ``quiet_s``: started, imported, its first pass done."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    deadline = time.monotonic() + within_s
+    last, since = cpu(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = cpu()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+    raise AssertionError("the admission process kept working")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads a process's CPU time from /proc")
+def test_a_started_process_opens_no_image_until_its_messages_are_read(tmp_path):
+    pool = _big_pool(tmp_path / "pool", items=200)
+    admission = AdmissionProcess(_task(pool, tmp_path / "work"))
+    admission.start()
+    try:
+        _waiting(admission.process)  # its first pass is done: it waits before the images
+        write_png(tmp_path / "pool" / "img" / "7.png", (1, 2, 250))  # changed before it may read it
+        rows = [row for m in admission.messages() if isinstance(m, AdmittedRows) for row in m.rows]
+    finally:
+        admission.close()
+    from orandcar_builder.files import sha256_bytes
+
+    now = sha256_bytes((tmp_path / "pool" / "img" / "7.png").read_bytes())
+    assert {row["image_sha256"] for row in rows if row["image"].endswith("/7.png")} == {now}
+    assert len(rows) == 200
+
+
+def test_a_started_process_never_let_go_ends_and_leaves_the_last_admission(tmp_path, monkeypatch):
+    monkeypatch.setattr(admit_stage, "PROCESS_MIN_POOL_BYTES", 1)
+    pool = _big_pool(tmp_path / "pool", items=300)
+    work = tmp_path / "work"
+    work.mkdir()
+    time.sleep(2 * reuse.RACY_NS / 1e9)  # the files are older than the admission's start: it is recorded
+    first = Admission(pool, work, None, {}, workers=2, process=True)
+    assert not first.start()
+    assert sum(1 for _ in first.rows()) == first.admitted == 300
+    recorded = (work / "admission.json").read_bytes()
+    admitted = (work / "admitted.parquet").read_bytes()
+    time.sleep(2 * reuse.RACY_NS / 1e9)
+    lines = pool.read_text().splitlines(keepends=True)
+    pool.write_text("".join(lines[:-1]))  # another pool: not reused, so a process is started
+    second = Admission(pool, work, None, {}, workers=2)
+    second.prepare()
+    process = second._process.process
+    assert process is not None and process.is_alive()
+    second.close()  # the build stopped before its generate stage (its engine could not be made)
+    assert process.exitcode is not None and not process.is_alive()
+    assert _leftovers(work) == ["admitted.parquet", "dropped.jsonl"]  # the last admission's, as they were
+    assert (work / "admitted.parquet").read_bytes() == admitted
+    assert (work / "admission.json").read_bytes() == recorded  # still on record
+    second.close()  # twice: nothing left to do
+
+
+def test_an_engine_that_cannot_be_made_stops_the_started_admission(tmp_path):
+    import json
+    import multiprocessing
+
+    from orandcar_builder.engines.replay import ReplayFileError
+
+    pool = _big_pool(tmp_path / "pool")
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text(json.dumps({"id": "q0", "text": "x", "finish_reason": "stop"}) + "\n{not json\n")
+    with pytest.raises(ReplayFileError, match="malformed"):
+        build(pool, tmp_path / "out", work=tmp_path / "work", engine_name="replay", engine_options={"replay": replay},
+              admit_workers=2, admit_process=True, progress=False)
+    assert multiprocessing.active_children() == []  # the admission process it started is gone
+    assert _leftovers(tmp_path / "work") == [] and not (tmp_path / "out").exists()

@@ -36,7 +36,8 @@ from .purity import measure_lines
 def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[int] = None,
                 spill_dir: Optional[Union[str, os.PathLike]] = None,
                 images: Optional[ImagePolicy] = None, workers: int = 1,
-                families: Optional[Families] = None, named: Optional[Callable[[str], None]] = None) -> Iterator[Union[Admitted, Dropped]]:
+                families: Optional[Families] = None, named: Optional[Callable[[str], None]] = None,
+                before_images: Optional[Callable[[], None]] = None) -> Iterator[Union[Admitted, Dropped]]:
     """Every line of the pool file as one Admitted or Dropped record, in line order: what
     read_pool drops (bad lines, images, repeated ids) and cleaning's verdict on the rest.
 
@@ -52,7 +53,9 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
     ``images`` bounds and confines the image files (``pool.jsonl.read_pool``); ``workers`` > 1
     checks them on that many processes, with the same records. ``families``: the registry whose
     families are admitted (a build's, a recipe's included; None: the code's).
-    ``named(path)`` hears of every file the lines name (``read_pool``).
+    ``named(path)`` hears of every file the lines name (``read_pool``). ``before_images()`` is
+    called once the first pass is done and before any image file is opened (the admission process
+    waits there until the build has made its engine); what it raises ends the read.
     """
     pool = Path(pool)
     report = report if report is not None else {}
@@ -63,6 +66,8 @@ def clean_lines(pool: Path, report: Optional[dict] = None, *, limit: Optional[in
         meter, repeats = measure_lines(parsed_lines(lines, families), spill_dir=spill_dir, keep=_spooled(spool))
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, not {limit}")
+        if before_images is not None:
+            before_images()
         records = read_parsed(pool, _unspooled(spool.replay()), spill_dir=spill_dir, images=images, workers=workers,
                               named=named, unique_ids=repeats == 0)
         with Cleaner(meter, pool.parent, spill_dir) as cleaner:

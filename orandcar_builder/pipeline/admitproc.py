@@ -36,7 +36,7 @@ from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 from ..childproc import Failed, QueuedSender, error_of, exit_on_term, run_sending
 from ..clean.pool_file import clean_lines
@@ -85,13 +85,15 @@ class AdmitTask:
     inputs: reuse.Inputs
 
 
-def admit_records(task: AdmitTask, clean_report: dict, dropped: Counter) -> Iterator[Optional[dict]]:
+def admit_records(task: AdmitTask, clean_report: dict, dropped: Counter,
+                  before_images: Optional[Callable[[], None]] = None) -> Iterator[Optional[dict]]:
     """Admit the pool: one value per pool line, in order: its admitted row (ADMITTED_SCHEMA), or
     None for a dropped line (counted in ``dropped`` by reason, written to work/dropped.jsonl).
     work/admitted.parquet, work/dropped.jsonl and work/admission_images.parquet are in place once
     the values are exhausted (removed if the stream is closed early or fails), ``clean_report``
     filled, and the admission recorded for reuse (``reuse.record``) unless a file it read may
-    have changed meanwhile."""
+    have changed meanwhile. ``before_images``: called before the first image file is opened,
+    after the pool's first pass (``clean_lines``)."""
     work = WorkDir(task.work)
     admitted = 0
     with WorkFiles(admitted=ParquetFile(work.admitted, ADMITTED_SCHEMA),
@@ -100,7 +102,7 @@ def admit_records(task: AdmitTask, clean_report: dict, dropped: Counter) -> Iter
         named = reuse.NamedFiles(files.images, task.inputs.start_ns)
         for record in clean_lines(task.pool, clean_report, limit=task.limit, spill_dir=task.work,
                                   images=task.images, workers=task.image_workers, named=named,
-                                  families=task.families):
+                                  families=task.families, before_images=before_images):
             if isinstance(record, Dropped):
                 files.dropped.write(record.to_dict())
                 dropped[record.reason] += 1
@@ -137,23 +139,47 @@ class AdmissionDone:
 
 
 class AdmissionProcess:
-    """``messages()`` starts the admission process on ``task`` and yields its messages
-    (``AdmittedRows``..., then one ``AdmissionDone``); see the module docstring."""
+    """The admission process on ``task``: ``start()`` spawns it, and it reads the pool's first pass
+    (ids, purity) at once but opens no image file until ``messages()`` lets it go on; ``messages()``
+    (which starts it if need be) yields its messages (``AdmittedRows``..., then one
+    ``AdmissionDone``); ``close()`` ends a process whose messages were not all read (it removes its
+    partial files). See the module docstring."""
 
     def __init__(self, task: AdmitTask):
         self.task = task
         self.process = None  # the admission process once started (its ``pid``, ``exitcode``)
+        self._receiver = self._go = None  # its messages; the pipe that lets it read images
 
-    def messages(self) -> Iterator[Union[AdmittedRows, AdmissionDone]]:
+    def start(self) -> None:
+        """Spawn the process, if not yet started: it imports what it needs and reads the pool's
+        first pass while the build goes on (makes its engine); it waits for ``messages()``
+        before it opens any image file."""
+        if self.process is not None:
+            return
         context = multiprocessing.get_context("spawn")
         receiver, sender = context.Pipe(duplex=False)
-        process = self.process = context.Process(target=run_admission, args=(sender, self.task, os.getpid()),
-                                                 name="orandcar-admission")
-        with sigint_blocked():  # the process never sees the terminal's Ctrl-C
-            process.start()
-        sender.close()  # the process holds the only write end: its end is this end's EOF
+        go_receiver, go = context.Pipe(duplex=False)
+        process = context.Process(target=run_admission, args=(sender, self.task, os.getpid(), go_receiver),
+                                  name="orandcar-admission")
+        try:
+            with sigint_blocked():  # the process never sees the terminal's Ctrl-C
+                process.start()
+        except BaseException:
+            for end in (receiver, sender, go_receiver, go):
+                end.close()
+            raise
+        # The process holds the only write end of its messages (its end is this end's EOF) and the
+        # only read end of ``go`` (closed unsent: it ends without opening an image).
+        sender.close()
+        go_receiver.close()
+        self.process, self._receiver, self._go = process, receiver, go
+
+    def messages(self) -> Iterator[Union[AdmittedRows, AdmissionDone]]:
+        self.start()
+        process, receiver = self.process, self._receiver
         done = False
         try:
+            self._let_go()
             while not done:
                 try:
                     message = receiver.recv()
@@ -167,13 +193,37 @@ class AdmissionProcess:
                 done = isinstance(message, AdmissionDone)
                 yield message
         finally:
+            self._stop(ended=done)
+
+    def close(self) -> None:
+        """End the process if its messages were not all read (a no-op once ``messages()`` ended)."""
+        if self.process is not None:
+            self._stop(ended=False)
+
+    def _let_go(self) -> None:
+        go, self._go = self._go, None
+        if go is None:
+            return
+        try:
+            go.send(True)
+        except (BrokenPipeError, OSError):
+            pass  # the process is gone: its messages' pipe says how
+        finally:
+            go.close()
+
+    def _stop(self, ended: bool) -> None:
+        process, receiver, go = self.process, self._receiver, self._go
+        self._receiver = self._go = None
+        if go is not None:
+            go.close()  # never let go: it ends before it opens an image
+        if receiver is not None:
             receiver.close()
-            if not done and process.is_alive():
-                process.terminate()  # SystemExit there: its partial files are removed
-            process.join(STOP_WAIT_S)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        if not ended and process.is_alive():
+            process.terminate()  # SystemExit there: its partial files are removed
+        process.join(STOP_WAIT_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def _error_of(message: Failed) -> BaseException:
@@ -183,17 +233,32 @@ def _error_of(message: Failed) -> BaseException:
 # --- the admission process -------------------------------------------------------------------
 
 
-def run_admission(connection, task: AdmitTask, parent: int) -> None:
-    """The admission process's body (``AdmissionProcess``)."""
+def run_admission(connection, task: AdmitTask, parent: int, go=None) -> None:
+    """The admission process's body (``AdmissionProcess``); ``go``: the pipe whose message lets it
+    open the pool's images (None: at once)."""
     start_worker(parent)  # Ctrl-C is the build's; it ends once the build's process is gone
     signal.signal(signal.SIGTERM, exit_on_term)
     gc.freeze()  # the modules' objects: not traversed by each collection the admission starts (``heap.py``)
     sender = QueuedSender(connection, QUEUED_MESSAGES, "admission-sender")
-    run_sending(sender, lambda: _admit_and_send(task, sender), connection)
+    run_sending(sender, lambda: _admit_and_send(task, sender, go), connection)
 
 
-def _admit_and_send(task: AdmitTask, sender: QueuedSender) -> None:
+def _admit_and_send(task: AdmitTask, sender: QueuedSender, go=None) -> None:
     t0 = time.perf_counter()
+    waited = 0.0  # for ``go``: not admitting
+
+    def wait_for_go() -> None:
+        nonlocal waited
+        if go is None:
+            return
+        t1 = time.perf_counter()
+        try:
+            go.recv()
+        except (EOFError, OSError):  # the build closed it unsent: it stopped before its generate stage
+            raise SystemExit(0) from None
+        finally:
+            go.close()
+            waited = time.perf_counter() - t1
     clean_report: dict = {}
     dropped: Counter = Counter()
     rows: list = []
@@ -205,7 +270,7 @@ def _admit_and_send(task: AdmitTask, sender: QueuedSender) -> None:
         sender.put(AdmittedRows(rows, lines, dict(dropped)))
         rows, lines, last = [], 0, time.perf_counter()
 
-    with closing(admit_records(task, clean_report, dropped)) as records:  # closed at once on SystemExit
+    with closing(admit_records(task, clean_report, dropped, wait_for_go)) as records:  # closed at once on SystemExit
         for row in records:
             lines += 1
             if row is not None:
@@ -219,4 +284,4 @@ def _admit_and_send(task: AdmitTask, sender: QueuedSender) -> None:
                 send()
     if rows or lines:
         send()
-    sender.put(AdmissionDone(clean_report, dict(dropped), admitted, time.perf_counter() - t0 - sender.waited))
+    sender.put(AdmissionDone(clean_report, dict(dropped), admitted, time.perf_counter() - t0 - sender.waited - waited))

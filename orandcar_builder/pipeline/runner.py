@@ -162,6 +162,9 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path,
     plan = stages_for(config, objects, executor)
     t0 = time.perf_counter()
     try:
+        if plan.admit is None:  # admission streams into the generate stage
+            context.on_close(admission.close)
+            admission.prepare()  # its process starts beside the engine's making
         cache = open_cache(context)
         engines = open_engines(config, objects, cache)
         with objects_before_frozen():  # the engine's objects (the replay recordings) and the modules'

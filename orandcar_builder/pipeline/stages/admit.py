@@ -60,6 +60,7 @@ class Admission:
         self.reused = False  # the work dir's last admission was taken as it is (``start``)
         self._inputs: Optional[reuse.Inputs] = None
         self._lines: Optional[int] = None
+        self._process: Optional[AdmissionProcess] = None  # started by ``prepare``
 
     @property
     def lines(self) -> int:
@@ -91,6 +92,22 @@ class Admission:
             self.seconds += time.perf_counter() - t0
         return self.reused
 
+    def prepare(self) -> None:
+        """Before the build makes its engine: when the admission will stream from a process of
+        its own (``on_process``) and nothing is reused, start that process now, so that its start
+        and the pool's first pass (ids, purity: no image opened) overlap the engine's making (a
+        replay file read, a model loaded); ``rows()`` then lets it open the images. ``close()``
+        ends it if the build stops before."""
+        if self._process is None and not self.start() and self.on_process():
+            self._process = AdmissionProcess(self.task(on_process=True))
+            self._process.start()
+
+    def close(self) -> None:
+        """End the process ``prepare`` started, if its rows were not all read."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.close()
+
     def stream(self) -> Optional[Iterator[dict]]:
         """``rows()`` while admitting; None when the last admission is reused (``start``): its rows
         are then read from work/admitted.parquet."""
@@ -110,6 +127,7 @@ class Admission:
         if on_process if on_process is not None else self.on_process():
             yield from self._rows_from_process()
         else:
+            self.close()  # a process ``prepare`` started is not the one that admits
             yield from self._rows_here()
 
     def on_process(self) -> bool:
@@ -146,7 +164,8 @@ class Admission:
 
     def _rows_from_process(self) -> Iterator[dict]:
         with stage_bar("admit", self.lines if self.progress else None, self.progress) as bar:
-            for message in AdmissionProcess(self.task(on_process=True)).messages():
+            process = self._process or AdmissionProcess(self.task(on_process=True))
+            for message in process.messages():
                 if isinstance(message, AdmittedRows):
                     bar.update(message.lines)
                     self.dropped = Counter(message.dropped)
