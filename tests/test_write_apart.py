@@ -49,7 +49,7 @@ def test_configs_written_apart_have_the_bytes_of_one_process(tmp_path, monkeypat
     monkeypatch.setattr(write_stage, "apart_configs", lambda decisions: apart)
     started = []
     original = ApartWriter.__init__
-    monkeypatch.setattr(ApartWriter, "__init__", lambda self, *a: started.append(a[2]) or original(self, *a))
+    monkeypatch.setattr(ApartWriter, "__init__", lambda self, *a: started.append(a[0]) or original(self, *a))
     both = _build(pool, replay, tmp_path / "both")
     assert started == [apart]  # the second process ran
     assert alone.ok and both.ok and alone.report["accepted"] and alone.report["rejected"]
@@ -65,13 +65,13 @@ def test_configs_written_apart_have_the_bytes_of_one_process(tmp_path, monkeypat
 def test_an_image_changed_before_the_apart_process_reads_it_is_the_builds_error(tmp_path, monkeypatch):
     pool, replay = _pool(tmp_path / "pool", items=20)
     monkeypatch.setattr(write_stage, "apart_configs", lambda decisions: ("RS_think", "RS_nothink", "rejected"))
-    original = ApartWriter.__init__
+    original = ApartWriter.write
 
-    def change_then_start(self, *args):
+    def change_then_write(self, *args):
         write_png(tmp_path / "pool" / "images" / "3.png", (1, 2, 3))  # after admission, before any row is written
         original(self, *args)
 
-    monkeypatch.setattr(ApartWriter, "__init__", change_then_start)
+    monkeypatch.setattr(ApartWriter, "write", change_then_write)
     with pytest.raises(BuildError, match=r"3\.png.*changed since it was admitted"):
         _build(pool, replay, tmp_path / "b")
     assert not (tmp_path / "b" / "out").exists()
@@ -79,7 +79,8 @@ def test_an_image_changed_before_the_apart_process_reads_it_is_the_builds_error(
 
 
 def test_the_apart_process_reports_a_missing_decisions_file_as_an_os_error(tmp_path):
-    with ApartWriter(tmp_path / "decisions.parquet", tmp_path / "out", ("rejected",), 1 << 20) as child:
+    with ApartWriter(("rejected",), 1 << 20, tmp_path) as child:
+        child.write(tmp_path / "decisions.parquet", tmp_path / "out")
         with pytest.raises(OSError) as caught:
             child.result()
     assert "decisions.parquet" in str(caught.value)
@@ -96,7 +97,8 @@ def test_a_build_that_stops_interrupts_the_apart_process_and_leaves_no_partial_f
     decisions = tmp_path / "b" / "work" / "decisions.parquet"
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="the build stopped"):
-        with ApartWriter(decisions, out, ("rejected",), 1 << 20) as child:
+        with ApartWriter(("rejected",), 1 << 20, decisions.parent) as child:
+            child.write(decisions, out)
             process = child.child
             raise RuntimeError("the build stopped")
     assert process.returncode is not None  # ended, not left running
@@ -115,3 +117,59 @@ def test_the_apart_process_runs_this_package_not_the_current_folders(tmp_path, m
     monkeypatch.chdir(here)
     result = _build(pool, replay, tmp_path / "b")
     assert result.ok and result.report["configs"]["RS_nothink"]["rows"] > 0
+
+
+def test_a_process_started_before_the_sort_writes_the_bytes_of_one_process(tmp_path, monkeypatch):
+    pool, replay = _pool(tmp_path / "pool")
+    monkeypatch.setattr(write_stage, "apart_configs", lambda decisions: ())
+    monkeypatch.setattr(write_stage, "apart_configs_of", lambda decisions: ())
+    alone = _build(pool, replay, tmp_path / "alone")
+    monkeypatch.undo()
+    monkeypatch.setattr(write_stage, "APART_MIN_DECISIONS", 1)
+    monkeypatch.setattr(write_stage, "usable_cpus", lambda: 2)
+    events = []
+    original_init, original_write = ApartWriter.__init__, ApartWriter.write
+    monkeypatch.setattr(ApartWriter, "__init__", lambda self, *a: events.append(("start", a[0])) or original_init(self, *a))
+    monkeypatch.setattr(ApartWriter, "write", lambda self, *a: events.append("write") or original_write(self, *a))
+    from orandcar_builder.executors import ordering
+
+    original_sort = ordering.sort_by_order
+    monkeypatch.setattr("orandcar_builder.pipeline.stages.generate.sort_by_order",
+                        lambda *a: events.append("sort") or original_sort(*a))
+    ahead = _build(pool, replay, tmp_path / "ahead")
+    assert events == [("start", ("RS_nothink",)), "sort", "write"]  # started once, before the sort
+    assert ahead.ok and dataset_files(ahead.out) == dataset_files(alone.out)
+    for rel in dataset_files(alone.out):
+        assert (ahead.out / rel).read_bytes() == (alone.out / rel).read_bytes(), rel
+    assert [p.name for p in (tmp_path / "ahead" / "work").iterdir() if p.name.startswith(".write-apart-")] == []
+
+
+def test_a_started_process_never_handed_a_task_ends_quietly(tmp_path, capfd):
+    child = ApartWriter(("rejected",), 1 << 20, tmp_path)
+    process = child.child
+    child.close()  # the build stopped before its write stage
+    assert process.returncode is not None and list(tmp_path.iterdir()) == []
+    waiting = ApartWriter(("rejected",), 1 << 20, tmp_path)
+    waiting.child.stdin.close()  # the build's end of the pipe gone, no task sent: it ends by itself
+    assert waiting.child.wait(60) == 0
+    waiting.close()
+    assert list(tmp_path.iterdir()) == [] and capfd.readouterr().err == ""
+
+
+def test_a_build_that_fails_after_the_process_started_ends_it(tmp_path, monkeypatch):
+    pool, replay = _pool(tmp_path / "pool")
+    monkeypatch.setattr(write_stage, "APART_MIN_DECISIONS", 1)
+    monkeypatch.setattr(write_stage, "usable_cpus", lambda: 2)
+    started = []
+    original_init = ApartWriter.__init__
+    monkeypatch.setattr(ApartWriter, "__init__", lambda self, *a: started.append(self) or original_init(self, *a))
+
+    def fail(*args):
+        raise OSError(28, "No space left on device", "decisions.parquet")
+
+    monkeypatch.setattr("orandcar_builder.pipeline.stages.generate.sort_by_order", fail)
+    with pytest.raises(BuildError, match="No space left"):
+        _build(pool, replay, tmp_path / "b")
+    (child,) = started
+    assert child.child is None  # stopped and let go by the build's end
+    assert [p.name for p in (tmp_path / "b" / "work").iterdir() if p.name.startswith(".write-apart-")] == []

@@ -169,7 +169,8 @@ def _run_stages(config: BuildConfig, objects: BuildObjects, out: Path,
         engines = open_engines(config, objects, cache)
         with objects_before_frozen():  # the engine's objects (the replay recordings) and the modules'
             admitted = plan.admit.run(context, admission) if plan.admit is not None else None
-            generated = plan.generate.run(context, engines.engine, cache, admission)
+            generated = plan.generate.run(context, engines.engine, cache, admission,
+                                          before_order=lambda decisions: plan.write.prepare(context, decisions))
             judged = plan.judge.run(context, engines.judge, cache) if plan.judge is not None else None
             release_free_memory()  # what generating held, before the write stage's row groups
             written = plan.write.run(context)

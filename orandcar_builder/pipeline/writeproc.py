@@ -35,20 +35,21 @@ _CHILD = program(__name__)
 
 
 class ApartWriter:
-    """``configs`` of ``decisions`` written into ``out`` by a child process; a context manager.
-    ``result()`` waits for the child and returns its summary (``write_dataset``'s, for those
-    configs) or raises its error."""
+    """A child process that writes ``configs`` into a dataset folder; a context manager. It starts
+    at once (its interpreter, pyarrow, datasets: some 1 s of CPU, while the build's process still
+    sorts the decisions) and waits; ``write(decisions, out)`` hands it its task, and ``result()``
+    waits for the child and returns its summary (``write_dataset``'s, for those configs) or raises
+    its error. A child never handed a task is ended by ``close()`` (or the context's exit)."""
 
-    def __init__(self, decisions: Path, out: Path, configs: tuple[str, ...], max_shard_bytes: int):
-        self.scratch = Path(tempfile.mkdtemp(prefix=".write-apart-", dir=Path(decisions).parent))
-        task = {"decisions": str(decisions), "out": str(out), "configs": list(configs),
-                "max_shard_bytes": max_shard_bytes, "scratch": str(self.scratch)}
-        self.child: Optional[subprocess.Popen] = subprocess.Popen(
-            [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
+    def __init__(self, configs: tuple[str, ...], max_shard_bytes: int, scratch_parent: Path):
+        self.configs, self.max_shard_bytes = tuple(configs), max_shard_bytes
+        self.scratch = Path(tempfile.mkdtemp(prefix=".write-apart-", dir=scratch_parent))
+        self.tasked = False
         try:
-            self.child.stdin.write((json.dumps(task) + "\n").encode("utf-8"))
-            self.child.stdin.close()
+            self.child: Optional[subprocess.Popen] = subprocess.Popen(
+                [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
         except BaseException:
+            self.child = None
             self._stop()
             raise
 
@@ -57,6 +58,21 @@ class ApartWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._stop()
+
+    def close(self) -> None:
+        self._stop()
+
+    def write(self, decisions: Path, out: Path) -> None:
+        """Hand the child its task: ``configs`` of ``decisions`` (sorted, final) into ``out``."""
+        task = {"decisions": str(decisions), "out": str(out), "configs": list(self.configs),
+                "max_shard_bytes": self.max_shard_bytes, "scratch": str(self.scratch)}
+        try:
+            self.tasked = True
+            self.child.stdin.write((json.dumps(task) + "\n").encode("utf-8"))
+            self.child.stdin.close()
+        except BaseException:
+            self._stop()
+            raise
 
     def result(self) -> dict:
         answer = self.child.stdout.read()
@@ -70,17 +86,27 @@ class ApartWriter:
         raise _error(reply["error"])
 
     def _stop(self) -> None:
-        """Interrupt a child still running (it removes its files), then remove the scratch folder."""
+        """End a child still running: one never handed a task has written nothing and is killed;
+        one writing is interrupted (it removes its files) and waited for. Then remove the scratch
+        folder."""
         child, self.child = self.child, None
         if child is not None and child.poll() is None:
-            child.send_signal(signal.SIGINT)
+            if not self.tasked:
+                child.kill()
+            else:
+                child.send_signal(signal.SIGINT)
             try:
                 child.wait(STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-        if child is not None and child.stdout is not None:
-            child.stdout.close()
+        if child is not None:
+            for pipe in (child.stdin, child.stdout):
+                if pipe is not None and not pipe.closed:
+                    try:
+                        pipe.close()
+                    except OSError:  # a task line the killed child never read
+                        pass
         import shutil
 
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -115,10 +141,21 @@ def _reply_error(exc: BaseException) -> dict:
 
 
 def main() -> int:
-    task = json.loads(sys.stdin.readline())
+    # Imported before the task comes: the build's process is meanwhile sorting the decisions.
     try:
         from .stages.write import write_configs
-
+    except BaseException as exc:  # noqa: BLE001 - answered once the task comes
+        write_configs, failure = None, exc
+    try:
+        line = sys.stdin.readline()
+    except KeyboardInterrupt:  # Ctrl-C before the build needed this process: nothing to remove
+        return 130
+    if not line:  # the build ended before it handed a task
+        return 0
+    task = json.loads(line)
+    try:
+        if write_configs is None:
+            raise failure
         summary = write_configs(Path(task["decisions"]), Path(task["out"]), tuple(task["configs"]),
                                 max_shard_bytes=task["max_shard_bytes"], scratch=Path(task["scratch"]))
         reply = {"summary": summary}

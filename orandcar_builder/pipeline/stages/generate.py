@@ -84,7 +84,9 @@ class GenerateStage:
         self.overlapped = overlapped
 
     def run(self, context: BuildContext, engine, cache: Optional[GenerationCache],
-            admission: Admission) -> GenerateResult:
+            admission: Admission, before_order: Callable[[int], None] = lambda decisions: None) -> GenerateResult:
+        """``before_order(decisions)``: called once every item is generated and decided, before the
+        decisions are sorted and the side files written (the write stage starts its second process)."""
         config, work = context.config, context.work
         admitted_rows = None
         if self.overlapped:
@@ -101,7 +103,8 @@ class GenerateStage:
             decide_process=(config.decide_process if config.decide_process is not None
                             else decider.on_process(config.pool, config.limit)))
         total = admission.expected if self.overlapped else (lambda: admission.admitted)
-        facts = _generate(context.executor, job, work, total, config.progress, config.export_generations)
+        facts = _generate(context.executor, job, work, total, config.progress, config.export_generations,
+                          lambda: before_order(admission.admitted))
         if not admission.done:
             raise RuntimeError(f"executor {context.executor.name!r} ended before every pool line was admitted")  # a bug
         timings = dict(job.timings)
@@ -113,10 +116,10 @@ class GenerateStage:
 
 
 def _generate(executor, job: GenerationJob, work: WorkDir, total: Callable[[], Optional[int]], progress: bool,
-              export_generations: Optional[Path]) -> GenerationFacts:
+              export_generations: Optional[Path], before_order: Callable[[], None] = lambda: None) -> GenerationFacts:
     """work/decisions.parquet (before the judge) and the side files. ``total()`` is the items to
     generate as far as known now (it shrinks while the items are still being admitted:
-    ``job.admitted_rows``)."""
+    ``job.admitted_rows``); ``before_order()`` is called between generating and sorting."""
     with stage_bar("generate", total(), progress, beside_admit=job.admitted_rows is not None) as bar:
         def advance(stats: CacheStats) -> None:
             set_progress(bar, stats.done, total())
@@ -130,6 +133,7 @@ def _generate(executor, job: GenerationJob, work: WorkDir, total: Callable[[], O
                     files.decisions.write_rows(chunk.rows)
         final = total()  # exact now: admission is done
         set_progress(bar, final, final)
+    before_order()
     t0 = time.perf_counter()
     sort_by_order(work.decisions_unsorted, work.decisions)
     facts = side_files(work, export_generations)

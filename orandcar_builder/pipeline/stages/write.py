@@ -76,7 +76,12 @@ def write_configs(decisions: Path, out: Path, configs: tuple[str, ...], *, max_s
 def apart_configs(decisions: Path) -> tuple[str, ...]:
     """The configs a process of their own writes (``writeproc``, APART_CONFIGS), where the build
     has two cores and enough decisions to pay for the process's start; none elsewhere."""
-    if usable_cpus() < 2 or open_parquet(decisions).metadata.num_rows < APART_MIN_DECISIONS:
+    return apart_configs_of(open_parquet(decisions).metadata.num_rows)
+
+
+def apart_configs_of(decisions: int) -> tuple[str, ...]:
+    """``apart_configs`` of a build of ``decisions`` items (one decision per admitted item)."""
+    if usable_cpus() < 2 or decisions < APART_MIN_DECISIONS:
         return ()
     return APART_CONFIGS
 
@@ -94,15 +99,39 @@ def qa_in_rows(decisions) -> int:
 class WriteStage:
     name = "write"
 
+    def __init__(self):
+        self._ahead: Optional[ApartWriter] = None  # started by ``prepare``
+
+    def prepare(self, context: BuildContext, decisions: int) -> None:
+        """Once generation has ended (``decisions`` items decided), before the build sorts them:
+        start the process that will write configs apart, so that its start (some 1 s of CPU)
+        overlaps the sort, on the core the sort leaves idle. It waits for ``run``, and ends with
+        the build if the build stops first."""
+        apart = apart_configs_of(decisions)
+        if apart and self._ahead is None:
+            self._ahead = ApartWriter(apart, context.config.max_shard_bytes, context.work.path)
+            context.on_close(self._let_go)
+
+    def _let_go(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.close()
+
     def run(self, context: BuildContext) -> WriteResult:
         config, decisions = context.config, context.work.decisions
         with Timer() as timer, objects_before_frozen():
             total = qa_in_rows(decisions) if config.progress else None
             apart = apart_configs(decisions)
             here = tuple(name for name in CONFIGS if name not in apart)
+            ahead, self._ahead = self._ahead, None
             with ExitStack() as stack:
-                child = stack.enter_context(ApartWriter(decisions, context.out, apart, config.max_shard_bytes)) \
-                    if apart else None
+                if ahead is not None and ahead.configs != apart:
+                    ahead.close()  # not the configs this build writes apart after all
+                    ahead = None
+                child = None
+                if apart:
+                    child = stack.enter_context(ahead or ApartWriter(apart, config.max_shard_bytes, context.work.path))
+                    child.write(decisions, context.out)
                 bar = stack.enter_context(stage_bar("write", total, config.progress))
                 written = write_configs(decisions, context.out, here, max_shard_bytes=config.max_shard_bytes, bar=bar)
                 if child is not None:
