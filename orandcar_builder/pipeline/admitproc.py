@@ -10,6 +10,12 @@ those of an admission in the build's process. The build's process receives the a
 ``AdmittedRows`` messages as they are admitted and feeds them to the engine meanwhile; the last
 message, ``AdmissionDone``, comes once the files are in place.
 
+The process is started before the build makes its engine (``AdmissionProcess.start``, from
+``Admission.prepare``): it imports what it needs and reads the pool's first pass (ids, purity: no
+image) meanwhile, then waits on a pipe until ``messages()`` lets it open the images, so an engine
+that cannot be made still stops the build before any image is read (the pipe closed unsent ends
+the process).
+
 How the two stay bounded and stop together:
 
 - The admission process runs at most ``QUEUED_MESSAGES`` messages ahead of what the build's

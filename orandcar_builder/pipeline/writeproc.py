@@ -5,12 +5,14 @@ Each config's shards depend only on its own rows (``writer.DatasetWriter``), and
 plans its rows from the same ``work/decisions.parquet`` (``route.RoutePlan``, its scratch files in a
 folder of its own), so which process writes a config cannot change a byte. The process is a fresh
 interpreter (``python -c``, calling ``main`` here), not a fork of the build's (which
-holds threads) nor multiprocessing's spawn (which imports the caller's main script again): it
-reads its task as one JSON line on stdin and answers one JSON line on stdout, the writer's summary
-of its configs or the error that stopped it (an image changed since it was admitted, a disk that
-filled up, ...), which the build's process raises as its own. Ctrl-C reaches both processes; a
-build that stops for any other reason interrupts the child, waits for it to clean up, and removes
-its scratch folder.
+holds threads) nor multiprocessing's spawn (which imports the caller's main script again). It
+is started while the build's process sorts the decisions (``WriteStage.prepare``) and imports the
+writer at once; then it reads its task as one JSON line on stdin and answers one JSON line on
+stdout, the writer's summary of its configs or the error that stopped it (an image changed since
+it was admitted, a disk that filled up, ...), which the build's process raises as its own. Ctrl-C
+reaches both processes; a build that stops for any other reason interrupts a child that has its
+task, waits for it to clean up, and removes its scratch folder, and kills one that has none (it
+has written nothing).
 """
 
 from __future__ import annotations
