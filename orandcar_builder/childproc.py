@@ -99,7 +99,17 @@ def error_of(message: Failed, otherwise: Callable[[str], BaseException]) -> Base
 
 def exit_on_term(signum, frame) -> None:
     """A child's SIGTERM handler: SystemExit, so that its ``with`` blocks remove partial files."""
+    exiting()
     raise SystemExit(0)
+
+
+def exiting() -> None:
+    """A child that has begun to leave (SystemExit on its way) ignores SIGTERM from now on: a
+    second SystemExit raised inside its ``with`` blocks' cleanup would skip the rest of it and
+    leave partial files (the build's process kills a child that does not end in time)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class QueuedSender:

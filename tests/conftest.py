@@ -104,3 +104,29 @@ def write_pool(path: Path, lines) -> Path:
                 line = line.encode("utf-8")
             fh.write(line.rstrip(b"\n") + b"\n")
     return path
+
+
+def wait_until_idle(pid: int, quiet_s: float = 0.5, within_s: float = 30.0) -> None:
+    """Until process ``pid`` has spent no CPU for ``quiet_s`` (started, imported, waiting on a
+    pipe); AssertionError past ``within_s``. Reads its CPU time from /proc (Linux)."""
+    import time
+
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    deadline = time.monotonic() + within_s
+    last, since = cpu(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = cpu()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+    raise AssertionError(f"process {pid} kept working for {within_s} s")
+
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads a process's CPU time from /proc")

@@ -26,7 +26,7 @@ from orandcar_builder.pipeline.admitproc import (
 from orandcar_builder.pipeline.stages import admit as admit_stage
 from orandcar_builder.pipeline.stages.admit import Admission
 
-from .conftest import write_png, write_pool
+from .conftest import needs_proc, wait_until_idle, write_png, write_pool
 from .test_admit_parallel import _pool, _tree
 
 WORK_FILES = ("admitted.parquet", "dropped.jsonl", "admission_images.parquet", "decisions.parquet",
@@ -175,45 +175,31 @@ def test_which_admissions_run_on_a_process_of_their_own(tmp_path, monkeypatch):
         assert admission.task(on_process=False).image_workers == workers
 
 
-def _waiting(process, quiet_s: float = 0.5, within_s: float = 20.0) -> None:
-    """Until ``process`` has spent no CPU for ``quiet_s``: started, imported, its first pass done."""
-    tick = os.sysconf("SC_CLK_TCK")
 
-    def cpu() -> float:
-        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / tick
-
-    deadline = time.monotonic() + within_s
-    last, since = cpu(), time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        now = cpu()
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            return
-    raise AssertionError("the admission process kept working")
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads a process's CPU time from /proc")
+@needs_proc
 def test_a_started_process_opens_no_image_until_its_messages_are_read(tmp_path):
     pool = _big_pool(tmp_path / "pool", items=200)
     admission = AdmissionProcess(_task(pool, tmp_path / "work"))
+    t0 = time.perf_counter()
     admission.start()
     try:
-        _waiting(admission.process)  # its first pass is done: it waits before the images
+        wait_until_idle(admission.process.pid)  # its first pass is done: it waits before the images
         write_png(tmp_path / "pool" / "img" / "7.png", (1, 2, 250))  # changed before it may read it
-        rows = [row for m in admission.messages() if isinstance(m, AdmittedRows) for row in m.rows]
+        messages = list(admission.messages())
     finally:
         admission.close()
+    wall = time.perf_counter() - t0
     from orandcar_builder.files import sha256_bytes
 
+    rows = [row for m in messages if isinstance(m, AdmittedRows) for row in m.rows]
     now = sha256_bytes((tmp_path / "pool" / "img" / "7.png").read_bytes())
     assert {row["image_sha256"] for row in rows if row["image"].endswith("/7.png")} == {now}
     assert len(rows) == 200
+    assert messages[-1].seconds < wall - 0.5  # its time admitting leaves out the wait (0.5 s at least)
 
 
-def test_a_started_process_never_let_go_ends_and_leaves_the_last_admission(tmp_path, monkeypatch):
+def _admitted_then_changed(tmp_path: Path, monkeypatch) -> tuple[Path, Path, dict[str, bytes]]:
+    """A work dir holding a recorded admission of a pool that has since changed (one line less)."""
     monkeypatch.setattr(admit_stage, "PROCESS_MIN_POOL_BYTES", 1)
     pool = _big_pool(tmp_path / "pool", items=300)
     work = tmp_path / "work"
@@ -222,34 +208,80 @@ def test_a_started_process_never_let_go_ends_and_leaves_the_last_admission(tmp_p
     first = Admission(pool, work, None, {}, workers=2, process=True)
     assert not first.start()
     assert sum(1 for _ in first.rows()) == first.admitted == 300
-    recorded = (work / "admission.json").read_bytes()
-    admitted = (work / "admitted.parquet").read_bytes()
+    kept = {name: (work / name).read_bytes() for name in ("admission.json", "admitted.parquet", "dropped.jsonl")}
     time.sleep(2 * reuse.RACY_NS / 1e9)
     lines = pool.read_text().splitlines(keepends=True)
     pool.write_text("".join(lines[:-1]))  # another pool: not reused, so a process is started
+    return pool, work, kept
+
+
+@needs_proc
+@pytest.mark.parametrize("how", ["closed", "go_closed"])
+def test_a_started_process_never_let_go_ends_and_leaves_the_last_admission(tmp_path, monkeypatch, how):
+    pool, work, kept = _admitted_then_changed(tmp_path, monkeypatch)
     second = Admission(pool, work, None, {}, workers=2)
     second.prepare()
     process = second._process.process
-    assert process is not None and process.is_alive()
-    second.close()  # the build stopped before its generate stage (its engine could not be made)
+    wait_until_idle(process.pid)  # at the go: its partial files exist
+    assert [name for name in _leftovers(work) if name.endswith(".tmp")]
+    if how == "closed":  # the build stopped before its generate stage (its engine could not be made)
+        second.close()
+    else:  # the go pipe alone closed unsent: it ends by itself
+        second._process._go.close()
+        process.join(30)
+        assert process.exitcode == 0
     assert process.exitcode is not None and not process.is_alive()
     assert _leftovers(work) == ["admitted.parquet", "dropped.jsonl"]  # the last admission's, as they were
-    assert (work / "admitted.parquet").read_bytes() == admitted
-    assert (work / "admission.json").read_bytes() == recorded  # still on record
+    assert {name: (work / name).read_bytes() for name in kept} == kept  # still on record
+    second.close()
     second.close()  # twice: nothing left to do
 
 
-def test_an_engine_that_cannot_be_made_stops_the_started_admission(tmp_path):
+def test_an_engine_that_cannot_be_made_stops_the_started_admission(tmp_path, monkeypatch):
     import json
     import multiprocessing
 
     from orandcar_builder.engines.replay import ReplayFileError
 
+    started = []
+    original = AdmissionProcess.start
+    monkeypatch.setattr(AdmissionProcess, "start", lambda self: started.append(self) or original(self))
     pool = _big_pool(tmp_path / "pool")
     replay = tmp_path / "replay.jsonl"
     replay.write_text(json.dumps({"id": "q0", "text": "x", "finish_reason": "stop"}) + "\n{not json\n")
     with pytest.raises(ReplayFileError, match="malformed"):
         build(pool, tmp_path / "out", work=tmp_path / "work", engine_name="replay", engine_options={"replay": replay},
               admit_workers=2, admit_process=True, progress=False)
-    assert multiprocessing.active_children() == []  # the admission process it started is gone
+    assert len(started) == 1 and started[0].process.exitcode is not None  # started before the engine, ended
+    assert multiprocessing.active_children() == []
     assert _leftovers(tmp_path / "work") == [] and not (tmp_path / "out").exists()
+
+
+def test_a_child_leaving_ignores_a_second_sigterm(tmp_path):
+    """A SIGTERM that comes while the process already leaves (the build's stop closes the go pipe,
+    then terminates it) must not raise a second SystemExit inside the removal of its partial files."""
+    import multiprocessing
+
+    from orandcar_builder.childproc import QueuedSender, exit_on_term
+    from orandcar_builder.pipeline.admitproc import _admit_and_send
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit):
+            exit_on_term(signal.SIGTERM, None)  # told to end: the next SIGTERM is ignored
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        signal.signal(signal.SIGTERM, before)
+        pool = _big_pool(tmp_path / "pool", items=50)
+        task = _task(pool, tmp_path / "work")
+        receiver, sending = multiprocessing.Pipe(duplex=False)
+        go_receiver, go = multiprocessing.Pipe(duplex=False)
+        go.close()  # the build stopped: never let go
+        sender = QueuedSender(sending, 8, "test-sender")
+        with pytest.raises(SystemExit):
+            _admit_and_send(task, sender, go_receiver)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        sender.close()
+        receiver.close()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert _leftovers(tmp_path / "work") == []  # its partial files removed

@@ -6,6 +6,7 @@ it was admitted: one ``error:`` line)."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from orandcar_builder.pipeline import BuildError, build
 from orandcar_builder.pipeline.stages import write as write_stage
 from orandcar_builder.pipeline.writeproc import ApartWriter
 
-from .conftest import dataset_files, write_png, write_pool
+from .conftest import dataset_files, needs_proc, wait_until_idle, write_png, write_pool
 
 
 def _pool(folder: Path, items: int = 60) -> tuple[Path, Path]:
@@ -144,15 +145,22 @@ def test_a_process_started_before_the_sort_writes_the_bytes_of_one_process(tmp_p
     assert [p.name for p in (tmp_path / "ahead" / "work").iterdir() if p.name.startswith(".write-apart-")] == []
 
 
+@needs_proc
 def test_a_started_process_never_handed_a_task_ends_quietly(tmp_path, capfd):
     child = ApartWriter(("rejected",), 1 << 20, tmp_path)
     process = child.child
-    child.close()  # the build stopped before its write stage
+    child.close()  # the build stopped before its write stage: killed, it had written nothing
     assert process.returncode is not None and list(tmp_path.iterdir()) == []
     waiting = ApartWriter(("rejected",), 1 << 20, tmp_path)
-    waiting.child.stdin.close()  # the build's end of the pipe gone, no task sent: it ends by itself
-    assert waiting.child.wait(60) == 0
+    wait_until_idle(waiting.child.pid)  # imported, waiting for its task
+    assert waiting.waiting()
+    waiting.child.send_signal(signal.SIGINT)  # the terminal's Ctrl-C reaches it there
+    assert waiting.child.wait(60) == 130 and not waiting.waiting()
     waiting.close()
+    ended = ApartWriter(("rejected",), 1 << 20, tmp_path)
+    ended.child.stdin.close()  # the build's end of the pipe gone, no task sent: it ends by itself
+    assert ended.child.wait(60) == 0
+    ended.close()
     assert list(tmp_path.iterdir()) == [] and capfd.readouterr().err == ""
 
 
@@ -173,3 +181,23 @@ def test_a_build_that_fails_after_the_process_started_ends_it(tmp_path, monkeypa
     (child,) = started
     assert child.child is None  # stopped and let go by the build's end
     assert [p.name for p in (tmp_path / "b" / "work").iterdir() if p.name.startswith(".write-apart-")] == []
+
+
+def test_a_started_process_that_died_before_its_task_is_replaced(tmp_path, monkeypatch):
+    pool, replay = _pool(tmp_path / "pool")
+    alone = _build(pool, replay, tmp_path / "alone")  # 60 decisions: written in one process
+    monkeypatch.setattr(write_stage, "APART_MIN_DECISIONS", 1)
+    monkeypatch.setattr(write_stage, "usable_cpus", lambda: 2)
+    original = write_stage.WriteStage.prepare
+    killed = []
+
+    def prepare_then_kill(self, context, decisions):
+        original(self, context, decisions)
+        self._ahead.child.kill()  # the system's out-of-memory killer, say, while the build sorts
+        killed.append(self._ahead.child.wait())
+
+    monkeypatch.setattr(write_stage.WriteStage, "prepare", prepare_then_kill)
+    again = _build(pool, replay, tmp_path / "again")
+    assert killed == [-9] and again.ok
+    for rel in dataset_files(alone.out):
+        assert (again.out / rel).read_bytes() == (alone.out / rel).read_bytes(), rel

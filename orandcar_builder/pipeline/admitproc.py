@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
-from ..childproc import Failed, QueuedSender, error_of, exit_on_term, run_sending
+from ..childproc import Failed, QueuedSender, error_of, exit_on_term, exiting, run_sending
 from ..clean.pool_file import clean_lines
 from ..errors import OrandCarError
 from ..families import Families
@@ -170,9 +170,12 @@ class AdmissionProcess:
         try:
             with sigint_blocked():  # the process never sees the terminal's Ctrl-C
                 process.start()
-        except BaseException:
+        except BaseException:  # a failed start, or a Ctrl-C held while it started (raised here)
             for end in (receiver, sender, go_receiver, go):
                 end.close()
+            if process.pid is not None:  # started: ended now, not left to finish its first pass
+                process.kill()
+                process.join()
             raise
         # The process holds the only write end of its messages (its end is this end's EOF) and the
         # only read end of ``go`` (closed unsent: it ends without opening an image).
@@ -261,6 +264,7 @@ def _admit_and_send(task: AdmitTask, sender: QueuedSender, go=None) -> None:
         try:
             go.recv()
         except (EOFError, OSError):  # the build closed it unsent: it stopped before its generate stage
+            exiting()  # the SIGTERM that follows must not cut the partial files' removal short
             raise SystemExit(0) from None
         finally:
             go.close()

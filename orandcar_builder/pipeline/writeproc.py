@@ -64,6 +64,11 @@ class ApartWriter:
     def close(self) -> None:
         self._stop()
 
+    def waiting(self) -> bool:
+        """Whether the child is alive and has no task yet (one killed meanwhile, by the system's
+        out-of-memory killer say, cannot take one)."""
+        return self.child is not None and not self.tasked and self.child.poll() is None
+
     def write(self, decisions: Path, out: Path) -> None:
         """Hand the child its task: ``configs`` of ``decisions`` (sorted, final) into ``out``."""
         task = {"decisions": str(decisions), "out": str(out), "configs": list(self.configs),

@@ -125,8 +125,8 @@ class WriteStage:
             here = tuple(name for name in CONFIGS if name not in apart)
             ahead, self._ahead = self._ahead, None
             with ExitStack() as stack:
-                if ahead is not None and ahead.configs != apart:
-                    ahead.close()  # not the configs this build writes apart after all
+                if ahead is not None and (ahead.configs != apart or not ahead.waiting()):
+                    ahead.close()  # not the configs written apart after all, or gone meanwhile (killed)
                     ahead = None
                 child = None
                 if apart:
