@@ -76,15 +76,23 @@ class ImagePolicy:
     allow_outside_paths: bool = False
     roots: tuple = ()  # absolute folders, links resolved
 
-    def allows(self, path: str, root: str) -> bool:
-        """Whether ``path`` may be read by a pool whose folder is ``root`` (links resolved)."""
-        return self.allow_outside_paths or any(within(path, folder) for folder in (root, *self.roots))
+    def allows(self, path: str, root: str, realpath=os.path.realpath) -> bool:
+        """Whether ``path`` may be read by a pool whose folder is ``root`` (links resolved);
+        ``realpath`` resolves ``path``'s links (``files.RealPaths`` for one read's many files)."""
+        if self.allow_outside_paths:
+            return True
+        real = realpath(path)
+        return any(within(real, folder, _as_is) for folder in (root, *self.roots))
 
     def __post_init__(self) -> None:
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1:
             raise ValueError(f"max_bytes must be a positive whole number of bytes, not {self.max_bytes!r}")
         if not isinstance(self.read_timeout_s, (int, float)) or not self.read_timeout_s > 0:
             raise ValueError(f"read_timeout_s must be a positive number of seconds, not {self.read_timeout_s!r}")
+
+
+def _as_is(path: str) -> str:
+    return path
 
 
 def _file_kind(mode: int) -> str:
@@ -239,13 +247,14 @@ def decode(data: bytes, name: str = "<bytes>") -> Image.Image:
         raise ImageError(f"{name}: image data is truncated or corrupt ({type(exc).__name__}: {_stable(exc)})") from None
 
 
-def check_image(path: str, root: str, policy: ImagePolicy) -> "ImageRef | ImageError":
+def check_image(path: str, root: str, policy: ImagePolicy, realpath=os.path.realpath) -> "ImageRef | ImageError":
     """The admission check of one pool image (absolute ``path``, links unresolved): an ImageRef
     (read, decoded, hashed), or the ImageError that drops it, including a path outside ``root``
-    (the pool file's folder, links resolved) unless the policy allows it. Pure given the file:
-    the same answer in any process (``pool.prefetch`` runs it on worker processes)."""
+    (the pool file's folder, links resolved) unless the policy allows it (``realpath``: see
+    ``ImagePolicy.allows``). Pure given the file: the same answer in any process
+    (``pool.prefetch`` runs it on worker processes)."""
     try:
-        if not policy.allows(path, root):
+        if not policy.allows(path, root, realpath):
             raise ImageError("lies outside the pool file's folder (allow it with --allow-outside-paths)",
                              IMAGE_OUTSIDE_POOL)
         return ImageRef.from_file(path, policy=policy)

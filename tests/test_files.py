@@ -116,3 +116,36 @@ def test_lines_written_from_columns_are_the_bytes_of_records_written_one_by_one(
 def test_columns_of_unequal_length_are_refused(tmp_path):
     with files.JsonLinesFile(tmp_path / "x.jsonl") as out, pytest.raises(ValueError):
         out.write_columns({"id": ["a", "b"], "question": ["q"]})
+
+
+def test_real_paths_of_one_read_are_those_of_realpath(tmp_path):
+    """``RealPaths`` (a folder's links resolved once per read) gives ``os.path.realpath``'s answer
+    for every kind of name: links to files and folders, chains, relative targets, ``..`` after a
+    link, dangling links, loops, missing files, ``.`` and trailing separators."""
+    root = tmp_path / "pool"
+    (root / "img" / "deep").mkdir(parents=True)
+    (tmp_path / "private" / "d").mkdir(parents=True)
+    for name in ("img/a.png", "img/deep/b.png", "../private/s.png", "../private/d/t.png"):
+        (root / name).write_bytes(b"x")
+    (root / "out").symlink_to(tmp_path / "private")  # a folder link out of the pool
+    (root / "rel").symlink_to("img/deep")  # relative
+    (root / "chain").symlink_to("rel")  # a link to a link
+    (root / "img" / "f.png").symlink_to("../../private/s.png")  # a file link out
+    (root / "img" / "dangling.png").symlink_to("nowhere.png")
+    (root / "loop").symlink_to("loop")
+    names = ["img/a.png", "img/deep/b.png", "out/s.png", "out/d/t.png", "out/d/../s.png", "rel/b.png",
+             "chain/b.png", "chain/../a.png", "img/f.png", "img/dangling.png", "loop/x.png", "loop",
+             "img/missing.png", "missing/x.png", "img/./a.png", "img/deep/..", "img/deep/.", "img/", "out/",
+             "img//a.png", "./img/a.png"]
+    real = files.RealPaths()
+    for _ in range(2):  # the second time from the remembered folders
+        for name in names:
+            path = os.path.join(str(root), name)
+            assert real(path) == os.path.realpath(path), name
+    small = files.RealPaths(folders=2)  # fewer folders than the read names: forgotten and resolved again
+    for name in names:
+        path = os.path.join(str(root), name)
+        assert small(path) == os.path.realpath(path), name
+    real_root = os.path.realpath(root)
+    assert not files.within(str(root / "out" / "s.png"), real_root, real)
+    assert files.within(str(root / "chain" / "b.png"), real_root, real)

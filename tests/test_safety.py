@@ -564,3 +564,22 @@ def test_cli_refusals_before_any_upload(built, tmp_path, monkeypatch, args, frag
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: no request may be needed
     run = cli(*[a.format(out=built[2], missing=tmp_path / "missing") for a in args])
     assert run.exit_code == 2 and fragment in run.output, run.output
+
+
+def test_an_image_under_a_folder_link_out_of_the_pool_is_dropped(tmp_path):
+    from orandcar_builder.pool import read_pool
+    from orandcar_builder.records import Dropped
+
+    folder = tmp_path / "pool"
+    write_png(tmp_path / "private" / "secret.png")
+    write_png(folder / "img" / "ok.png")
+    (folder / "shared").symlink_to(tmp_path / "private")  # a folder, not a file, links out
+    (folder / "inside").symlink_to(folder / "img")  # a folder link that stays in
+    pool = write_pool(folder / "pool.jsonl", [
+        _image_line("ok", "img/ok.png"), _image_line("out", "shared/secret.png"),
+        _image_line("in", "inside/ok.png"), _image_line("out2", "shared/secret.png"),
+        _image_line("source", "img/ok.png", source={"image": "shared/secret.png"}),
+    ])
+    records = list(read_pool(pool))
+    assert {r.id: r.reason for r in records if isinstance(r, Dropped)} == {
+        "out": "image_outside_pool", "out2": "image_outside_pool", "source": "source_image_outside_pool"}

@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Iterator, Optional, Union
 from .. import families as code_families
 from ..errors import UnknownNameError
 from ..families import Families
-from ..files import JsonLimitError, json_decoder
+from ..files import JsonLimitError, RealPaths, json_decoder
 from ..images import ImageError, ImagePolicy, ImageRef, check_image
 from ..records import Dropped, PoolItem, Source
 from ..spill import SpillSet
@@ -331,10 +331,11 @@ def _read_pool(lines: Iterable[ParsedLine], base: str, seen_ids: Optional[SpillS
     # prefetcher); lru_cache has neither a peek nor a per-call filler. cachetools.LRUCache would
     # serve, as a new dependency for these six lines; not worth it.
     images: OrderedDict[str, ImageRef | ImageError] = OrderedDict()
-    here = lambda image_path: check_image(image_path, root, policy)  # noqa: E731
+    real = RealPaths()  # each folder's links resolved once in this read
+    here = lambda image_path: check_image(image_path, root, policy, real)  # noqa: E731
     path_of = image_paths(base)
     if workers == 1:
-        yield from _read_lines(lines, base, root, seen_ids, policy, images, here, path_of, named)
+        yield from _read_lines(lines, base, root, seen_ids, policy, images, here, path_of, named, real)
         return
     from . import prefetch
 
@@ -342,9 +343,10 @@ def _read_pool(lines: Iterable[ParsedLine], base: str, seen_ids: Optional[SpillS
     # first items of a large one reach the engine while they start.
     lines = iter(lines)
     yield from _read_lines(islice(lines, prefetch.INLINE_FIRST), base, root, seen_ids, policy, images, here, path_of,
-                           named)
+                           named, real)
     with prefetch.ImagePrefetch(workers, base, root, policy, images.__contains__, path_of=path_of) as ahead:
-        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result, path_of, named)
+        yield from _read_lines(ahead.lines(lines), base, root, seen_ids, policy, images, ahead.result, path_of, named,
+                               real)
 
 
 def image_paths(base: str) -> Callable[[str], str]:
@@ -360,10 +362,12 @@ _NO_SOURCE = Source()  # frozen: one value serves every item whose source record
 def _read_lines(lines: Iterable[ParsedLine], base: str, root: str, seen_ids: Optional[SpillSet],
                 policy: ImagePolicy, images: "OrderedDict[str, ImageRef | ImageError]",
                 check: Callable[[str], "ImageRef | ImageError"], path_of: Callable[[str], str],
-                named: Optional[Callable[[str], None]] = None) -> Iterator[Union[PoolItem, Dropped]]:
+                named: Optional[Callable[[str], None]] = None,
+                realpath: Callable[[str], str] = os.path.realpath) -> Iterator[Union[PoolItem, Dropped]]:
     """The records of the parsed ``lines`` in order; ``check(path)`` is an image file's admission
     check, ``path_of(recorded)`` its absolute path (``image_paths``); ``named(path)`` hears of
-    each file a line names (``read_pool``); ``seen_ids`` None: the ids are known to be unique."""
+    each file a line names (``read_pool``); ``seen_ids`` None: the ids are known to be unique;
+    ``realpath`` resolves a ``source.image``'s links (``files.RealPaths``)."""
     for line in lines:
         if line.__class__ is Dropped:
             yield line
@@ -379,7 +383,7 @@ def _read_lines(lines: Iterable[ParsedLine], base: str, root: str, seen_ids: Opt
             source_path = os.path.abspath(os.path.join(base, source_image))
             if named is not None:
                 named(source_path)
-            if not policy.allows(source_path, root):
+            if not policy.allows(source_path, root, realpath):
                 if seen_ids is not None:
                     seen_ids.discard(item_id)
                 yield Dropped(where, SOURCE_OUTSIDE_POOL, f"source.image {source_image!r} lies outside the pool "
