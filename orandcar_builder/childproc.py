@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import signal
 import sys
 import threading
 import time
@@ -107,8 +108,6 @@ def exiting() -> None:
     """A child that has begun to leave (SystemExit on its way) ignores SIGTERM from now on: a
     second SystemExit raised inside its ``with`` blocks' cleanup would skip the rest of it and
     leave partial files (the build's process kills a child that does not end in time)."""
-    import signal
-
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 

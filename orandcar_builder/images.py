@@ -38,7 +38,7 @@ from typing import Optional
 
 from PIL import Image
 
-from .files import sha256_bytes, within  # noqa: F401  (importable from here too)
+from .files import inside, sha256_bytes, within  # noqa: F401  (within: importable from here too)
 from .interrupts import ignore_sigint
 
 # Pillow's own default (about 89 megapixels); kept as a named constant so the card can cite it.
@@ -82,17 +82,13 @@ class ImagePolicy:
         if self.allow_outside_paths:
             return True
         real = realpath(path)
-        return any(within(real, folder, _as_is) for folder in (root, *self.roots))
+        return any(inside(real, folder) for folder in (root, *self.roots))
 
     def __post_init__(self) -> None:
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1:
             raise ValueError(f"max_bytes must be a positive whole number of bytes, not {self.max_bytes!r}")
         if not isinstance(self.read_timeout_s, (int, float)) or not self.read_timeout_s > 0:
             raise ValueError(f"read_timeout_s must be a positive number of seconds, not {self.read_timeout_s!r}")
-
-
-def _as_is(path: str) -> str:
-    return path
 
 
 def _file_kind(mode: int) -> str:

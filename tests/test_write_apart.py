@@ -120,14 +120,21 @@ def test_the_apart_process_runs_this_package_not_the_current_folders(tmp_path, m
     assert result.ok and result.report["configs"]["RS_nothink"]["rows"] > 0
 
 
-def test_a_process_started_before_the_sort_writes_the_bytes_of_one_process(tmp_path, monkeypatch):
-    pool, replay = _pool(tmp_path / "pool")
-    monkeypatch.setattr(write_stage, "apart_configs", lambda decisions: ())
-    monkeypatch.setattr(write_stage, "apart_configs_of", lambda decisions: ())
-    alone = _build(pool, replay, tmp_path / "alone")
-    monkeypatch.undo()
+def _apart_at_any_size(monkeypatch) -> None:
+    """The write stage's second process for any number of decisions, as on two cores."""
     monkeypatch.setattr(write_stage, "APART_MIN_DECISIONS", 1)
     monkeypatch.setattr(write_stage, "usable_cpus", lambda: 2)
+
+
+def _assert_same_bytes(folder: Path, like: Path) -> None:
+    for rel in dataset_files(like):
+        assert (folder / rel).read_bytes() == (like / rel).read_bytes(), rel
+
+
+def test_a_process_started_before_the_sort_writes_the_bytes_of_one_process(tmp_path, monkeypatch):
+    pool, replay = _pool(tmp_path / "pool")
+    alone = _build(pool, replay, tmp_path / "alone")  # 60 decisions: written in one process
+    _apart_at_any_size(monkeypatch)
     events = []
     original_init, original_write = ApartWriter.__init__, ApartWriter.write
     monkeypatch.setattr(ApartWriter, "__init__", lambda self, *a: events.append(("start", a[0])) or original_init(self, *a))
@@ -140,8 +147,7 @@ def test_a_process_started_before_the_sort_writes_the_bytes_of_one_process(tmp_p
     ahead = _build(pool, replay, tmp_path / "ahead")
     assert events == [("start", ("RS_nothink",)), "sort", "write"]  # started once, before the sort
     assert ahead.ok and dataset_files(ahead.out) == dataset_files(alone.out)
-    for rel in dataset_files(alone.out):
-        assert (ahead.out / rel).read_bytes() == (alone.out / rel).read_bytes(), rel
+    _assert_same_bytes(ahead.out, alone.out)
     assert [p.name for p in (tmp_path / "ahead" / "work").iterdir() if p.name.startswith(".write-apart-")] == []
 
 
@@ -166,8 +172,7 @@ def test_a_started_process_never_handed_a_task_ends_quietly(tmp_path, capfd):
 
 def test_a_build_that_fails_after_the_process_started_ends_it(tmp_path, monkeypatch):
     pool, replay = _pool(tmp_path / "pool")
-    monkeypatch.setattr(write_stage, "APART_MIN_DECISIONS", 1)
-    monkeypatch.setattr(write_stage, "usable_cpus", lambda: 2)
+    _apart_at_any_size(monkeypatch)
     started = []
     original_init = ApartWriter.__init__
     monkeypatch.setattr(ApartWriter, "__init__", lambda self, *a: started.append(self) or original_init(self, *a))
@@ -186,8 +191,7 @@ def test_a_build_that_fails_after_the_process_started_ends_it(tmp_path, monkeypa
 def test_a_started_process_that_died_before_its_task_is_replaced(tmp_path, monkeypatch):
     pool, replay = _pool(tmp_path / "pool")
     alone = _build(pool, replay, tmp_path / "alone")  # 60 decisions: written in one process
-    monkeypatch.setattr(write_stage, "APART_MIN_DECISIONS", 1)
-    monkeypatch.setattr(write_stage, "usable_cpus", lambda: 2)
+    _apart_at_any_size(monkeypatch)
     original = write_stage.WriteStage.prepare
     killed = []
 
@@ -199,5 +203,4 @@ def test_a_started_process_that_died_before_its_task_is_replaced(tmp_path, monke
     monkeypatch.setattr(write_stage.WriteStage, "prepare", prepare_then_kill)
     again = _build(pool, replay, tmp_path / "again")
     assert killed == [-9] and again.ok
-    for rel in dataset_files(alone.out):
-        assert (again.out / rel).read_bytes() == (alone.out / rel).read_bytes(), rel
+    _assert_same_bytes(again.out, alone.out)
