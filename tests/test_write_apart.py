@@ -151,6 +151,21 @@ def test_a_process_started_before_the_sort_writes_the_bytes_of_one_process(tmp_p
     assert [p.name for p in (tmp_path / "ahead" / "work").iterdir() if p.name.startswith(".write-apart-")] == []
 
 
+def test_a_ctrl_c_while_the_process_starts_ends_it_quietly(tmp_path, capfd):
+    """The terminal's Ctrl-C reaches the child whenever it comes: while its interpreter starts or
+    imports the writer (SIGINT blocked until then), it ends with 130 and prints nothing, not a
+    KeyboardInterrupt traceback from inside an import."""
+    import time
+
+    for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4):
+        child = ApartWriter(("rejected",), 1 << 20, tmp_path)
+        time.sleep(delay)
+        child.child.send_signal(signal.SIGINT)
+        assert child.child.wait(60) == 130, delay
+        child.close()
+    assert list(tmp_path.iterdir()) == [] and capfd.readouterr().err == ""
+
+
 @needs_proc
 def test_a_started_process_never_handed_a_task_ends_quietly(tmp_path, capfd):
     child = ApartWriter(("rejected",), 1 << 20, tmp_path)

@@ -10,9 +10,11 @@ is started while the build's process sorts the decisions (``WriteStage.prepare``
 writer at once; then it reads its task as one JSON line on stdin and answers one JSON line on
 stdout, the writer's summary of its configs or the error that stopped it (an image changed since
 it was admitted, a disk that filled up, ...), which the build's process raises as its own. Ctrl-C
-reaches both processes; a build that stops for any other reason interrupts a child that has its
-task, waits for it to clean up, and removes its scratch folder, and kills one that has none (it
-has written nothing).
+reaches both processes once the child has imported the writer: it starts with SIGINT blocked
+(``interrupts.sigint_blocked``), so that a Ctrl-C while its interpreter starts or imports waits
+until ``main`` can end it quietly (130), not with a KeyboardInterrupt traceback on the terminal. A
+build that stops for any other reason interrupts a child that has its task, waits for it to clean
+up, and removes its scratch folder, and kills one that has none (it has written nothing).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Optional
 
 from ..childproc import child_env, program
 from ..images import ImageError
+from ..interrupts import sigint_blocked
 
 # Seconds a child that was interrupted gets to remove its files before it is killed.
 STOP_GRACE_S = 10.0
@@ -48,8 +51,9 @@ class ApartWriter:
         self.scratch = Path(tempfile.mkdtemp(prefix=".write-apart-", dir=scratch_parent))
         self.tasked = False
         try:
-            self.child: Optional[subprocess.Popen] = subprocess.Popen(
-                [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
+            with sigint_blocked():  # until the child's main takes it (the module docstring)
+                self.child: Optional[subprocess.Popen] = subprocess.Popen(
+                    [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
         except BaseException:
             self.child = None
             self._stop()
@@ -148,18 +152,21 @@ def _reply_error(exc: BaseException) -> dict:
 
 
 def main() -> int:
-    # Imported before the task comes: the build's process is meanwhile sorting the decisions.
+    # Imported before the task comes: the build's process is meanwhile sorting the decisions. SIGINT
+    # is still blocked, as the build started this process: a Ctrl-C meanwhile waits for the unblock.
     try:
         from .stages.write import write_configs
     except BaseException as exc:  # noqa: BLE001 - answered once the task comes
         write_configs, failure = None, exc
     try:
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C that waited is raised here
         line = sys.stdin.readline()
+        if not line:  # the build ended before it handed a task
+            return 0
+        task = json.loads(line)
     except KeyboardInterrupt:  # Ctrl-C before the build needed this process: nothing to remove
         return 130
-    if not line:  # the build ended before it handed a task
-        return 0
-    task = json.loads(line)
     try:
         if write_configs is None:
             raise failure
