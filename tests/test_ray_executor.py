@@ -161,13 +161,16 @@ def _admitted_rows(n: int) -> list[dict]:
 
 
 class _FakeReplicas:
-    """In place of the actors: records what was admitted when each block went, answers every item as
-    failed (no engine), one block at a time."""
+    """In place of the actors: records what was admitted when each block went (and whether the
+    driver took it), answers every item as failed (no engine), one block at a time: as records, or
+    for a block the driver decides (``here``) as a failed generation per item."""
 
     def __init__(self, admitted: list, per_actor: int):
         self.admitted, self.per_actor = admitted, per_actor
         self.blocks: list[tuple[int, int]] = []  # (rows in the block, rows admitted when it went)
+        self.here: list[bool] = []  # per block: the driver decides it
         self.running: list = []
+        self.waited = 0.0
 
     @property
     def busy(self):
@@ -176,26 +179,36 @@ class _FakeReplicas:
     def has_room(self):
         return len(self.running) < self.per_actor
 
-    def submit(self, block):
+    def submit(self, block, here=False):
         self.blocks.append((block.num_rows, self.admitted[0]))
-        self.running.append(block)
+        self.here.append(here)
+        self.running.append((block, here))
 
     def done(self, wait):
         import pyarrow as pa
 
-        from orandcar_builder.executors.ray_data import GENERATION_COLUMN
-        from orandcar_builder.executors.steps import decided_rows
+        from orandcar_builder.executors.ray_data import ERROR_COLUMN, GENERATION_COLUMN
         from orandcar_builder.records import DECISION_SCHEMA
 
         if not self.running:
             return []
-        block = self.running.pop(0)
-        rows = decided_rows([(row, None, None, "no engine here") for row in block.to_pylist()], DEFAULT_FAMILIES)
-        table = pa.Table.from_pylist(rows, schema=DECISION_SCHEMA)
-        return [table.append_column(GENERATION_COLUMN, pa.array([None] * len(rows), pa.string()))]
+        block, here = self.running.pop(0)
+        if here:
+            return [(pa.table({GENERATION_COLUMN: pa.array([None] * block.num_rows, pa.string()),
+                               ERROR_COLUMN: pa.array(["no engine here"] * block.num_rows, pa.string())}), block)]
+        table = pa.Table.from_pylist(_failed_records(block.to_pylist()), schema=DECISION_SCHEMA)
+        return [(table.append_column(GENERATION_COLUMN, pa.array([None] * table.num_rows, pa.string())), None)]
 
     def close(self):
         pass
+
+
+def _failed_records(rows: list[dict]) -> list[dict]:
+    """The records an actor makes of admitted rows whose requests all failed (no engine)."""
+    from orandcar_builder.executors.steps import decided_rows, request_of_row
+
+    return decided_rows([(row, request_of_row(row, DEFAULT_FAMILIES).question, None, "no engine here")
+                         for row in rows], DEFAULT_FAMILIES)
 
 
 def test_the_driver_sends_blocks_while_admission_goes_on_and_holds_a_bounded_number(tmp_path):
@@ -252,15 +265,15 @@ def test_the_driver_sends_blocks_while_admission_goes_on_and_holds_a_bounded_num
     assert job.stats.asked == 3000
 
 
-def _driver_run(tmp_path, cache, admission, connected):
+def _driver_run(tmp_path, cache, admission, connected, replicas=None):
     """The driver without Ray over ``admission`` (a row iterator): ``connected`` is set when it
-    starts Ray (``_connect``); returns the orders of the records it handed on."""
+    starts Ray (``_connect``); returns the records it handed on (``replicas``: a _FakeReplicas)."""
     from orandcar_builder.cache import CacheStats
     from orandcar_builder.executors import GenerationJob
     from orandcar_builder.executors.generation import cached_generation
     from orandcar_builder.executors.ray_data import _Driver
 
-    replicas = _FakeReplicas([0], per_actor=2)
+    replicas = replicas if replicas is not None else _FakeReplicas([0], per_actor=2)
 
     class Executor:
         replicas, batches_per_replica, ray = 1, 2, None
@@ -284,9 +297,13 @@ def _driver_run(tmp_path, cache, admission, connected):
     with cached_generation(cache, engine, job.stats) as cached:
         driver = _Driver(Executor(), job, cached)
         try:
-            return [row["order"] for chunk in driver.run() for row in chunk.rows]
+            return [row for chunk in driver.run() for row in chunk.rows]
         finally:
             driver.close()
+
+
+def _orders(records: list[dict]) -> list[int]:
+    return sorted(row["order"] for row in records)
 
 
 def test_ray_starts_as_the_stage_begins_when_the_cache_holds_nothing(tmp_path):
@@ -303,7 +320,7 @@ def test_ray_starts_as_the_stage_begins_when_the_cache_holds_nothing(tmp_path):
         yield from rows
 
     with GenerationCache(tmp_path / "cache.sqlite") as cache:
-        assert sorted(_driver_run(tmp_path, cache, admission(), connected)) == list(range(100))
+        assert _orders(_driver_run(tmp_path, cache, admission(), connected)) == list(range(100))
     assert early == [True], "Ray should start before the first row is admitted"
 
 
@@ -325,11 +342,53 @@ def test_ray_starts_at_the_first_ask_when_the_cache_holds_generations(tmp_path):
     with GenerationCache(tmp_path / "cache.sqlite") as cache:
         cache.put({"kind": "other"}, "0" * 64, Generation(item_id="x", text="a", think="", final_answer="a",
                                                            finish_reason="stop", model="m"))
-        assert sorted(_driver_run(tmp_path, cache, admission(), connected)) == list(range(100))
+        assert _orders(_driver_run(tmp_path, cache, admission(), connected)) == list(range(100))
         assert connected.is_set() and not seen[0], "Ray should start at the first ask, after the first rows"
 
         connected.clear()
         assert _driver_run(tmp_path, cache, iter(()), connected) == [] and not connected.is_set()
+
+
+def test_the_driver_share_follows_who_waits():
+    """The driver takes more blocks while it waits for the actors, fewer while results wait for
+    it, within 0 and 1, and takes them in turn by its share."""
+    from orandcar_builder.executors.ray_data import _DriverShare
+
+    share = _DriverShare()
+    start = share.share
+    share.waited(1.0)
+    assert share.share == pytest.approx(min(1.0, start + _DriverShare.STEP))
+    for _ in range(20):
+        share.waited(1.0)
+    assert share.share == 1.0 and all(share.take() for _ in range(5))
+    for _ in range(40):
+        share.waited(0.0)  # a result was there already: the driver is the slower side
+    assert share.share == 0.0 and not any(share.take() for _ in range(5))
+    share.share = 0.5
+    assert [share.take() for _ in range(6)].count(True) == 3
+    share.share = 0.25
+    assert [share.take() for _ in range(8)].count(True) == 2
+
+
+@pytest.mark.parametrize("start", [0.0, 1.0])
+def test_blocks_the_driver_decides_give_the_actors_records(tmp_path, monkeypatch, start):
+    """Every block decided on its actor, or every block only generated there and decided by the
+    driver: the same records, every item once."""
+    import threading
+
+    import pyarrow as pa
+
+    from orandcar_builder.executors.ray_data import _DriverShare
+    from orandcar_builder.records import DECISION_SCHEMA
+
+    monkeypatch.setattr(_DriverShare, "START", start)
+    monkeypatch.setattr(_DriverShare, "STEP", 0.0)
+    replicas = _FakeReplicas([0], per_actor=2)
+    # no cache: the rows' requests are all the same, and would share one ask
+    records = _driver_run(tmp_path, None, iter(_admitted_rows(300)), threading.Event(), replicas)
+    assert len(replicas.here) > 3 and set(replicas.here) == {bool(start)}
+    got = pa.Table.from_pylist(sorted(records, key=lambda r: r["order"]), schema=DECISION_SCHEMA)
+    assert got.equals(pa.Table.from_pylist(_failed_records(_admitted_rows(300)), schema=DECISION_SCHEMA))
 
 
 @pytest.fixture(scope="module")
@@ -409,6 +468,22 @@ def test_ray_build_is_byte_identical_to_local_and_resumes_from_cache(ray_cluster
     cache = json.loads((work / "report.json").read_text())["cache"]["generate"]
     assert cache["asked"] == 0 and cache["hits"] == cache["total"] == again.report["admitted"]
     assert _digests(again.out) == _digests(local.out)
+
+
+@pytest.mark.parametrize("start", [0.0, 1.0])
+def test_blocks_decided_on_the_driver_or_the_actors_give_local_bytes(ray_cluster, tmp_path, recorded, monkeypatch,
+                                                                    start):
+    """Where a block is decided (``_DriverShare``) changes no byte: every block on the actors, or
+    every block generated there and decided by the driver, with two replicas."""
+    from orandcar_builder.executors.ray_data import _DriverShare
+
+    gens, local_out = recorded
+    monkeypatch.setattr(_DriverShare, "START", start)
+    monkeypatch.setattr(_DriverShare, "STEP", 0.0)
+    result = build(POOL, tmp_path / "out", work=tmp_path / "work", engine=ReplayEngine(gens), executor="ray",
+                   engine_factory=Factory(ReplayEngine, gens), engine_replicas=2, progress=False)
+    assert result.ok and result.report["failed"] == 0
+    assert _digests(result.out) == _digests(local_out)
 
 
 def test_failed_items_are_recorded_and_asked_again(ray_cluster, tmp_path, recorded):

@@ -11,7 +11,9 @@ The driver (this process) keeps the generation cache; the cluster only generates
 2. Ray starts (``ray.init``, or joins the cluster) on a thread of its own at the first item to
    ask, so admission goes on meanwhile; a build whose every request is cached never starts it.
    Then ``replicas`` actors (``GenerateAndDecide``) each make one engine from the EngineFactory
-   (a vLLM model loads once per replica) and decide each item next to its generation. The asks go
+   (a vLLM model loads once per replica) and decide each item next to its generation, or, for
+   the blocks the driver takes (``_DriverShare``: while the driver would otherwise wait for the
+   actors), only generate it and leave the deciding to the driver. The asks go
    to them in blocks (``block_sizes``: one engine batch per batch slot first, growing to
    BLOCK_BATCHES batches), each actor holding at most BLOCKS_AHEAD blocks per batch it runs at
    once (``batches_per_replica``: threads sharing its engine, so that it is fed the next batch
@@ -19,8 +21,9 @@ The driver (this process) keeps the generation cache; the cluster only generates
    the error, and the job goes on. An actor that dies is restarted by Ray and its blocks run
    again (without limit unless ``max_restarts`` / ``max_task_retries`` bound them).
 3. The driver takes each block's records as it is done (any order: the build sorts the decisions
-   by pool order), commits its complete generations to the cache through the path's committer,
-   waiting for the commit before it hands the records on, between admitting the next rows.
+   by pool order), deciding those of the blocks it took with the same code, commits its complete
+   generations to the cache through the path's committer, waiting for the commit before it hands
+   the records on, between admitting the next rows. Where a block is decided changes no record.
 
 Why the driver owns the cache: SQLite allows one writer at a time and its write-ahead log needs
 shared memory on one host, so actors on other nodes writing a cache file on network storage would
@@ -79,6 +82,7 @@ ADMIT_BATCH = 64
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the process names in its errors
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ")  # a traceback's last line
 GENERATION_COLUMN = "generation"  # JSON of the generation made by the actor (null where it failed)
+ERROR_COLUMN = "error"  # a block only generated: the error of each request that failed (null elsewhere)
 
 
 class ExecutorError(OrandCarError):
@@ -121,7 +125,9 @@ def starts_local_cluster(address: Optional[str]) -> bool:
 
 class GenerateAndDecide:
     """The Ray actor: one engine per actor; ``decide`` takes a block of admitted rows (``__call__``
-    one engine batch of them) and returns their decision records plus the generations (as JSON) for the driver's cache."""
+    one engine batch of them) and returns their decision records plus the generations (as JSON) for
+    the driver's cache; ``generate`` returns only the generations (and the errors of the requests
+    that failed), for the driver to decide."""
 
     def __init__(self, factory, expected_engine: str, families: Families):
         self.families = families  # the build's registry, shipped as a value: the driver's prompts and rules
@@ -147,6 +153,19 @@ class GenerateAndDecide:
             records += batch_records
             blobs += batch_blobs
         return _records_table(records, blobs)
+
+    def generate(self, block: pa.Table, batch_size: int) -> pa.Table:
+        """A block's generations as JSON (null where the request failed) and the error of each
+        request that failed (null elsewhere), in the block's order: a block the driver decides."""
+        rows = block.to_pylist()
+        blobs: list[Optional[str]] = []
+        errors: list[Optional[str]] = []
+        for start in range(0, len(rows), batch_size):
+            generations, failed = self._generate([request_of_row(row, self.families)
+                                                  for row in rows[start:start + batch_size]])
+            blobs += [generation_to_json(generation) if generation is not None else None for generation in generations]
+            errors += failed
+        return pa.table({GENERATION_COLUMN: pa.array(blobs, pa.string()), ERROR_COLUMN: pa.array(errors, pa.string())})
 
     def _records(self, rows: list[dict]) -> tuple[list[dict], list[Optional[str]]]:
         """One engine batch of admitted rows: their decision records, and their generations as
@@ -298,6 +317,7 @@ class _Driver:
         self.open: set[str] = set()  # keys asked and not yet received
         self.waiting: dict[str, list[tuple[dict, Request]]] = {}  # items (admitted rows) sharing an open key
         self.sent = self.received = 0
+        self.share = _DriverShare()  # the blocks it decides itself
         self.ray_start: Optional[_RayStart] = None  # Ray's thread, from the run's start
         self.replicas: Optional[_Replicas] = None  # the actors, once Ray is up
         self.out = ChunkGatherer(job.chunk_size)
@@ -370,7 +390,7 @@ class _Driver:
             return
         while self.pending and (final or full or len(self.pending) >= self.size) and self.replicas.has_room():
             block = self.pending.take(self.size)
-            self.replicas.submit(block)
+            self.replicas.submit(block, here=self.share.take())
             self.sent += block.num_rows
             self.size = next(self.sizes)
             full = len(self.pending) > self.most_pending
@@ -392,16 +412,24 @@ class _Driver:
         generations committed to the cache before its records are handed on."""
         if self.replicas is None:
             return
-        for table in self.replicas.done(wait):
-            yield from self._received(table)
+        done = self.replicas.done(wait)
+        if wait:
+            self.share.waited(self.replicas.waited)
+        for table, block in done:
+            yield from self._received(table, block)
 
-    def _received(self, table: pa.Table) -> Iterator[DecidedChunk]:
+    def _received(self, table: pa.Table, block: Optional[pa.Table] = None) -> Iterator[DecidedChunk]:
+        """A block's results: its records (``block`` None: its actor decided it), or its
+        generations, decided here on ``block``'s admitted rows."""
         job, cached = self.job, self.cached
-        rows = table.to_pylist()
-        generations = []
-        for row in rows:
-            blob = row.pop(GENERATION_COLUMN)
-            generations.append(generation_from_json(blob) if blob is not None else None)
+        if block is None:
+            rows = table.to_pylist()
+            generations = []
+            for row in rows:
+                blob = row.pop(GENERATION_COLUMN)
+                generations.append(generation_from_json(blob) if blob is not None else None)
+        else:
+            rows, generations = self._decided_here(block, table)
         requests = [Request(item_id=row["id"], question=row["question"], family=row["family"],
                             image=_image_of(row)) for row in rows]
         keys = request_keys(cached.fingerprint, requests) if cached.cache is not None else [None] * len(rows)
@@ -425,6 +453,54 @@ class _Driver:
                 if chunk is not None:
                     yield chunk
         job.progress(job.stats)
+
+    def _decided_here(self, block: pa.Table, table: pa.Table) -> tuple[list[dict], list[Optional[Generation]]]:
+        """The records of a block its actor only generated (``table``: GENERATION_COLUMN and
+        ERROR_COLUMN), decided here as the actor decides (``decided_rows``), and its generations."""
+        admitted = block.to_pylist()
+        generations = [generation_from_json(blob) if blob is not None else None
+                       for blob in table.column(GENERATION_COLUMN).to_pylist()]
+        errors = table.column(ERROR_COLUMN).to_pylist()
+        if len(generations) != len(admitted):
+            raise ExecutorError(f"Ray returned {len(generations)} generations for a block of {len(admitted)} items")
+        requests = [request_of_row(row, self.job.families) for row in admitted]
+        records = decided_rows([(row, request.question, generation, error) for row, request, generation, error
+                                in zip(admitted, requests, generations, errors)], self.job.families)
+        return records, generations
+
+
+class _DriverShare:
+    """Which blocks the driver decides itself, their actor only generating them. An actor decides
+    the items of its blocks on the one core it has, between its engine's batches, while the driver
+    waits for the results; deciding costs about what generating costs with a fast engine (the
+    replay engine: 1.4 of an actor's 2.7 s of CPU at 20k items). The driver's share of the blocks
+    starts at START and moves by STEP after each wait for results: up when the driver waited
+    WAITED_S or more (the actors are the slower side), down when a result was there already (the
+    driver is). So a driver beside a GPU cluster, waiting most of the time, comes to decide every
+    block, and one that falls behind (rules that cost much: ``math``) hands the deciding back to
+    the actors. The blocks are given by the share in turn (a credit that gains the share with
+    each block), not at random. The records are the same wherever a block is decided."""
+
+    START = 0.5
+    STEP = 0.125
+    WAITED_S = 0.002
+
+    def __init__(self):
+        self.share = self.START
+        self._credit = 0.0
+
+    def take(self) -> bool:
+        """Whether the driver decides the next block."""
+        self._credit += self.share
+        if self._credit >= 1.0 - 1e-9:
+            self._credit -= 1.0
+            return True
+        return False
+
+    def waited(self, seconds: float) -> None:
+        """After a wait for results that took ``seconds``."""
+        step = self.STEP if seconds >= self.WAITED_S else -self.STEP
+        self.share = min(1.0, max(0.0, self.share + step))
 
 
 class _RayStart:
@@ -543,6 +619,8 @@ class _Replicas:
         self.ray, self.actors, self.batch_size, self.per_actor = ray, actors, batch_size, per_actor
         self.load = [0] * len(actors)
         self.running: dict[Any, int] = {}  # the result's ObjectRef -> its actor
+        self.blocks: dict[Any, pa.Table] = {}  # the result's ObjectRef -> its block, where only generated
+        self.waited = 0.0  # seconds the last done(wait=True) waited for a result
 
     @property
     def busy(self) -> bool:
@@ -551,27 +629,40 @@ class _Replicas:
     def has_room(self) -> bool:
         return min(self.load) < self.per_actor
 
-    def submit(self, block: pa.Table) -> None:
+    def submit(self, block: pa.Table, here: bool = False) -> None:
+        """Give ``block`` to the least loaded actor: to decide, or with ``here`` only to generate
+        (the block is kept, for the driver to decide its items on)."""
         actor = self.load.index(min(self.load))
-        self.running[self.actors[actor].decide.remote(block, self.batch_size)] = actor
+        if here:
+            ref = self.actors[actor].generate.remote(block, self.batch_size)
+            self.blocks[ref] = block
+        else:
+            ref = self.actors[actor].decide.remote(block, self.batch_size)
+        self.running[ref] = actor
         self.load[actor] += 1
 
-    def done(self, wait: bool) -> list[pa.Table]:
-        """The records of the blocks done (waiting for one with ``wait``); raises the job's error."""
+    def done(self, wait: bool) -> list[tuple[pa.Table, Optional[pa.Table]]]:
+        """The results of the blocks done (waiting for one with ``wait``; ``waited`` says how
+        long), each with its block where the actor only generated it, else None; raises the
+        job's error."""
         if not self.running:
             return []
         refs = list(self.running)
+        t0 = time.perf_counter()
         ready, _ = self.ray.wait(refs, num_returns=1, timeout=None if wait else 0)
+        if wait:
+            self.waited = time.perf_counter() - t0
         if ready:
             ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
-        tables = []
+        results = []
         for ref in ready:
             self.load[self.running.pop(ref)] -= 1
+            block = self.blocks.pop(ref, None)
             try:
-                tables.append(self.ray.get(ref))
+                results.append((self.ray.get(ref), block))
             except Exception as exc:  # Ray's errors wrap ours (with a traceback): show the cause, keep the chain
                 raise ExecutorError(f"the Ray job failed: {_cause(exc)}") from exc
-        return tables
+        return results
 
     def close(self) -> None:
         for actor in self.actors:
