@@ -350,19 +350,22 @@ def test_ray_starts_at_the_first_ask_when_the_cache_holds_generations(tmp_path):
 
 
 def test_the_driver_share_follows_who_waits():
-    """The driver takes more blocks while it waits for the actors, fewer while results wait for
+    """The driver takes more blocks while it waits for the actors, fewer while results queue up for
     it, within 0 and 1, and takes them in turn by its share."""
     from orandcar_builder.executors.ray_data import _DriverShare
 
     share = _DriverShare()
     start = share.share
-    share.waited(1.0)
+    share.after_wait(1.0, 1)
     assert share.share == pytest.approx(min(1.0, start + _DriverShare.STEP))
     for _ in range(20):
-        share.waited(1.0)
+        share.after_wait(1.0, 1)  # the driver waited for the actors
     assert share.share == 1.0 and all(share.take() for _ in range(5))
+    share.after_wait(0.0, 1)  # the next result of a steady stream: no change
+    share.after_wait(0.0, 2)  # two batches of an actor ending together: no change
+    assert share.share == 1.0
     for _ in range(40):
-        share.waited(0.0)  # a result was there already: the driver is the slower side
+        share.after_wait(0.0, 3)  # results waited for the driver: it is the slower side
     assert share.share == 0.0 and not any(share.take() for _ in range(5))
     share.share = 0.5
     assert [share.take() for _ in range(6)].count(True) == 3

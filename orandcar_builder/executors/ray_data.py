@@ -414,7 +414,7 @@ class _Driver:
             return
         done = self.replicas.done(wait)
         if wait:
-            self.share.waited(self.replicas.waited)
+            self.share.after_wait(self.replicas.waited, len(done))
         for table, block in done:
             yield from self._received(table, block)
 
@@ -475,11 +475,14 @@ class _DriverShare:
     waits for the results; deciding costs about what generating costs with a fast engine (the
     replay engine: 1.4 of an actor's 2.7 s of CPU at 20k items). The driver's share of the blocks
     starts at START and moves by STEP after each wait for results: up when the driver waited
-    WAITED_S or more (the actors are the slower side), down when a result was there already (the
-    driver is). So a driver beside a GPU cluster, waiting most of the time, comes to decide every
-    block, and one that falls behind (rules that cost much: ``math``) hands the deciding back to
-    the actors. The blocks are given by the share in turn (a credit that gains the share with
-    each block), not at random. The records are the same wherever a block is decided."""
+    WAITED_S or more (the actors are the slower side), down when it found three results or more
+    there already (they waited for the driver, which is); one or two there already (the next of a
+    steady stream, an actor's batches ending together) leave it. So a driver beside a GPU cluster,
+    waiting most of the time, comes to
+    decide every block, and one that falls behind (many replicas, rules that cost much: ``math``)
+    hands the deciding back to the actors. The blocks are given by the share in turn (a credit
+    that gains the share with each block), not at random. The records are the same wherever a
+    block is decided."""
 
     START = 0.5
     STEP = 0.125
@@ -497,10 +500,12 @@ class _DriverShare:
             return True
         return False
 
-    def waited(self, seconds: float) -> None:
-        """After a wait for results that took ``seconds``."""
-        step = self.STEP if seconds >= self.WAITED_S else -self.STEP
-        self.share = min(1.0, max(0.0, self.share + step))
+    def after_wait(self, seconds: float, results: int) -> None:
+        """After a wait for results that took ``seconds`` and found ``results``."""
+        if seconds >= self.WAITED_S:
+            self.share = min(1.0, self.share + self.STEP)
+        elif results > 2:
+            self.share = max(0.0, self.share - self.STEP)
 
 
 class _RayStart:
