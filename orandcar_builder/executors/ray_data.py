@@ -413,7 +413,7 @@ class _Driver:
         if self.replicas is None:
             return
         done = self.replicas.done(wait)
-        if wait:
+        if wait and done:  # nothing running: no wait to learn from
             self.share.after_wait(self.replicas.waited, len(done))
         for table, block in done:
             yield from self._received(table, block)
@@ -478,11 +478,10 @@ class _DriverShare:
     WAITED_S or more (the actors are the slower side), down when it found three results or more
     there already (they waited for the driver, which is); one or two there already (the next of a
     steady stream, an actor's batches ending together) leave it. So a driver beside a GPU cluster,
-    waiting most of the time, comes to
-    decide every block, and one that falls behind (many replicas, rules that cost much: ``math``)
-    hands the deciding back to the actors. The blocks are given by the share in turn (a credit
-    that gains the share with each block), not at random. The records are the same wherever a
-    block is decided."""
+    waiting most of the time, comes to decide every block, and one that falls behind (many
+    replicas, rules that cost much: ``math``) hands the deciding back to the actors. The blocks
+    are given by the share in turn (a credit that gains the share with each block), not at random.
+    The records are the same wherever a block is decided."""
 
     START = 0.5
     STEP = 0.125
