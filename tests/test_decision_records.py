@@ -231,6 +231,44 @@ class _ScriptedFactory:
         return _Scripted()
 
 
+def test_a_block_the_ray_driver_decides_has_its_actors_records(monkeypatch):
+    """A block its actor only generates (``GenerateAndDecide.generate``) and the Ray driver decides
+    (``_Driver._decided_here``) has the records the actor makes deciding it itself, failed
+    requests (an empty error too) included, and the actor's generations; the driver decides off
+    its main thread, as the actor's concurrent calls do (the ``math`` rule's time limits hold on
+    the main thread only)."""
+    import threading
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from orandcar_builder.cache import engine_hash, generation_from_json
+    from orandcar_builder.engines.base import public_fingerprint
+    from orandcar_builder.executors import ray_data
+    from orandcar_builder.executors.ray_data import ERROR_COLUMN, GENERATION_COLUMN, GenerateAndDecide, _Driver
+    from orandcar_builder.records import ADMITTED_SCHEMA
+
+    actor = GenerateAndDecide(_ScriptedFactory(), engine_hash(public_fingerprint(_Scripted())), DEFAULT_FAMILIES)
+    block = pa.Table.from_pylist([row for row, _, _, _ in _CASES], schema=ADMITTED_SCHEMA)
+    generated = actor.generate(block, 3)
+    assert generated.column_names == [GENERATION_COLUMN, ERROR_COLUMN] and generated.num_rows == len(_CASES)
+    threads = []
+
+    def decided_rows_seen(items, families):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return decided_rows(items, families)
+
+    monkeypatch.setattr(ray_data, "decided_rows", decided_rows_seen)
+    driver = SimpleNamespace(job=SimpleNamespace(families=DEFAULT_FAMILIES))
+    records, generations = _Driver._decided_here(driver, block, generated)
+    assert threads == [False]
+    decided = actor.decide(block, 3)
+    assert pa.Table.from_pylist(records, schema=DECISION_SCHEMA).equals(decided.drop_columns([GENERATION_COLUMN]))
+    assert generations == [generation_from_json(blob) if blob is not None else None
+                           for blob in decided.column(GENERATION_COLUMN).to_pylist()]
+    assert generations == [generation for _, generation, _, _ in _CASES]
+
+
 def test_the_ray_actor_writes_the_local_executors_records():
     """The Ray actor (``GenerateAndDecide``) decides its rows with ``decided_rows``: the records
     of the same answers are the local executor's, a failed request with an empty error included."""

@@ -166,6 +166,35 @@ def test_a_ctrl_c_while_the_process_starts_ends_it_quietly(tmp_path, capfd):
     assert list(tmp_path.iterdir()) == [] and capfd.readouterr().err == ""
 
 
+def test_a_ctrl_c_held_while_the_process_starts_ends_the_child_too(tmp_path, monkeypatch):
+    """A Ctrl-C that came while the child was being started is raised when SIGINT is unblocked,
+    after the child exists: the build stops there, and the child is killed and reaped, not left."""
+    import contextlib
+    import subprocess
+
+    from orandcar_builder.pipeline import writeproc
+
+    started = []
+
+    @contextlib.contextmanager
+    def held_ctrl_c():
+        yield
+        raise KeyboardInterrupt  # what the unblock raises for a SIGINT that came meanwhile
+
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(writeproc, "sigint_blocked", held_ctrl_c)
+    monkeypatch.setattr(writeproc.subprocess, "Popen", popen)
+    with pytest.raises(KeyboardInterrupt):
+        ApartWriter(("rejected",), 1 << 20, tmp_path)
+    assert len(started) == 1 and started[0].returncode is not None
+    assert list(tmp_path.iterdir()) == []
+
+
 @needs_proc
 def test_a_started_process_never_handed_a_task_ends_quietly(tmp_path, capfd):
     child = ApartWriter(("rejected",), 1 << 20, tmp_path)

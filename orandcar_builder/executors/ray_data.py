@@ -456,7 +456,11 @@ class _Driver:
 
     def _decided_here(self, block: pa.Table, table: pa.Table) -> tuple[list[dict], list[Optional[Generation]]]:
         """The records of a block its actor only generated (``table``: GENERATION_COLUMN and
-        ERROR_COLUMN), decided here as the actor decides (``decided_rows``), and its generations."""
+        ERROR_COLUMN), decided here as the actor decides, and its generations. As the actor does,
+        on a thread that is not the main one: the ``math`` rule's time limits (``signal.alarm``)
+        hold on the main thread only (``verify.math_answer.timeouts``), and the actors decide on
+        the threads of their concurrent calls, so a block decided here on the main thread could
+        get another record than on its actor for a reply whose parse runs past the limit."""
         admitted = block.to_pylist()
         generations = [generation_from_json(blob) if blob is not None else None
                        for blob in table.column(GENERATION_COLUMN).to_pylist()]
@@ -464,9 +468,29 @@ class _Driver:
         if len(generations) != len(admitted):
             raise ExecutorError(f"Ray returned {len(generations)} generations for a block of {len(admitted)} items")
         requests = [request_of_row(row, self.job.families) for row in admitted]
-        records = decided_rows([(row, request.question, generation, error) for row, request, generation, error
-                                in zip(admitted, requests, generations, errors)], self.job.families)
-        return records, generations
+        items = [(row, request.question, generation, error)
+                 for row, request, generation, error in zip(admitted, requests, generations, errors)]
+        return _off_the_main_thread(decided_rows, items, self.job.families), generations
+
+
+def _off_the_main_thread(function, *args):
+    """``function(*args)`` on a thread of its own, waited for; what it raises is raised here. The
+    thread is a daemon: a Ctrl-C that stops the wait does not hold the interpreter's exit until
+    the block is decided."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = function(*args)
+        except BaseException as exc:  # noqa: BLE001 - raised on the calling thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="orandcar-ray-decide", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 class _DriverShare:

@@ -50,12 +50,12 @@ class ApartWriter:
         self.configs, self.max_shard_bytes = tuple(configs), max_shard_bytes
         self.scratch = Path(tempfile.mkdtemp(prefix=".write-apart-", dir=scratch_parent))
         self.tasked = False
+        self.child: Optional[subprocess.Popen] = None
         try:
             with sigint_blocked():  # until the child's main takes it (the module docstring)
-                self.child: Optional[subprocess.Popen] = subprocess.Popen(
-                    [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
-        except BaseException:
-            self.child = None
+                self.child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
+                                              stdout=subprocess.PIPE, env=child_env())
+        except BaseException:  # a Ctrl-C held while it started is raised at the unblock: the child is killed
             self._stop()
             raise
 
