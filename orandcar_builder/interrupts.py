@@ -36,6 +36,13 @@ def sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def unblock_sigint() -> None:
+    """In a process started inside ``sigint_blocked`` that takes Ctrl-C once it is ready: let
+    SIGINT in from now on; a Ctrl-C that came meanwhile is raised here (KeyboardInterrupt)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def interrupted_by(exc: BaseException) -> bool:
     """Whether a KeyboardInterrupt is among the causes of ``exc`` (a library that was interrupted
     may raise an error of its own instead)."""

@@ -163,7 +163,7 @@ class GenerateAndDecide:
         for start in range(0, len(rows), batch_size):
             generations, failed = self._generate([request_of_row(row, self.families)
                                                   for row in rows[start:start + batch_size]])
-            blobs += [generation_to_json(generation) if generation is not None else None for generation in generations]
+            blobs += _to_json(generations)
             errors += failed
         return pa.table({GENERATION_COLUMN: pa.array(blobs, pa.string()), ERROR_COLUMN: pa.array(errors, pa.string())})
 
@@ -172,12 +172,7 @@ class GenerateAndDecide:
         JSON (None where the request failed)."""
         requests = [request_of_row(row, self.families) for row in rows]
         generations, errors = self._generate(requests)
-        # a rule that raises fails only its item; no generation: failed, with the request's error
-        records = decided_rows([(row, request.question, generation, error)
-                                for row, request, generation, error in zip(rows, requests, generations, errors)],
-                               self.families)
-        blobs = [generation_to_json(generation) if generation is not None else None for generation in generations]
-        return records, blobs
+        return _decision_records(rows, requests, generations, errors, self.families), _to_json(generations)
 
     def _generate(self, requests: list[Request]) -> tuple[list[Optional[Generation]], list[Optional[str]]]:
         """The batch through the engine's stream (its window slides within the batch; the other
@@ -196,6 +191,24 @@ class GenerateAndDecide:
                                     f"where {completion.request.item_id!r} was asked")
             generations[i], errors[i] = completion.generation, completion.error if completion.generation is None else None
         return generations, errors
+
+
+def _decision_records(rows: list[dict], requests: list[Request], generations: list[Optional[Generation]],
+                      errors: list[Optional[str]], families: Families) -> list[dict]:
+    """The records of admitted ``rows`` answered with ``generations`` (None where the request
+    failed, with its error), as an actor decides them and the driver decides the blocks it takes:
+    a rule that raises fails only its item; no generation: failed, with the request's error."""
+    return decided_rows([(row, request.question, generation, error)
+                         for row, request, generation, error in zip(rows, requests, generations, errors)], families)
+
+
+def _to_json(generations: list[Optional[Generation]]) -> list[Optional[str]]:
+    """The generations as the driver's cache stores them (None where the request failed)."""
+    return [generation_to_json(generation) if generation is not None else None for generation in generations]
+
+
+def _from_json(blobs: list[Optional[str]]) -> list[Optional[Generation]]:
+    return [generation_from_json(blob) if blob is not None else None for blob in blobs]
 
 
 def _records_table(records: list[dict], blobs: list[Optional[str]]) -> pa.Table:
@@ -424,10 +437,7 @@ class _Driver:
         job, cached = self.job, self.cached
         if block is None:
             rows = table.to_pylist()
-            generations = []
-            for row in rows:
-                blob = row.pop(GENERATION_COLUMN)
-                generations.append(generation_from_json(blob) if blob is not None else None)
+            generations = _from_json([row.pop(GENERATION_COLUMN) for row in rows])
         else:
             rows, generations = self._decided_here(block, table)
         requests = [Request(item_id=row["id"], question=row["question"], family=row["family"],
@@ -462,15 +472,13 @@ class _Driver:
         the threads of their concurrent calls, so a block decided here on the main thread could
         get another record than on its actor for a reply whose parse runs past the limit."""
         admitted = block.to_pylist()
-        generations = [generation_from_json(blob) if blob is not None else None
-                       for blob in table.column(GENERATION_COLUMN).to_pylist()]
+        generations = _from_json(table.column(GENERATION_COLUMN).to_pylist())
         errors = table.column(ERROR_COLUMN).to_pylist()
         if len(generations) != len(admitted):
             raise ExecutorError(f"Ray returned {len(generations)} generations for a block of {len(admitted)} items")
         requests = [request_of_row(row, self.job.families) for row in admitted]
-        items = [(row, request.question, generation, error)
-                 for row, request, generation, error in zip(admitted, requests, generations, errors)]
-        return _off_the_main_thread(decided_rows, items, self.job.families), generations
+        return _off_the_main_thread(_decision_records, admitted, requests, generations, errors,
+                                    self.job.families), generations
 
 
 def _off_the_main_thread(function, *args):

@@ -31,7 +31,7 @@ from typing import Optional
 
 from ..childproc import child_env, program
 from ..images import ImageError
-from ..interrupts import sigint_blocked
+from ..interrupts import sigint_blocked, unblock_sigint
 
 # Seconds a child that was interrupted gets to remove its files before it is killed.
 STOP_GRACE_S = 10.0
@@ -159,8 +159,7 @@ def main() -> int:
     except BaseException as exc:  # noqa: BLE001 - answered once the task comes
         write_configs, failure = None, exc
     try:
-        if hasattr(signal, "pthread_sigmask"):
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C that waited is raised here
+        unblock_sigint()  # a Ctrl-C that waited is raised here
         line = sys.stdin.readline()
         if not line:  # the build ended before it handed a task
             return 0
