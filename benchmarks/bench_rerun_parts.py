@@ -1,11 +1,13 @@
-"""Three parts of a rules-only rerun, timed alone on one build of a synthetic pool (bench_build's):
+"""Four parts of a rules-only rerun, timed alone on one build of a synthetic pool (bench_build's):
 making the replay engine (``ReplayEngine(recordings)``, which reads the file, and, where the tree
 on the path has it, ``lazy=True``, which only hashes it: what a rerun the cache answers whole
-does), before any build in this process, and the tally of a build's decisions (``report.tally``)
-and its side files (``generate.side_files``: prompts.jsonl, unsupported.jsonl, failed.jsonl),
-after one. Each is run ``--repeat`` times (the engine's ways alternated); run the script with
-another tree on PYTHONPATH to time that tree's code on the same kind of pool. ``--against TREE``
-also makes the engine with TREE's ``engines/replay.py`` (loaded beside this tree's, its imports
+does), before any build in this process, and the tally of a build's decisions (``report.tally``),
+its side files (``generate.side_files``: prompts.jsonl, unsupported.jsonl, failed.jsonl) and the
+cache's lookups of every stored generation (``GenerationCache.get_many``, 64 keys a call as a
+rerun's admitted rows come, CPU seconds), after one. Each is run ``--repeat`` times (the engine's
+ways alternated); run the script with another tree on PYTHONPATH to time that tree's code on the
+same kind of pool. ``--against TREE`` also makes the engine with TREE's ``engines/replay.py``, and
+looks the generations up with TREE's ``cache.py`` (each loaded beside this tree's, its imports
 from this tree), alternated with this tree's: the one comparison this 2-core machine's spread
 between processes does not blur.
 
@@ -38,16 +40,33 @@ def _seconds(call) -> float:
     return time.perf_counter() - t0
 
 
-def _replay_module(tree: Path):
-    """``tree``'s engines/replay.py as a module of its own beside this tree's."""
+def _module_of(tree: Path, name: str, path: str):
+    """``tree``'s module at ``path`` (under orandcar_builder/) as a module of its own, ``name``,
+    beside this tree's."""
     import importlib.util
 
-    name = "orandcar_builder.engines._replay_against"
-    spec = importlib.util.spec_from_file_location(name, tree / "orandcar_builder" / "engines" / "replay.py")
+    spec = importlib.util.spec_from_file_location(name, tree / "orandcar_builder" / path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
+
+
+def _replay_module(tree: Path):
+    """``tree``'s engines/replay.py beside this tree's."""
+    return _module_of(tree, "orandcar_builder.engines._replay_against", "engines/replay.py")
+
+
+def _lookups(cache_class, path: Path, keys: list[str]) -> float:
+    """CPU seconds ``cache_class(path).get_many`` takes for ``keys``, 64 a call."""
+    with cache_class(path) as cache:
+        gc.collect()
+        t0 = time.process_time()
+        found = sum(len(cache.get_many(keys[start:start + 64])) for start in range(0, len(keys), 64))
+        seconds = time.process_time() - t0
+    if found != len(keys):
+        raise SystemExit(f"{found} of {len(keys)} keys found in {path}")
+    return seconds
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="another tree (e.g. a git archive of main) whose replay engine is timed beside this one's")
     args = parser.parse_args(argv)
 
+    from orandcar_builder.cache import GenerationCache
     from orandcar_builder.engines.replay import ReplayEngine
     from orandcar_builder.families import DEFAULT_FAMILIES
     from orandcar_builder.pipeline.report import tally
@@ -75,7 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.against is not None:
             other = _replay_module(args.against).ReplayEngine
             engines[f"{args.against.name}'s engine, file read"] = lambda: other(replay)
-        times: dict[str, list[float]] = {name: [] for name in (*engines, "tally", "side files")}
+        caches = {"cache lookups (CPU)": GenerationCache}
+        if args.against is not None:
+            caches[f"{args.against.name}'s cache lookups (CPU)"] = _module_of(
+                args.against, "orandcar_builder._cache_against", "cache.py").GenerationCache
+        times: dict[str, list[float]] = {name: [] for name in (*engines, "tally", "side files", *caches)}
         for _ in range(args.repeat):
             for name, call in engines.items():
                 times[name].append(_seconds(call))
@@ -84,6 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in range(args.repeat):
             times["tally"].append(_seconds(lambda: tally(decisions, DEFAULT_FAMILIES)))
             times["side files"].append(_seconds(lambda: side_files(WorkDir(root / "work"), None)))
+        stored = WorkDir(root / "work").cache
+        with GenerationCache(stored) as cache:  # in the order they were stored: the pool's
+            keys = [key for (key,) in cache.connection.execute("SELECT key FROM generations ORDER BY rowid")]
+        for _ in range(args.repeat):
+            for name, cache_class in caches.items():
+                times[name].append(_lookups(cache_class, stored, keys))
         print(f"{args.items:,} QA, replay file {replay.stat().st_size:,} bytes (tree: "
               f"{Path(inspect.getfile(tally)).resolve().parents[2]})")
         for name, values in times.items():

@@ -464,10 +464,11 @@ def test_an_image_read_past_its_deadline_is_dropped(tmp_path, monkeypatch):
 # -- 9: user-caused failures: one error line, exit 2 ----------------------------------------------------
 
 
-def test_a_damaged_cache_row_is_a_clear_error(built):
+@pytest.mark.parametrize("stored", ["{not json", "[1, 2]"])
+def test_a_damaged_cache_row_is_a_clear_error(built, stored):
     pool, replay, out, work = built
     with sqlite3.connect(work / "cache" / "generations.sqlite") as db:
-        db.execute("UPDATE generations SET generation = '{not json'")
+        db.execute("UPDATE generations SET generation = ?", (stored,))
     assert_user_error(cli(*build_args(pool, replay, out, work)), "generations.sqlite", "damaged")
 
 
