@@ -287,3 +287,26 @@ def test_the_ray_actor_writes_the_local_executors_records():
     assert table.drop_columns([GENERATION_COLUMN]).equals(local)
     assert [blob is None for blob in table.column(GENERATION_COLUMN).to_pylist()] == \
         [generation is None for _, generation, _, _ in _CASES]
+
+
+@pytest.mark.parametrize("source", [
+    {"dataset": "d", "split": "s", "id": "1", "origin": "InfinityMM", "image": "a.png", "image_sha256": "ab"},
+    {"dataset": "d"}, {}, {"origin": None, "id": ""}, {"dataset": "é\u2028", "split": None},
+])
+def test_a_records_source_fields_are_the_sources(source):
+    """A record's source fields, read from the admitted row's JSON without making the Source,
+    are what ``Source(**fields)`` has; a key Source lacks, or a source that is not a JSON
+    object, is still the constructor's TypeError."""
+    import dataclasses
+    import json
+
+    from orandcar_builder.executors.steps import _source_fields
+    from orandcar_builder.records import Source
+
+    assert all(f.default is not dataclasses.MISSING for f in dataclasses.fields(Source))  # the defaults read
+    made = Source(**source)
+    assert _source_fields(json.dumps(source)) == {"dataset": made.dataset, "split": made.split, "id": made.id,
+                                                  "origin": made.origin}
+    for damaged in ({**source, "license": "x"}, [source], "text"):
+        with pytest.raises(TypeError):
+            _source_fields(json.dumps(damaged))

@@ -15,6 +15,7 @@ the span of the reply's explicit final-answer statement when it made one ("C" fr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Optional
 
@@ -138,11 +139,21 @@ def _item_columns(row: dict, question: str) -> dict:
     }
 
 
+# Source's fields, each with its default (every field has one).
+_SOURCE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Source)}
+
+
 def _source_fields(source: str) -> dict:
     """The fields of an admitted row's source (its JSON text) that a decision record keeps
-    (records.SOURCE_TYPE); a key Source lacks is a TypeError."""
-    source = Source(**json.loads(source))
-    return {"dataset": source.dataset, "split": source.split, "id": source.id, "origin": source.origin}
+    (records.SOURCE_TYPE), as ``Source(**fields)`` has them; a key Source lacks is a TypeError.
+    Read from the JSON object without making the Source (a frozen dataclass's ``__init__``: a
+    third of this, per item decided) where its keys are Source's."""
+    data = json.loads(source)
+    if type(data) is not dict or not data.keys() <= _SOURCE_DEFAULTS.keys():
+        data = dataclasses.asdict(Source(**data))  # the TypeError naming the key (or the non-object)
+    defaults = _SOURCE_DEFAULTS
+    return {"dataset": data.get("dataset", defaults["dataset"]), "split": data.get("split", defaults["split"]),
+            "id": data.get("id", defaults["id"]), "origin": data.get("origin", defaults["origin"])}
 
 
 def _rule_inputs(row: dict) -> tuple[list[str], Optional[tuple[str, ...]]]:
