@@ -1,13 +1,15 @@
-"""Four parts of a rules-only rerun, timed alone on one build of a synthetic pool (bench_build's):
+"""Five parts of a rules-only rerun, timed alone on one build of a synthetic pool (bench_build's):
 making the replay engine (``ReplayEngine(recordings)``, which reads the file, and, where the tree
 on the path has it, ``lazy=True``, which only hashes it: what a rerun the cache answers whole
 does), before any build in this process, and the tally of a build's decisions (``report.tally``),
 its side files (``generate.side_files``: prompts.jsonl, unsupported.jsonl, failed.jsonl) and the
 cache's lookups of every stored generation (``GenerationCache.get_many``, 64 keys a call as a
-rerun's admitted rows come, CPU seconds), after one. Each is run ``--repeat`` times (the engine's
+rerun's admitted rows come, CPU seconds) and the source fields of every decision record
+(``steps._source_fields`` on the admitted rows' sources, CPU seconds), after one. Each is run ``--repeat`` times (the engine's
 ways alternated); run the script with another tree on PYTHONPATH to time that tree's code on the
 same kind of pool. ``--against TREE`` also makes the engine with TREE's ``engines/replay.py``, and
-looks the generations up with TREE's ``cache.py`` (each loaded beside this tree's, its imports
+looks the generations up with TREE's ``cache.py`` and reads the sources with TREE's
+``executors/steps.py`` (each loaded beside this tree's, its imports
 from this tree), alternated with this tree's: the one comparison this 2-core machine's spread
 between processes does not blur.
 
@@ -27,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
+
+import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_build import run_ours  # noqa: E402
@@ -69,6 +73,15 @@ def _lookups(cache_class, path: Path, keys: list[str]) -> float:
     return seconds
 
 
+def _source_reads(read, sources: list[str]) -> float:
+    """CPU seconds ``read`` (a ``_source_fields``) takes for every one of ``sources``."""
+    gc.collect()
+    t0 = time.process_time()
+    for source in sources:
+        read(source)
+    return time.process_time() - t0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=200_000, help="QA items in the synthetic pool")
@@ -79,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from orandcar_builder.cache import GenerationCache
     from orandcar_builder.engines.replay import ReplayEngine
+    from orandcar_builder.executors.steps import _source_fields
     from orandcar_builder.families import DEFAULT_FAMILIES
     from orandcar_builder.pipeline.report import tally
     from orandcar_builder.pipeline.stages.generate import side_files
@@ -99,7 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.against is not None:
             caches[f"{args.against.name}'s cache lookups (CPU)"] = _module_of(
                 args.against, "orandcar_builder._cache_against", "cache.py").GenerationCache
-        times: dict[str, list[float]] = {name: [] for name in (*engines, "tally", "side files", *caches)}
+        readers = {"source fields (CPU)": _source_fields}
+        if args.against is not None:
+            readers[f"{args.against.name}'s source fields (CPU)"] = _module_of(
+                args.against, "orandcar_builder.executors._steps_against", "executors/steps.py")._source_fields
+        times: dict[str, list[float]] = {name: [] for name in (*engines, "tally", "side files", *caches, *readers)}
         for _ in range(args.repeat):
             for name, call in engines.items():
                 times[name].append(_seconds(call))
@@ -114,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in range(args.repeat):
             for name, cache_class in caches.items():
                 times[name].append(_lookups(cache_class, stored, keys))
+        sources = pq.read_table(WorkDir(root / "work").admitted, columns=["source"]).column("source").to_pylist()
+        for _ in range(args.repeat):
+            for name, read in readers.items():
+                times[name].append(_source_reads(read, sources))
         print(f"{args.items:,} QA, replay file {replay.stat().st_size:,} bytes (tree: "
               f"{Path(inspect.getfile(tally)).resolve().parents[2]})")
         for name, values in times.items():

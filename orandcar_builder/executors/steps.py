@@ -27,6 +27,7 @@ from ..interrupts import raise_if_interrupted
 from ..prompts import question_text
 from ..records import (
     DECISION_SCHEMA,
+    SOURCE_TYPE,
     Admitted,
     Decision,
     Generation,
@@ -139,8 +140,9 @@ def _item_columns(row: dict, question: str) -> dict:
     }
 
 
-# Source's fields, each with its default (every field has one).
+# Source's fields, each with its default (every field has one), and those a record keeps.
 _SOURCE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Source)}
+_RECORD_SOURCE_FIELDS = tuple(field.name for field in SOURCE_TYPE)
 
 
 def _source_fields(source: str) -> dict:
@@ -150,10 +152,8 @@ def _source_fields(source: str) -> dict:
     third of this, per item decided) where its keys are Source's."""
     data = json.loads(source)
     if type(data) is not dict or not data.keys() <= _SOURCE_DEFAULTS.keys():
-        data = dataclasses.asdict(Source(**data))  # the TypeError naming the key (or the non-object)
-    defaults = _SOURCE_DEFAULTS
-    return {"dataset": data.get("dataset", defaults["dataset"]), "split": data.get("split", defaults["split"]),
-            "id": data.get("id", defaults["id"]), "origin": data.get("origin", defaults["origin"])}
+        Source(**data)  # raises the TypeError that names the key (or the non-object)
+    return {name: data.get(name, _SOURCE_DEFAULTS[name]) for name in _RECORD_SOURCE_FIELDS}
 
 
 def _rule_inputs(row: dict) -> tuple[list[str], Optional[tuple[str, ...]]]:
