@@ -7,7 +7,8 @@ Row groups are bounded by bytes, not rows, as datasets bounds the ones it writes
 a fixed 100 rows gave shards of small images thousands of row groups, a footer of megabytes and a
 slow ``load_dataset``. Rows become Arrow CONVERT_ROWS at a time (fewer where their estimated size
 would pass CONVERT_BYTES or a sixteenth of the bound; a larger row is a chunk of its own), so
-Python objects are held for a few rows only; the Arrow chunks gather into the open row group, which
+Python objects are held for a few rows only (the write stage hands rows already made as Arrow
+columns, ``write_columns``, and a chunk is then cut from them: the same chunks, the same bytes); the Arrow chunks gather into the open row group, which
 is written out before a chunk would take its Arrow size past ROW_GROUP_MAX_BYTES. A row group
 exceeds the bound only when one chunk alone does (one row of an image larger than the bound). A row
 group that grows past SPILL_BYTES waits on disk, in unnamed files in the config's folder
@@ -38,7 +39,7 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Generator, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Generator, Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -47,6 +48,9 @@ from ..files import naming
 from ..vocab import CONFIGS, SPLIT, shard_name
 from .features import features
 from .leafwise import LeafwiseWriter, column_leaves, leaves, table_columns
+
+if TYPE_CHECKING:
+    from ..route.columns import ConfigRows
 
 DEFAULT_MAX_SHARD_BYTES = 256 * 1024 * 1024
 # The Arrow bytes a row group may hold: datasets' config.MAX_ROW_GROUP_SIZE ("100MB", decimal).
@@ -61,12 +65,69 @@ CONVERT_BYTES = 1024 * 1024
 SPILL_BYTES = 8 * 1024 * 1024
 
 
+# What a row's size estimate adds to its image and QA text (``_row_bytes``).
+_ROW_OVERHEAD = 256
+
+
 def _row_bytes(row: dict) -> int:
     qa_text = 0
     for qa in row["qa"]:  # len(str(v)) of every value; a plain str is its own str (the common case, asked first)
         for value in qa.values():
             qa_text += len(value) if value.__class__ is str else len(str(value))
-    return len(row["image"]["bytes"]) + qa_text + 256
+    return len(row["image"]["bytes"]) + qa_text + _ROW_OVERHEAD
+
+
+def _chunk_of_columns(pending: list[tuple], schema: pa.Schema) -> pa.Table:
+    """The chunk of rows written by ``write_columns`` (``(rows, index, data, name)`` each, in
+    order): the image column from their bytes and names, the others concatenated from slices of
+    their ``rows``' columns into arrays of their own (``pa.concat_arrays``: offset 0, and a
+    validity bitmap only where a value is null, as ``from_pylist`` makes them; so the chunk's
+    Arrow size, which bounds the row groups, is that of the same rows as dicts)."""
+    runs: list[list] = []  # [rows, first index, end index] of consecutive rows of one ConfigRows
+    for rows, index, _, _ in pending:
+        if runs and runs[-1][0] is rows and runs[-1][2] == index:
+            runs[-1][2] += 1
+        else:
+            runs.append([rows, index, index + 1])
+    image_type = schema.field("image").type
+    image = pa.StructArray.from_arrays(
+        [pa.array([row[2] for row in pending], image_type.field("bytes").type),
+         pa.array([row[3] for row in pending], image_type.field("path").type)], fields=list(image_type))
+    columns = [image]
+    trim = any(rows.bitmaps for rows, _, _ in runs)
+    for name in schema.names[1:]:
+        parts = []
+        for rows, start, end in runs:
+            parts.extend(rows.table.column(name).slice(start, end - start).chunks)
+        column = pa.concat_arrays(parts)
+        columns.append(_without_empty_bitmaps(column) if trim else column)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _without_empty_bitmaps(array: pa.Array) -> pa.Array:
+    """``array`` (at offset 0, as ``pa.concat_arrays`` makes it) without the validity bitmap of any
+    array in it that holds no null: a slice of rows without a null keeps the bitmap of the window
+    it was cut from, where ``from_pylist`` makes none (one byte per 8 rows of Arrow size)."""
+    return _trimmed(array)[0]
+
+
+def _trimmed(array: pa.Array) -> tuple[pa.Array, bool]:
+    """(``array`` without its empty bitmaps, whether it had any)."""
+    kind = array.type
+    if pa.types.is_struct(kind):
+        children, own = [_trimmed(array.field(i)) for i in range(kind.num_fields)], 1
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        children, own = [_trimmed(array.values)], 2
+    else:
+        children, own = [], len(array.buffers())
+    buffers = array.buffers()[:own]
+    empty = buffers[0] is not None and not array.null_count
+    if not empty and not any(changed for _, changed in children):
+        return array, False
+    if empty:
+        buffers[0] = None
+    return pa.Array.from_buffers(kind, len(array), buffers, null_count=array.null_count, offset=array.offset,
+                                 children=[child for child, _ in children] or None), True
 
 
 @dataclass
@@ -138,6 +199,28 @@ class ConfigWriter:
         if self._shard_bytes >= self.max_shard_bytes:
             self._close_shard()
 
+    def write_columns(self, rows: "ConfigRows", index: int, data: bytes, name: str) -> None:
+        """Write row ``index`` of ``rows`` (``route.columns``: the row but its image) with its
+        image's bytes ``data`` and file name ``name``: the shards ``write`` gives for the row as a
+        dict (the same estimate of its size, the same chunks, row groups and shards); the chunk is
+        made from slices of ``rows``' columns, not from Python objects. A writer takes its rows
+        one way or the other, not both."""
+        if self._shard is None:
+            self._shard = _Shard(self._next_temp_shard(), self.schema)
+        size = len(data) + rows.text[index] + _ROW_OVERHEAD
+        convert_bytes = min(CONVERT_BYTES, ROW_GROUP_MAX_BYTES // 16)
+        if self._pending and self._pending_bytes + size > convert_bytes:
+            self._convert()
+        self._pending.append((rows, index, data, name))
+        self._shard_bytes += size
+        self._pending_bytes += size
+        self.rows += 1
+        self.qa += rows.qa[index]
+        if len(self._pending) >= CONVERT_ROWS or self._pending_bytes >= convert_bytes:
+            self._convert()
+        if self._shard_bytes >= self.max_shard_bytes:
+            self._close_shard()
+
     def _next_temp_shard(self) -> Path:
         """The hidden name a shard is written under until the config's shard count is known."""
         path = self.dir / f".{SPLIT}-{len(self._temp_shards):05d}.parquet.partial"
@@ -149,7 +232,10 @@ class ConfigWriter:
         first when the chunk would take it past ROW_GROUP_MAX_BYTES."""
         if not self._pending:
             return
-        chunk = pa.Table.from_pylist(self._pending, schema=self.schema)
+        if type(self._pending[0]) is tuple:
+            chunk = _chunk_of_columns(self._pending, self.schema)
+        else:
+            chunk = pa.Table.from_pylist(self._pending, schema=self.schema)
         self._pending, self._pending_bytes = [], 0
         if self._group_open() and self._group_arrow_bytes + chunk.nbytes > ROW_GROUP_MAX_BYTES:
             self._write_group()
@@ -379,6 +465,14 @@ class DatasetWriter:
 
     def write(self, config: str, row: dict) -> None:
         self.writers[config].write(row)
+
+    def schema(self, config: str) -> pa.Schema:
+        """``config``'s Arrow schema, its shards'."""
+        return self.writers[config].schema
+
+    def write_columns(self, rows: "ConfigRows", index: int, data: bytes, name: str) -> None:
+        """``ConfigWriter.write_columns`` for ``rows``' config."""
+        self.writers[rows.config].write_columns(rows, index, data, name)
 
     def finish(self, config: str) -> None:
         """``config`` has all its rows: its open row group and shard are written now (so memory

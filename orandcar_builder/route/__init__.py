@@ -6,7 +6,9 @@ out:
 
 - ``route(outcomes)`` (rows.py): outcomes held in memory (small pools, tests);
 - ``RoutePlan(decisions_path)`` (plan.py): a decisions parquet file (``work/decisions.parquet``,
-  in pool order), grouped by a sort on disk with memory bounded whatever the pool size.
+  in pool order), grouped by a sort on disk with memory bounded whatever the pool size. Its
+  ``rows_of`` gives RowPlans; ``batches_of`` gives the same rows made a column at a time from a
+  window of decisions (columns.py), which is what the write stage hands the writer.
 
 The record routing reads, ``Outcome``, and its Arrow codec live in ``records`` (``executors.steps.outcome_of``
 writes them without importing this stage); the route names live in ``vocab``.

@@ -22,6 +22,7 @@ from ..images import ImageRef
 from ..parquetio import open_parquet
 from ..records import OUTCOME_COLUMNS
 from ..vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_ROUTE, CONFIG_THINK, REJECTED, ROUTES
+from .columns import RowBatch, row_batch
 from .rows import RowPlan
 
 # QA items read back per window; about one row group of work/decisions.parquet.
@@ -90,7 +91,8 @@ class RoutePlan:
        config's whole sequence;
     3. ``rows(config)`` sorts one range file at a time by (first, row) and yields RowPlans,
        reading the other columns of the needed decisions by row group, a column at a time;
-       ``rows_of(configs)`` does it once for configs of one route (RS_think and RS_nothink).
+       ``rows_of(configs)`` does it once for configs of one route (RS_think and RS_nothink), and
+       ``batches_of`` makes the same rows a window at a time as Arrow columns (``columns.py``).
     """
 
     def __init__(self, decisions: Path, *, window: int = WINDOW, bucket_rows: int = BUCKET_ROWS,
@@ -254,9 +256,50 @@ class RoutePlan:
         if group is not None:
             yield group.plans()
 
+    def record_windows(self, configs: tuple[str, ...]) -> Iterator[tuple[pa.Table, np.ndarray]]:
+        """The decisions of ``configs`` (of one route) in the order their rows take them, a
+        window at a time: the columns the rows are made of (``_READ_COLUMNS``) and each
+        decision's image's first row (equal within an image). A window holds about ``window``
+        decisions and never cuts an image's: it ends where an image's decisions start, or (an
+        image with more than ``window`` of them) where that image's end."""
+        routes = {CONFIG_ROUTE[config] for config in configs}
+        if len(routes) != 1:
+            raise ValueError(f"configs {configs} do not take the items of one route")
+        columns = _READ_COLUMNS[routes.pop()]
+        for placed in self._sequence(configs[0]):
+            first = placed["first"]
+            count = len(placed)
+            starts = np.flatnonzero(np.r_[True, first[1:] != first[:-1]])
+            start = 0
+            while start < count:
+                end = start + self.window
+                if end < count:
+                    image = int(np.searchsorted(starts, end, side="right")) - 1  # the image of decision ``end``
+                    end = int(starts[image])
+                    if end <= start:  # that image began the window: the window ends with it
+                        end = int(starts[image + 1]) if image + 1 < len(starts) else count
+                else:
+                    end = count
+                yield self._read_table(placed["row"][start:end], columns), first[start:end]
+                start = end
+
+    def batches_of(self, schemas: dict) -> Iterator[RowBatch]:
+        """The rows of several configs of one route (``schemas``: config -> its Arrow schema), a
+        window of decisions at a time, made a column at a time (``columns.row_batch``): the rows
+        ``rows_of`` plans, in its order, with the values its RowPlans' ``to_row`` gives."""
+        for table, first in self.record_windows(tuple(schemas)):
+            batch = row_batch(table, first, schemas)
+            if batch is not None:
+                yield batch
+
     def _read(self, indices: np.ndarray, columns: tuple[str, ...]) -> dict[str, list]:
         """``columns`` of the records at ``indices`` (file row numbers), in that order, as Python
         lists (a column at a time: no dict per record)."""
+        table = self._read_table(indices, columns)
+        return {name: table.column(name).to_pylist() for name in columns}
+
+    def _read_table(self, indices: np.ndarray, columns: tuple[str, ...]) -> pa.Table:
+        """``columns`` of the records at ``indices`` (file row numbers), in that order."""
         groups = np.searchsorted(self._group_starts, indices, side="right") - 1
         by_group = np.argsort(groups, kind="stable")
         parts = []
@@ -269,7 +312,7 @@ class RoutePlan:
             restore = np.empty(len(indices), dtype=np.int64)
             restore[by_group] = np.arange(len(indices))
             table = table.take(pa.array(restore))
-        return {name: table.column(name).to_pylist() for name in columns}
+        return table
 
     def _read_row_group(self, group: int) -> pa.Table:
         return self._file.read_row_group(group, columns=list(OUTCOME_COLUMNS), use_threads=False)

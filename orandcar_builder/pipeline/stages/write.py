@@ -16,6 +16,7 @@ from typing import Optional
 
 from ...dataset.writer import DatasetWriter
 from ...heap import objects_before_frozen
+from ...images import ImageRef
 from ...parquetio import open_parquet
 from ...pool.prefetch import usable_cpus
 from ...route import RoutePlan
@@ -47,18 +48,21 @@ APART_MIN_DECISIONS = 50_000
 
 def write_rows(writer: DatasetWriter, plan: RoutePlan, bar, configs: tuple[str, ...] = CONFIGS) -> None:
     """``configs``' rows into ``writer``: the accepted items are read once for ``RS_think`` and
-    ``RS_nothink`` (one image row of each at a time, the image's bytes read once for both), then
-    the rejected ones."""
+    ``RS_nothink`` (a window of decisions at a time, made into both configs' rows a column at a
+    time: ``RoutePlan.batches_of``; each image's bytes read once for both), then the rejected
+    ones. Each image is read (and its sha256 checked) as its row is written, so memory holds the
+    images of the writer's pending chunk, not of the window."""
     for route_configs in (ACCEPTED_CONFIGS, (CONFIG_REJECTED,)):
         together = tuple(config for config in route_configs if config in configs)
         if not together:
             continue
-        for plans in plan.rows_of(together):
-            data = plans[0].image.read()
-            for config, row_plan in zip(together, plans):
-                writer.write(config, row_plan.to_row(data))
-                if bar is not None:
-                    bar.update(len(row_plan.qa))
+        for batch in plan.batches_of({config: writer.schema(config) for config in together}):
+            for index, (path, sha, name) in enumerate(zip(batch.paths, batch.shas, batch.names)):
+                data = ImageRef(path=path, sha256=sha).read()
+                for rows in batch.configs:
+                    writer.write_columns(rows, index, data, name)
+            if bar is not None:
+                bar.update(sum(sum(rows.qa) for rows in batch.configs))
         for config in together:
             writer.finish(config)  # its last row group leaves memory before the next configs are written
 
