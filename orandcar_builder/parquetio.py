@@ -30,7 +30,7 @@ import hashlib
 import os
 import struct
 from collections import OrderedDict
-from typing import IO, Iterable, Optional, Union
+from typing import IO, Iterable, Iterator, Optional, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,6 +59,22 @@ class ShardTooLargeError(OrandCarError):
 def open_parquet(path: Union[str, os.PathLike]) -> pq.ParquetFile:
     """``pq.ParquetFile(path)`` that holds no more than the row group being read."""
     return pq.ParquetFile(path, pre_buffer=False)
+
+
+def nested_arrays(array: pa.Array) -> Iterator[pa.Array]:
+    """``array`` and every array inside it, depth first: a struct's fields, a list's values."""
+    yield array
+    kind = array.type
+    if pa.types.is_struct(kind):
+        for i in range(kind.num_fields):
+            yield from nested_arrays(array.field(i))
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        yield from nested_arrays(array.values)
+
+
+def is_nested(kind: pa.DataType) -> bool:
+    """Whether arrays of ``kind`` hold others (``nested_arrays`` descends into them)."""
+    return pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind)
 
 
 def _top(chunk) -> str:

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from ..families import DEFAULT_FAMILIES, Families
 from ..files import loads_bounded
-from ..parquetio import ShardTooLargeError, check_row_groups, open_parquet, row_group_nbytes
+from ..parquetio import ShardTooLargeError, check_row_groups, is_nested, nested_arrays, open_parquet, row_group_nbytes
 from ..spill import SpillMap
 from ..verify import RULE_MODULES
 from ..vocab import CONFIG_REJECTED, CONFIGS, JUDGE_VERIFIER, SHARD_NAME, SPLIT
@@ -418,16 +418,14 @@ def _batches(parquet: pq.ParquetFile, shard: Path, measured: dict[Path, tuple[in
 def _has_validity(array: pa.Array) -> bool:
     """Whether ``array`` or any array inside it has a validity bitmap (or is of a type whose
     batches are not known to add up, which counts as having one)."""
-    kind = array.type
-    if array.buffers()[0] is not None:
-        return True
-    if pa.types.is_struct(kind):
-        return any(_has_validity(array.field(i)) for i in range(kind.num_fields))
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return _has_validity(array.values)
-    return not (pa.types.is_string(kind) or pa.types.is_binary(kind) or pa.types.is_large_string(kind)
-                or pa.types.is_large_binary(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                or pa.types.is_boolean(kind))
+    return any(inner.buffers()[0] is not None or not (is_nested(inner.type) or _adds_up(inner.type))
+               for inner in nested_arrays(array))
+
+
+def _adds_up(kind: pa.DataType) -> bool:
+    return (pa.types.is_string(kind) or pa.types.is_binary(kind) or pa.types.is_large_string(kind)
+            or pa.types.is_large_binary(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)
+            or pa.types.is_boolean(kind))
 
 
 def _check_shard_rows(config: str, parquet: pq.ParquetFile, shard: Path, label: str, seen_images: SpillMap,

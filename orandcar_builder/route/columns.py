@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..parquetio import nested_arrays
 from ..vocab import ACCEPTED, CONFIG_ROUTE
 
 # What ``len(str(None))`` counts for a null QA value.
@@ -194,16 +195,8 @@ def row_batch(table: pa.Table, first: np.ndarray, schemas: dict) -> Optional[Row
 
 def _has_bitmap(table: pa.Table) -> bool:
     """Whether any array of ``table``, at any depth, has a validity bitmap."""
-    def walk(array: pa.Array) -> bool:
-        kind = array.type
-        if array.buffers()[0] is not None:
-            return True
-        if pa.types.is_struct(kind):
-            return any(walk(array.field(i)) for i in range(kind.num_fields))
-        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-            return walk(array.values)
-        return False
-    return any(walk(chunk) for column in table.columns for chunk in column.chunks)
+    return any(array.buffers()[0] is not None
+               for column in table.columns for chunk in column.chunks for array in nested_arrays(chunk))
 
 
 def _without_image(schema: pa.Schema) -> pa.Schema:
