@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import pyarrow.parquet as pq
 
@@ -42,8 +42,10 @@ from .dataset.layout import README, expected_layout_text, scan_repo
 from .errors import OrandCarError
 from .families import Families
 from .parquetio import ShardTooLargeError, check_row_groups, row_group_nbytes
-from .spill import SpillMap
 from .vocab import CONFIGS, SPLIT
+
+if TYPE_CHECKING:
+    from .dataset.validate import ImagesSeen
 
 FOOTER_BLOCK = 64 * 1024  # bytes per ranged read while only footers are read (pyarrow reads 64 KiB tails)
 ROWS_BLOCK = 8 * 1024 * 1024  # bytes per ranged read while rows are streamed
@@ -198,7 +200,7 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
     through the row checks (with jsonschema on every row when ``exhaustive``); ``online`` asks
     the Hub's own card check too."""
     from .dataset.hubcard import hub_validation_problems
-    from .dataset.validate import _check_links, check_card_bytes, shard_number_problems
+    from .dataset.validate import ImagesSeen, _check_links, check_card_bytes, shard_number_problems
 
     layout = scan_repo(side.files)
     published = layout.published
@@ -219,7 +221,7 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
             yield from _check_links(text, published)
     shards_by_config, measured = {}, {}
     families = header_families(header)  # a family the build's recipe added is known (the card records the recipe)
-    with SpillMap() as seen_images:
+    with ImagesSeen() as images:
         for config in CONFIGS:
             if not any(path.startswith(f"{config}/") for path in side.files):
                 yield f"{config}: folder missing (README declares {config}/{SPLIT}-*)"
@@ -228,10 +230,12 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
             shards = [path for path in published if path.startswith(f"{config}/")]
             shards_by_config[config] = shards
             yield from shard_number_problems(config, [path.split("/", 1)[1] for path in shards])
+            images.config_rows(config)
             for shard in shards:
                 result.shards += 1
                 result.shard_bytes += side.files[shard].size
-                yield from _check_shard(side, config, shard, seen_images, rows, exhaustive, measured, families)
+                yield from _check_shard(side, config, shard, images, rows, exhaustive, measured, families)
+            yield from images.config_done()
     if header is not None:
         from .dataset.validate import _check_dataset_info
 
@@ -241,7 +245,7 @@ def _problems(side, result: HubValidation, *, rows: bool, exhaustive: bool, onli
             yield from _check_dataset_info(header, expected)
 
 
-def _check_shard(side, config: str, shard: str, seen_images: SpillMap, rows: bool, exhaustive: bool,
+def _check_shard(side, config: str, shard: str, images: "ImagesSeen", rows: bool, exhaustive: bool,
                  measured: dict, families: Families) -> Iterator[str]:
     """The shard's footer (schema, features metadata, rows); with ``rows`` its rows too (their
     families checked against ``families``, the card's).
@@ -273,7 +277,7 @@ def _check_shard(side, config: str, shard: str, seen_images: SpillMap, rows: boo
             except Exception as exc:
                 _reraise_if_transport(exc)
         else:
-            yield from _check_shard_rows(config, parquet, shard, shard, seen_images, exhaustive, measured, families)
+            yield from _check_shard_rows(config, parquet, shard, shard, images, exhaustive, measured, families)
 
 
 def _reraise_if_transport(exc: BaseException) -> None:

@@ -41,6 +41,8 @@ import struct
 import tempfile
 from typing import Iterable, Iterator, Optional, Union
 
+import numpy as np
+
 # Keys kept in a dict before spilling to SQLite: a few MiB of short ids and their values.
 DEFAULT_THRESHOLD = 32768
 # New keys per INSERT once spilled.
@@ -307,6 +309,117 @@ class Spool:
             self._file = None
 
     def __enter__(self) -> "Spool":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+
+# Keys a Repeats holds in memory before it writes them to its bucket files, and the keys per
+# bucket it aims at (each bucket is read and sorted whole by ``repeats()``).
+REPEATS_BUCKET_KEYS = 1 << 15
+# Buckets of a Repeats not told how many keys to expect: a bucket holds 1/256 of the keys (40k
+# at ten million).
+REPEATS_BUCKETS = 256
+
+
+class Repeats:
+    """Which keys were added more than once: fixed-width byte keys, each added with its position
+    (an int that grows with each key added), and once all are in, ``repeats()`` gives every entry
+    whose key was added before, with the position of the key's first entry. Memory holds
+    ``bucket_keys`` entries whatever their number: past that, entries are appended to bucket
+    files (by a hash of the key, so all entries of a key share one) in a temporary folder under
+    ``directory``, and ``repeats()`` reads and sorts one bucket at a time. A ``SpillMap`` answers
+    "seen?" as each key comes, at the cost of an SQLite insert per key; here nothing is answered
+    before the end, in numpy (for validate's one row per image and config: 0.05 s against 0.75 s
+    for 180k rows). ``expected``: about how many keys will be added (sets the buckets: one per
+    ``bucket_keys``, or REPEATS_BUCKETS when None);
+    ``bucket_keys``: None for REPEATS_BUCKET_KEYS, read when the structure is made. Keys are
+    compared as numpy's ``S<width>`` compares them: give keys of exactly ``width`` bytes (a
+    shorter one would equal itself padded with NUL bytes)."""
+
+    def __init__(self, width: int, expected: Optional[int] = None, directory: Optional[Union[str, os.PathLike]] = None,
+                 *, bucket_keys: Optional[int] = None):
+        bucket_keys = REPEATS_BUCKET_KEYS if bucket_keys is None else bucket_keys
+        if width < 1 or bucket_keys < 1:
+            raise ValueError("Repeats needs a key width and bucket_keys of at least 1")
+        self.dtype = np.dtype([("key", f"S{width}"), ("position", "<i8")])
+        self.width, self.directory, self.bucket_keys = width, directory, bucket_keys
+        self.buckets = REPEATS_BUCKETS if expected is None else max(1, -(-max(0, expected) // bucket_keys))
+        self._held: list[np.ndarray] = []
+        self._count = 0  # entries held in memory
+        self._folder: Optional[tempfile.TemporaryDirectory] = None
+
+    def add(self, keys: np.ndarray, positions: np.ndarray) -> None:
+        """Add ``keys`` (bytes of ``width`` each: a numpy ``S<width>`` array) at ``positions``."""
+        entries = np.empty(len(keys), dtype=self.dtype)
+        entries["key"], entries["position"] = keys, positions
+        self._held.append(entries)
+        self._count += len(entries)
+        if self._count > self.bucket_keys:
+            self._write_out()
+
+    def _bucket_of(self, keys: np.ndarray) -> np.ndarray:
+        """Each key's bucket: a hash of its first eight bytes (any bytes: equal keys, equal buckets)."""
+        head = np.zeros(len(keys), dtype=np.uint64)
+        raw = np.ascontiguousarray(keys).view(np.uint8).reshape(len(keys), self.width)
+        for i in range(min(8, self.width)):
+            head = (head << np.uint64(8)) | raw[:, i].astype(np.uint64)
+        return ((head * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) % np.uint64(self.buckets)
+
+    def _write_out(self) -> None:
+        if not self._held:
+            return
+        entries = np.concatenate(self._held)
+        self._held, self._count = [], 0
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="repeats-", dir=self.directory)
+        buckets = self._bucket_of(entries["key"]).astype(np.int64)
+        ordered = np.argsort(buckets, kind="stable")
+        bounds = np.searchsorted(buckets[ordered], np.arange(self.buckets + 1))
+        for bucket in range(self.buckets):
+            part = entries[ordered[bounds[bucket]:bounds[bucket + 1]]]
+            if len(part):
+                with open(os.path.join(self._folder.name, str(bucket)), "ab") as fh:
+                    fh.write(part.tobytes())
+
+    def _parts(self) -> Iterator[np.ndarray]:
+        if self._folder is None:
+            if self._held:
+                yield np.concatenate(self._held)
+            return
+        self._write_out()
+        for bucket in range(self.buckets):
+            path = os.path.join(self._folder.name, str(bucket))
+            if os.path.exists(path):
+                yield np.fromfile(path, dtype=self.dtype)
+
+    def repeats(self) -> Iterator[tuple[int, int]]:
+        """(position, first position) of every entry whose key was added at a smaller position
+        before, in order of position. Read once, after the last ``add``."""
+        found_positions, found_firsts = [], []
+        for part in self._parts():
+            order = np.lexsort((part["position"], part["key"]))
+            keys, positions = part["key"][order], part["position"][order]
+            starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+            firsts = np.repeat(positions[starts], np.diff(np.r_[starts, len(keys)]))
+            later = positions != firsts
+            found_positions.append(positions[later])
+            found_firsts.append(firsts[later])
+        if not found_positions:
+            return
+        positions, firsts = np.concatenate(found_positions), np.concatenate(found_firsts)
+        order = np.argsort(positions, kind="stable")
+        yield from zip(positions[order].tolist(), firsts[order].tolist())
+
+    def close(self) -> None:
+        """Drop every entry and delete the bucket files."""
+        self._held, self._count = [], 0
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
+
+    def __enter__(self) -> "Repeats":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -173,3 +173,44 @@ def test_spool_refuses_records_once_read_back(tmp_path, monkeypatch):
         with pytest.raises(ValueError):
             for i in range(3):
                 spool.append((i,))
+
+
+def _repeats_of(keys: list[bytes]) -> list[tuple[int, int]]:
+    first: dict[bytes, int] = {}
+    out = []
+    for position, key in enumerate(keys):
+        if key in first:
+            out.append((position, first[key]))
+        else:
+            first[key] = position
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.sampled_from([bytes([a, b, 0, 255]) for a in (0, 7, 255) for b in (1, 128)]) |
+                     st.binary(min_size=4, max_size=4), max_size=300),
+       batch=st.integers(1, 40), bucket_keys=st.integers(1, 50), expected=st.integers(0, 400))
+def test_repeats_are_the_keys_seen_before_whatever_the_buckets(tmp_path_factory, keys, batch, bucket_keys, expected):
+    import numpy as np
+
+    tmp_path = tmp_path_factory.mktemp("repeats")
+    with spill.Repeats(4, expected or None, tmp_path, bucket_keys=bucket_keys) as repeats:
+        for start in range(0, len(keys), batch):
+            part = keys[start:start + batch]
+            repeats.add(np.array(part, dtype="S4"), np.arange(start, start + len(part)))
+        assert list(repeats.repeats()) == _repeats_of(keys)
+    assert os.listdir(tmp_path) == []  # the bucket files are gone
+
+
+def test_repeats_keep_a_bounded_number_of_entries_in_memory(tmp_path):
+    import numpy as np
+
+    keys = np.array([f"{i % 5000:064d}".encode() for i in range(20_000)], dtype="S64")
+    with spill.Repeats(64, len(keys), tmp_path, bucket_keys=1000) as repeats:
+        for start in range(0, len(keys), 700):
+            repeats.add(keys[start:start + 700], np.arange(start, min(start + 700, len(keys))))
+            assert repeats._count <= 1000 + 700
+        assert repeats.buckets == 20 and len(os.listdir(tmp_path)) == 1
+        found = list(repeats.repeats())
+    assert len(found) == 15_000 and found[0] == (5000, 0) and found[-1] == (19_999, 4999)
+    assert os.listdir(tmp_path) == []

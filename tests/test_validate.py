@@ -174,7 +174,6 @@ def test_a_row_group_is_read_a_column_and_a_batch_at_a_time(tmp_path, monkeypatc
     import orandcar_builder.dataset.validate as validate
     from orandcar_builder.dataset.writer import write_dataset
     from orandcar_builder.families import DEFAULT_FAMILIES
-    from orandcar_builder.spill import SpillMap
 
     rows = []
     for i in range(3000):
@@ -208,8 +207,10 @@ def test_a_row_group_is_read_a_column_and_a_batch_at_a_time(tmp_path, monkeypatc
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", recorded_batches)
     monkeypatch.setattr(validate, "BATCH_BYTES", 64 * 1024)
     measured = {}
-    with SpillMap() as seen:
+    with validate.ImagesSeen() as seen:
+        seen.config_rows("rejected")
         problems = list(validate._check_rows("rejected", [shard], seen, False, measured, DEFAULT_FAMILIES))
+        problems += seen.config_done()
     assert problems == []
     assert measured[shard] == (3000, whole.nbytes)
     assert held and max(held) <= largest_column
@@ -226,7 +227,6 @@ def test_a_row_groups_size_is_summed_from_its_batches_and_read_whole_only_where_
     from orandcar_builder.dataset.info import arrow_bytes
     from orandcar_builder.dataset.writer import write_dataset
     from orandcar_builder.families import DEFAULT_FAMILIES
-    from orandcar_builder.spill import SpillMap
 
     from .test_writer import _rows, _rows_with_null_values
 
@@ -241,7 +241,8 @@ def test_a_row_groups_size_is_summed_from_its_batches_and_read_whole_only_where_
                         lambda parquet, group: whole_reads.append(group) or row_group_nbytes(parquet, group))
     monkeypatch.setattr(validate, "BATCH_BYTES", 16 * 1024)
     measured = {}
-    with SpillMap() as seen:
+    with validate.ImagesSeen() as seen:
+        seen.config_rows("rejected")
         list(validate._check_rows("rejected", [shard], seen, False, measured, DEFAULT_FAMILIES))  # rows of another schema's rules
     assert measured[shard] == (900, arrow_bytes([shard]))
     assert bool(whole_reads) == with_nulls

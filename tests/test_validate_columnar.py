@@ -211,6 +211,7 @@ def test_duplicate_image_found_after_the_seen_map_spills_to_disk(monkeypatch, sa
     from orandcar_builder import spill
 
     monkeypatch.setattr(spill, "DEFAULT_THRESHOLD", 2)
+    monkeypatch.setattr(spill, "REPEATS_BUCKET_KEYS", 2)
     shard = sorted((sample_copy / "RS_think").glob("train-*.parquet"))[0]
     table = pq.read_table(shard)
     rows = table.to_pylist()
@@ -220,3 +221,28 @@ def test_duplicate_image_found_after_the_seen_map_spills_to_disk(monkeypatch, sa
     last = len(rows) - 1
     assert (f"RS_think/{shard.name} row {last} field image_sha256: image already has a row "
             f"(RS_think/{shard.name} row 0)") in validate_folder(sample_copy)
+
+
+def test_repeated_images_are_named_in_row_order_after_the_rows_other_problems(monkeypatch, sample_copy):
+    """A well-formed sha256 repeated is named once the config's rows are read (spill.Repeats), in
+    row order, with its first row; a malformed one (not 64 characters) repeated is named with its
+    row's other problems, as it comes; null ones are never repeats."""
+    from orandcar_builder import spill
+
+    monkeypatch.setattr(spill, "REPEATS_BUCKET_KEYS", 3)
+    shard = sorted((sample_copy / "RS_think").glob("train-*.parquet"))[0]
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    assert len(rows) > 6
+    rows[4]["image_sha256"] = rows[1]["image_sha256"]
+    rows[5]["image_sha256"] = rows[1]["image_sha256"]
+    rows[3]["image_sha256"] = rows[2]["image_sha256"] = "abc"
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
+    label = f"RS_think/{shard.name}"
+    problems = [p for p in validate_folder(sample_copy) if p.startswith("RS_think/")]
+    repeats = [p for p in problems if "image already has a row" in p]
+    assert repeats == [f"{label} row 3 field image_sha256: image already has a row ({label} row 2)",
+                       f"{label} row 4 field image_sha256: image already has a row ({label} row 1)",
+                       f"{label} row 5 field image_sha256: image already has a row ({label} row 1)"]
+    assert problems.index(repeats[0]) < problems.index(repeats[1]) == len(problems) - 2  # the numpy ones come last
+    assert any(p.startswith(f"{label} row 2 field image_sha256") and "already" not in p for p in problems)

@@ -22,12 +22,13 @@ Checks, one problem line each (naming config, shard, row and field):
 from __future__ import annotations
 
 import base64
+import bisect
 import functools
 import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import jsonschema
 import numpy as np
@@ -38,7 +39,7 @@ import pyarrow.parquet as pq
 from ..families import DEFAULT_FAMILIES, Families
 from ..files import loads_bounded
 from ..parquetio import ShardTooLargeError, check_row_groups, is_nested, nested_arrays, open_parquet, row_group_nbytes
-from ..spill import SpillMap
+from ..spill import Repeats, SpillMap
 from ..verify import RULE_MODULES
 from ..vocab import CONFIG_REJECTED, CONFIGS, JUDGE_VERIFIER, SHARD_NAME, SPLIT
 from .cardfile import CardFormatError, header_families, split_card
@@ -349,12 +350,14 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     # "config/sha256" -> where the image's first row in that config is. One map for the folder:
     # past its threshold it holds a fixed Bloom filter and page cache, paid once, not per config.
     families = header_families(header)  # a family the build's recipe added is known (the card records the recipe)
-    with SpillMap() as seen_images:
+    with ImagesSeen() as images:
         for config in CONFIGS:
             shards, name_problems = _check_shard_names(folder, config, published)
             shards_by_config[config] = shards
             problems.extend(name_problems)
-            problems.extend(_check_rows(config, shards, seen_images, exhaustive, measured, families))
+            images.config_rows(config, sum(_rows_in(shard) for shard in shards))
+            problems.extend(_check_rows(config, shards, images, exhaustive, measured, families))
+            problems.extend(images.config_done())
     if header is not None:
         expected = _expected_info(shards_by_config, measured)
         if expected is not None and header.get("dataset_info") != expected:
@@ -366,9 +369,10 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     return problems
 
 
-def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhaustive: bool,
+def _check_rows(config: str, shards: list[Path], images: "ImagesSeen", exhaustive: bool,
                 measured: dict[Path, tuple[int, int]], families: Families) -> Iterator[str]:
-    """Every problem in the rows of ``config``'s shards, in row order. Each shard's footer is read
+    """Every problem in the rows of ``config``'s shards, in row order (but the rows repeating an
+    image, which ``images.config_done()`` names after them). Each shard's footer is read
     once, for its schema and then its rows; rows are read one row group at a time, and each shard's
     row count and Arrow size (``info.arrow_bytes``) are put in ``measured`` on the way, so the
     ``dataset_info`` check does not read the shard again."""
@@ -389,7 +393,86 @@ def _check_rows(config: str, shards: list[Path], seen_images: SpillMap, exhausti
         except ShardTooLargeError as exc:
             yield f"{label}: {exc}; its rows are not read"
             continue
-        yield from _check_shard_rows(config, parquet, shard, label, seen_images, exhaustive, measured, families)
+        yield from _check_shard_rows(config, parquet, shard, label, images, exhaustive, measured, families)
+
+
+# An image_sha256 of this many bytes (64 hex digits, or anything else that long) is checked for
+# repeats in numpy (``spill.Repeats``); a null is not checked, any other value (malformed, which
+# the row's own check names) through a SpillMap.
+_SHA_BYTES = 64
+
+
+class ImagesSeen:
+    """The images of a folder's rows, for "one row per image in each config", a config at a time:
+    ``config_rows(config)``, then each shard's rows (``_check_shard_rows``: ``shard`` places them,
+    ``add`` records their images), then ``config_done()`` names each row that repeats an image of
+    the config, with the image's first row, in row order. An image_sha256 of _SHA_BYTES is
+    recorded in a ``spill.Repeats`` (numpy, at the end); any other non-null value is checked as
+    its row comes (``first_seen``: a SpillMap of the folder). A context manager."""
+
+    def __init__(self):
+        self._odd = SpillMap()
+        self._repeats: Optional[Repeats] = None
+        self._config = ""
+        self._starts: list[tuple[int, str]] = []  # (position of a shard's first row, its label)
+        self._next = 0
+
+    def config_rows(self, config: str, expected: Optional[int] = None) -> None:
+        """The rows of ``config`` come next (about ``expected`` of them, if known)."""
+        self._drop_repeats()
+        self._config, self._starts, self._next = config, [], 0
+        self._repeats = Repeats(_SHA_BYTES, expected)
+
+    def shard(self, label: str, rows: int) -> int:
+        """The next shard's ``rows`` rows come (``label`` names them): the position of its first."""
+        start = self._next
+        self._starts.append((start, label))
+        self._next += rows
+        return start
+
+    def add(self, keys: np.ndarray, positions: np.ndarray) -> None:
+        self._repeats.add(keys, positions)
+
+    def first_seen(self, sha: str, where: str) -> Optional[str]:
+        """Where the image of a malformed ``sha`` had its row in this config, or None (first)."""
+        return self._odd.first_seen(f"{self._config}/{sha}", where)
+
+    def config_done(self) -> Iterator[str]:
+        """The config's rows that repeat an image of it, in row order."""
+        firsts = [start for start, _ in self._starts]
+
+        def where(position: int) -> str:
+            start, label = self._starts[bisect.bisect_right(firsts, position) - 1]
+            return f"{label} row {position - start}"
+
+        try:
+            for position, first in self._repeats.repeats():
+                yield f"{where(position)} field image_sha256: image already has a row ({where(first)})"
+        finally:
+            self._drop_repeats()
+
+    def _drop_repeats(self) -> None:
+        if self._repeats is not None:
+            self._repeats.close()
+            self._repeats = None
+
+    def close(self) -> None:
+        self._drop_repeats()
+        self._odd.close()
+
+    def __enter__(self) -> "ImagesSeen":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+
+def _rows_in(shard: Path) -> int:
+    """The rows a shard's footer says it holds; 0 for one that cannot be read (named elsewhere)."""
+    try:
+        return pq.read_metadata(shard).num_rows
+    except Exception:  # noqa: BLE001 - _check_rows names the shard's problem
+        return 0
 
 
 def _batches(parquet: pq.ParquetFile, shard: Path, measured: dict[Path, tuple[int, int]]) -> Iterator[pa.RecordBatch]:
@@ -428,18 +511,28 @@ def _adds_up(kind: pa.DataType) -> bool:
             or pa.types.is_boolean(kind))
 
 
-def _check_shard_rows(config: str, parquet: pq.ParquetFile, shard: Path, label: str, seen_images: SpillMap,
+def _check_shard_rows(config: str, parquet: pq.ParquetFile, shard: Path, label: str, images: ImagesSeen,
                       exhaustive: bool, measured: dict[Path, tuple[int, int]], families: Families) -> Iterator[str]:
-    """The problems of one shard's rows; a row's family must be one of ``families`` (the card's)."""
+    """The problems of one shard's rows; a row's family must be one of ``families`` (the card's).
+    Each row's image is recorded in ``images`` (a malformed image_sha256 repeated is named here,
+    after the row's other problems; a well-formed one by ``images.config_done()``)."""
+    base = images.shard(label, parquet.metadata.num_rows)
     row_index = 0
     for batch in _batches(parquet, shard, measured):
         suspects = np.ones(batch.num_rows, dtype=bool) if exhaustive else _suspect_rows(config, batch, families)
-        for i, (sha, suspect) in enumerate(zip(batch.column("image_sha256").to_pylist(), suspects.tolist())):
+        shas = batch.column("image_sha256")
+        fixed = pc.fill_null(pc.equal(pc.binary_length(shas), _SHA_BYTES), False).to_numpy(zero_copy_only=False)
+        odd = ~fixed & shas.is_valid().to_numpy(zero_copy_only=False)
+        if fixed.any():
+            chosen = (shas if fixed.all() else shas.filter(pa.array(fixed))).cast(pa.binary(_SHA_BYTES))
+            keys = np.frombuffer(chosen.buffers()[1], dtype=f"S{_SHA_BYTES}")[chosen.offset:chosen.offset + len(chosen)]
+            images.add(keys, base + row_index + np.flatnonzero(fixed))
+        for i in np.flatnonzero(suspects | odd).tolist():
             where = f"{label} row {row_index + i}"
-            if suspect:
+            if suspects[i]:
                 yield from _check_row(config, batch.slice(i, 1).to_pylist()[0], where, families)
-            if sha is not None:
-                earlier = seen_images.first_seen(f"{config}/{sha}", where)
+            if odd[i]:
+                earlier = images.first_seen(shas[i].as_py(), where)
                 if earlier is not None:
                     yield f"{where} field image_sha256: image already has a row ({earlier})"
         row_index += batch.num_rows
