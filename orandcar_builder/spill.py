@@ -17,7 +17,11 @@ folder is removed on ``close()`` (or when the structure is garbage-collected). K
 str without lone surrogates (SQLite stores UTF-8); SQLite's JSON functions are needed (built in
 since SQLite 3.38, and in the usual Python builds before). Not for use from several threads at once.
 
-``Spool`` is the third: records written once and read back once in order (a first pass over a
+``Repeats`` answers the same question for fixed-width keys only once all are in (validate's
+repeated images): keys and their positions gather in bucket files by a hash of the key, and each
+bucket is sorted in numpy at the end, with no per-key SQLite insert.
+
+``Spool`` is the fourth: records written once and read back once in order (a first pass over a
 file keeps what it parsed for the second, which then decodes nothing), in an unnamed scratch file,
 ``SPOOL_BATCH`` records in memory at a time.
 
