@@ -184,6 +184,30 @@ def test_commit_buffer_commits_by_time(tmp_path):
         assert "k" in _keys_in(path)
 
 
+def test_the_age_of_the_oldest_entry_is_read_once_while_the_writer_may_clear_it(tmp_path):
+    """The caller asks whether the writer is behind without the lock (``_writer_behind``); the
+    writer's thread may set ``_since`` to None between two reads of it. A build on two cores
+    ended with a TypeError so (``float - None``)."""
+    reads = []
+
+    class Cleared(CommitBuffer):
+        @property
+        def _since(self):
+            reads.append(1)
+            return 100.0 if len(reads) == 1 else None  # the writer clears it after the first read
+
+        @_since.setter
+        def _since(self, value):
+            pass
+
+    with Cleared(tmp_path / "c.sqlite", {"kind": "x"}, max_entries=1000, max_seconds=60) as buffer:
+        buffer._pending["k"] = _gen(0)
+        reads.clear()
+        assert buffer._due(0.0)  # the one value read, 100.0, is old enough
+        assert len(reads) == 1
+        buffer._pending.clear()
+
+
 def test_commit_buffer_refuses_a_file_that_is_no_cache(tmp_path):
     path = tmp_path / "c.sqlite"
     path.write_text("not a database" * 100)

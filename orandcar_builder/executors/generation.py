@@ -263,7 +263,10 @@ class CommitBuffer:
             self._cond.notify_all()
 
     def _due(self, age: float) -> bool:
-        return bool(self._pending) and self._since is not None and time.monotonic() - self._since >= age
+        # ``_since`` read once: the caller asks without the lock (``_writer_behind``) while the
+        # writer's thread may set it to None between two reads (a TypeError ended a build so).
+        since = self._since
+        return bool(self._pending) and since is not None and time.monotonic() - since >= age
 
 
 class AskedKeys:
