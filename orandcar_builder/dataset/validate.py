@@ -347,15 +347,14 @@ def validate_folder(folder: Path, *, exhaustive: bool = False) -> list[str]:
     if header is not None:
         problems.extend(_check_links(text, published))
     shards_by_config, measured = {}, {}
-    # "config/sha256" -> where the image's first row in that config is. One map for the folder:
-    # past its threshold it holds a fixed Bloom filter and page cache, paid once, not per config.
+    # Each config's images, its rows repeating one named once they are read (``ImagesSeen``).
     families = header_families(header)  # a family the build's recipe added is known (the card records the recipe)
     with ImagesSeen() as images:
         for config in CONFIGS:
             shards, name_problems = _check_shard_names(folder, config, published)
             shards_by_config[config] = shards
             problems.extend(name_problems)
-            images.config_rows(config, sum(_rows_in(shard) for shard in shards))
+            images.config_rows(config)
             problems.extend(_check_rows(config, shards, images, exhaustive, measured, families))
             problems.extend(images.config_done())
     if header is not None:
@@ -403,10 +402,10 @@ _SHA_BYTES = 64
 
 
 class ImagesSeen:
-    """The images of a folder's rows, for "one row per image in each config", a config at a time:
-    ``config_rows(config)``, then each shard's rows (``_check_shard_rows``: ``shard`` places them,
-    ``add`` records their images), then ``config_done()`` names each row that repeats an image of
-    the config, with the image's first row, in row order. An image_sha256 of _SHA_BYTES is
+    """The images of a folder's or a Hub revision's rows, for "one row per image in each config",
+    a config at a time: ``config_rows(config)``, then each shard's rows (``_check_shard_rows``:
+    ``shard`` places them, ``add`` records their images), then ``config_done()`` names each row
+    that repeats an image of the config, with the image's first row, in row order. An image_sha256 of _SHA_BYTES is
     recorded in a ``spill.Repeats`` (numpy, at the end); any other non-null value is checked as
     its row comes (``first_seen``: a SpillMap of the folder). A context manager."""
 
@@ -417,11 +416,11 @@ class ImagesSeen:
         self._starts: list[tuple[int, str]] = []  # (position of a shard's first row, its label)
         self._next = 0
 
-    def config_rows(self, config: str, expected: Optional[int] = None) -> None:
-        """The rows of ``config`` come next (about ``expected`` of them, if known)."""
+    def config_rows(self, config: str) -> None:
+        """The rows of ``config`` come next."""
         self._drop_repeats()
         self._config, self._starts, self._next = config, [], 0
-        self._repeats = Repeats(_SHA_BYTES, expected)
+        self._repeats = Repeats(_SHA_BYTES)
 
     def shard(self, label: str, rows: int) -> int:
         """The next shard's ``rows`` rows come (``label`` names them): the position of its first."""
@@ -465,14 +464,6 @@ class ImagesSeen:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
-
-
-def _rows_in(shard: Path) -> int:
-    """The rows a shard's footer says it holds; 0 for one that cannot be read (named elsewhere)."""
-    try:
-        return pq.read_metadata(shard).num_rows
-    except Exception:  # noqa: BLE001 - _check_rows names the shard's problem
-        return 0
 
 
 def _batches(parquet: pq.ParquetFile, shard: Path, measured: dict[Path, tuple[int, int]]) -> Iterator[pa.RecordBatch]:

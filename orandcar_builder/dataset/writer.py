@@ -8,12 +8,12 @@ a fixed 100 rows gave shards of small images thousands of row groups, a footer o
 slow ``load_dataset``. Rows become Arrow CONVERT_ROWS at a time (fewer where their estimated size
 would pass CONVERT_BYTES or a sixteenth of the bound; a larger row is a chunk of its own), so
 Python objects are held for a few rows only (the write stage hands rows already made as Arrow
-columns, ``write_columns``, and a chunk is then cut from them: the same chunks, the same bytes); the Arrow chunks gather into the open row group, which
-is written out before a chunk would take its Arrow size past ROW_GROUP_MAX_BYTES. A row group
-exceeds the bound only when one chunk alone does (one row of an image larger than the bound). A row
-group that grows past SPILL_BYTES waits on disk, in unnamed files in the config's folder
-(``_GroupSpill``). A row group is written a leaf column at a time (``leafwise.LeafwiseWriter``):
-one held in memory is combined a column at a time as it is written; one spilled is read back a
+columns, ``write_columns``, and a chunk is then cut from them: the same chunks, the same bytes);
+the Arrow chunks gather into the open row group, which is written out before a chunk would take
+its Arrow size past ROW_GROUP_MAX_BYTES. A row group exceeds the bound only when one chunk alone
+does (one row of an image larger than the bound). A row group that grows past SPILL_BYTES waits
+on disk, in unnamed files in the config's folder (``_GroupSpill``). A row group is written a leaf
+column at a time (``leafwise.LeafwiseWriter``): one held in memory is combined a column at a time as it is written; one spilled is read back a
 leaf at a time from its files mapped into memory, so memory holds one leaf column of the row group
 (``qa``'s questions, the largest), not the row group (nor thousands of chunks of it). A shard is closed once its rows reach
 the shard's byte bound, and a reader's row group stays within ``parquetio.MAX_ROW_GROUP_BYTES``.
@@ -183,21 +183,7 @@ class ConfigWriter:
                 path.unlink(missing_ok=True)
 
     def write(self, row: dict) -> None:
-        if self._shard is None:
-            self._shard = _Shard(self._next_temp_shard(), self.schema)
-        size = _row_bytes(row)
-        convert_bytes = min(CONVERT_BYTES, ROW_GROUP_MAX_BYTES // 16)  # chunks well under the bound
-        if self._pending and self._pending_bytes + size > convert_bytes:
-            self._convert()  # a large image starts a chunk of its own
-        self._pending.append(row)
-        self._shard_bytes += size
-        self._pending_bytes += size
-        self.rows += 1
-        self.qa += len(row["qa"])
-        if len(self._pending) >= CONVERT_ROWS or self._pending_bytes >= convert_bytes:
-            self._convert()
-        if self._shard_bytes >= self.max_shard_bytes:
-            self._close_shard()
+        self._add(row, _row_bytes(row), len(row["qa"]))
 
     def write_columns(self, rows: "ConfigRows", index: int, data: bytes, name: str) -> None:
         """Write row ``index`` of ``rows`` (``route.columns``: the row but its image) with its
@@ -205,17 +191,20 @@ class ConfigWriter:
         dict (the same estimate of its size, the same chunks, row groups and shards); the chunk is
         made from slices of ``rows``' columns, not from Python objects. A writer takes its rows
         one way or the other, not both."""
+        self._add((rows, index, data, name), len(data) + rows.text[index] + _ROW_OVERHEAD, rows.qa[index])
+
+    def _add(self, pending, size: int, qa: int) -> None:
+        """One row (a dict, or ``write_columns``' tuple) of estimated ``size`` holding ``qa`` items."""
         if self._shard is None:
             self._shard = _Shard(self._next_temp_shard(), self.schema)
-        size = len(data) + rows.text[index] + _ROW_OVERHEAD
-        convert_bytes = min(CONVERT_BYTES, ROW_GROUP_MAX_BYTES // 16)
+        convert_bytes = min(CONVERT_BYTES, ROW_GROUP_MAX_BYTES // 16)  # chunks well under the bound
         if self._pending and self._pending_bytes + size > convert_bytes:
-            self._convert()
-        self._pending.append((rows, index, data, name))
+            self._convert()  # a large image starts a chunk of its own
+        self._pending.append(pending)
         self._shard_bytes += size
         self._pending_bytes += size
         self.rows += 1
-        self.qa += rows.qa[index]
+        self.qa += qa
         if len(self._pending) >= CONVERT_ROWS or self._pending_bytes >= convert_bytes:
             self._convert()
         if self._shard_bytes >= self.max_shard_bytes:

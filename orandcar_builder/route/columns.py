@@ -2,8 +2,8 @@
 
 ``RoutePlan.rows_of`` makes a dict per decision and a RowPlan (lists of dicts) per image, and the
 writer then turns those back into Arrow (``pa.Table.from_pylist``): at 200k QA that was 4.5 s of
-CPU per accepted config, most of the write stage. Here the same values are made from the
-decisions' columns by Arrow compute and ``from_arrays`` (about a fifth of that): per config, a
+CPU for RS_think, most of the write stage. Here the same values are made from the decisions'
+columns by Arrow compute and ``from_arrays`` (1.05 s for RS_think, its image reads included): per config, a
 table of every column of the row but the image's bytes (``image_sha256``, ``qa``, ``clean_meta``),
 one row per image, in the RowPlans' order; the writer adds the image bytes it reads
 (``ConfigWriter.write_columns``). The values are those ``rows.qa_entries`` / ``plan._QA_BUILDERS``
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -138,17 +137,16 @@ def _actions(actions: pa.Array, item_ids: pa.Array, starts: np.ndarray, records:
     return pa.ListArray.from_arrays(pa.array(offsets), joined)
 
 
-def row_batch(table: pa.Table, first: np.ndarray, schemas: dict) -> Optional[RowBatch]:
+def row_batch(table: pa.Table, first: np.ndarray, schemas: dict) -> RowBatch:
     """The rows of the configs of ``schemas`` (config -> its Arrow schema, ``features(config)``'s;
     configs of one route) from ``table``, the decisions of a window in the rows' order
-    (``RoutePlan.record_windows``), each with its image's ``first`` row; every image's decisions
-    are in the window. None for an empty window."""
+    (``RoutePlan.record_windows``: never empty), each with its image's ``first`` row; every
+    image's decisions are in the window."""
     records = table.num_rows
-    if not records:
-        return None
     column = {name: table.column(name).combine_chunks() for name in table.column_names}.__getitem__
     starts = np.flatnonzero(np.r_[True, first[1:] != first[:-1]])
-    image_of = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, records]))
+    per_image = np.diff(np.r_[starts, records])
+    image_of = np.repeat(np.arange(len(starts)), per_image)
     offsets = pa.array(np.r_[starts, records].astype(np.int32))
     take_starts = pa.array(starts)
     item_ids = column("id")
@@ -173,21 +171,26 @@ def row_batch(table: pa.Table, first: np.ndarray, schemas: dict) -> Optional[Row
     clean_meta = pa.StructArray.from_arrays(
         [policy, sources, _actions(column("actions"), item_ids, starts, records)], fields=list(meta_type))
     shas = column("image_sha256").take(take_starts)
-    per_image = np.diff(np.r_[starts, records]).tolist()
+    qa_counts = per_image.tolist()
+    # The configs share a route, so their QA values (and each value's characters) are made once.
+    by_name = _qa_values(CONFIG_ROUTE[next(iter(schemas))], column, references)
+    chars_of: dict[str, np.ndarray] = {}
     rows = []
     for config, config_schema in schemas.items():
         qa_type = config_schema.field("qa").type
-        by_name = _qa_values(CONFIG_ROUTE[config], column, references)
         unknown = [field.name for field in qa_type.value_type if field.name not in by_name]
         if unknown:
             raise ValueError(f"{config}: no decision column makes the QA field(s) {', '.join(unknown)}")
-        values = [by_name[field.name] for field in qa_type.value_type]
-        qa = pa.ListArray.from_arrays(offsets, pa.StructArray.from_arrays(values, fields=list(qa_type.value_type)),
-                                      type=qa_type)
-        chars = sum(_chars(value) for value in values)
-        text = np.add.reduceat(chars, starts).tolist()
+        names = [field.name for field in qa_type.value_type]
+        qa = pa.ListArray.from_arrays(
+            offsets, pa.StructArray.from_arrays([by_name[name] for name in names], fields=list(qa_type.value_type)),
+            type=qa_type)
+        for name in names:
+            if name not in chars_of:
+                chars_of[name] = _chars(by_name[name])
+        text = np.add.reduceat(sum(chars_of[name] for name in names), starts).tolist()
         table = pa.Table.from_arrays([shas, qa, clean_meta], schema=_without_image(config_schema))
-        rows.append(ConfigRows(config, table, text, per_image, _has_bitmap(table)))
+        rows.append(ConfigRows(config, table, text, qa_counts, _has_bitmap(table)))
     paths = column("image").take(take_starts).to_pylist()
     return RowBatch(paths=paths, shas=shas.to_pylist(), names=[os.path.basename(path) for path in paths],
                     configs=tuple(rows))

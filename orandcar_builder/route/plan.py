@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from ..images import ImageRef
 from ..parquetio import open_parquet
 from ..records import OUTCOME_COLUMNS
+from ..spill import append_to_buckets
 from ..vocab import ACCEPTED, CONFIG_NOTHINK, CONFIG_REJECTED, CONFIG_ROUTE, CONFIG_THINK, REJECTED, ROUTES
 from .columns import RowBatch, row_batch
 from .rows import RowPlan
@@ -64,12 +65,6 @@ def _group(shas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         _, first, image = np.unique(shas, return_index=True, return_inverse=True)
         image = image.reshape(-1)
     return first, image
-
-
-def _append(path: Path, records: np.ndarray) -> None:
-    if len(records):
-        with open(path, "ab") as fh:
-            fh.write(records.tobytes())
 
 
 class RoutePlan:
@@ -184,13 +179,8 @@ class RoutePlan:
         """Append gathered decisions to their bucket files, each bucket's in pool order."""
         if not gathered:
             return
-        records = np.concatenate([r for r, _ in gathered])
-        buckets = np.concatenate([b for _, b in gathered])
-        by_bucket = np.argsort(buckets, kind="stable")  # stable: rows stay in pool order
-        records, buckets = records[by_bucket], buckets[by_bucket]
-        bounds = np.searchsorted(buckets, np.arange(self._buckets + 1))
-        for bucket in range(self._buckets):
-            _append(self._dir / f"images-{bucket}", records[bounds[bucket]:bounds[bucket + 1]])
+        append_to_buckets(np.concatenate([r for r, _ in gathered]), np.concatenate([b for _, b in gathered]),
+                          self._buckets, lambda bucket: self._dir / f"images-{bucket}")  # rows stay in pool order
 
     def _place(self, bucket: int) -> None:
         """Pass 2: one image bucket's accepted and rejected decisions, with their images' first
@@ -208,11 +198,8 @@ class RoutePlan:
         ranges = placed["first"] * self._buckets // self._rows
         for route_to in (ACCEPTED, REJECTED):
             mine = records["route"] == ROUTES.index(route_to)
-            ordered = np.argsort(ranges[mine], kind="stable")
-            chosen, keys = placed[mine][ordered], ranges[mine][ordered]
-            bounds = np.searchsorted(keys, np.arange(self._buckets + 1))
-            for part in range(self._buckets):
-                _append(self._dir / f"{route_to}-{part}", chosen[bounds[part]:bounds[part + 1]])
+            append_to_buckets(placed[mine], ranges[mine], self._buckets,
+                              lambda part, route_to=route_to: self._dir / f"{route_to}-{part}")
 
     def _sequence(self, config: str) -> Iterator[np.ndarray]:
         """``config``'s decisions as (first, row) records in the order they are consumed, one
@@ -235,11 +222,8 @@ class RoutePlan:
         """The RowPlans of several configs of one route at once (``RS_think`` and ``RS_nothink``
         both take the accepted items): one tuple per image, its configs' plans in ``configs``'
         order, which share their sources and actions. Each decision is read once for all of them."""
-        routes = {CONFIG_ROUTE[config] for config in configs}
-        if len(routes) != 1:
-            raise ValueError(f"configs {configs} do not take the items of one route")
+        columns = _route_columns(configs)
         builders = tuple(_QA_BUILDERS[config] for config in configs)
-        columns = _READ_COLUMNS[routes.pop()]
         group: Optional[_Group] = None
         image = -1
         for placed in self._sequence(configs[0]):
@@ -262,10 +246,7 @@ class RoutePlan:
         decision's image's first row (equal within an image). A window holds about ``window``
         decisions and never cuts an image's: it ends where an image's decisions start, or (an
         image with more than ``window`` of them) where that image's end."""
-        routes = {CONFIG_ROUTE[config] for config in configs}
-        if len(routes) != 1:
-            raise ValueError(f"configs {configs} do not take the items of one route")
-        columns = _READ_COLUMNS[routes.pop()]
+        columns = _route_columns(configs)
         for placed in self._sequence(configs[0]):
             first = placed["first"]
             count = len(placed)
@@ -288,9 +269,7 @@ class RoutePlan:
         window of decisions at a time, made a column at a time (``columns.row_batch``): the rows
         ``rows_of`` plans, in its order, with the values its RowPlans' ``to_row`` gives."""
         for table, first in self.record_windows(tuple(schemas)):
-            batch = row_batch(table, first, schemas)
-            if batch is not None:
-                yield batch
+            yield row_batch(table, first, schemas)
 
     def _read(self, indices: np.ndarray, columns: tuple[str, ...]) -> dict[str, list]:
         """``columns`` of the records at ``indices`` (file row numbers), in that order, as Python
@@ -323,6 +302,15 @@ _COMMON_COLUMNS = ("id", "image", "image_sha256", "policy", "question", "referen
                    "source", "actions")
 _READ_COLUMNS = {ACCEPTED: _COMMON_COLUMNS + ("think", "accepted_text", "verifier"),
                  REJECTED: _COMMON_COLUMNS + ("wrong_vlm", "reason")}
+
+
+def _route_columns(configs: tuple[str, ...]) -> tuple[str, ...]:
+    """The decision columns the rows of ``configs`` are made of; ValueError unless the configs
+    take the items of one route."""
+    routes = {CONFIG_ROUTE[config] for config in configs}
+    if len(routes) != 1:
+        raise ValueError(f"configs {configs} do not take the items of one route")
+    return _READ_COLUMNS[routes.pop()]
 
 
 # A config's QA entry from a decision record, as ``rows.qa_entries`` makes it from its Outcome
